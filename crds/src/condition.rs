@@ -1,0 +1,86 @@
+//! Status conditions in the Kubernetes `metav1.Condition` shape.
+//!
+//! [`set_condition`] is a port of apimachinery's `SetStatusCondition`: it keeps
+//! `lastTransitionTime` unless the status flips, so dashboards that watch
+//! conditions see real transitions, not every reconcile.
+
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// Well-known condition types.
+pub mod types {
+    pub const READY: &str = "Ready";
+    pub const PROGRESSING: &str = "Progressing";
+    pub const DEGRADED: &str = "Degraded";
+    pub const P2P_SAFE: &str = "P2PSafe";
+}
+
+/// `True`, `False` or `Unknown`, as the Kubernetes API spells them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl ConditionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
+/// Inserts or updates `new` in `conditions` by type.
+///
+/// # Guarantees
+/// - `lastTransitionTime` of an existing condition is kept unless its status changes.
+/// - reason, message and observedGeneration always take the new values.
+/// - order of other conditions is untouched; a new type is appended.
+pub fn set_condition(conditions: &mut Vec<Condition>, new: Condition) {
+    match conditions.iter_mut().find(|c| c.type_ == new.type_) {
+        Some(existing) => {
+            if existing.status != new.status {
+                existing.last_transition_time = new.last_transition_time.clone();
+            }
+            existing.status = new.status;
+            existing.reason = new.reason;
+            existing.message = new.message;
+            existing.observed_generation = new.observed_generation;
+        }
+        None => conditions.push(new),
+    }
+}
+
+/// Finds a condition by type.
+pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cond(status: &str, reason: &str, at: &str) -> Condition {
+        Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: String::new(),
+            observed_generation: Some(1),
+            last_transition_time: Time(at.parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn keeps_transition_time_unless_status_flips() {
+        let mut cs = vec![cond("False", "A", "2026-01-01T00:00:00Z")];
+        set_condition(&mut cs, cond("False", "B", "2026-01-02T00:00:00Z"));
+        assert_eq!(cs[0].reason, "B");
+        assert_eq!(cs[0].last_transition_time, Time("2026-01-01T00:00:00Z".parse().unwrap()));
+        set_condition(&mut cs, cond("True", "C", "2026-01-03T00:00:00Z"));
+        assert_eq!(cs[0].last_transition_time, Time("2026-01-03T00:00:00Z".parse().unwrap()));
+        assert_eq!(cs.len(), 1);
+    }
+}

@@ -1,0 +1,212 @@
+//! `GpuPartition`: which GPUs of a host are owned by whom.
+
+use crate::condition::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A PCI address in full (`0000:01:00.0`) or short (`01:00.0`, domain 0000) form, lower-case hex.
+pub const PCI_ADDRESS_PATTERN: &str =
+    r"^([0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$";
+
+/// Declares how the GPUs of one host are split between consumers.
+///
+/// One `GpuPartition` per host. Each slice takes a set of GPUs, binds them to a
+/// driver (`nvidia` for containers and host processes, `vfio-pci` for VM passthrough)
+/// and hands them to its consumer. A GPU may belong to at most one slice; GPUs in no
+/// slice are left as they are.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "gpuplane.dev",
+    version = "v1alpha1",
+    kind = "GpuPartition",
+    plural = "gpupartitions",
+    shortname = "gpup",
+    status = "GpuPartitionStatus",
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.nodeName"}"#,
+    printcolumn = r#"{"name":"Slices","type":"integer","jsonPath":".status.sliceCount"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuPartitionSpec {
+    /// Name of the host (Kubernetes node / Proxmox node) this partition applies to.
+    #[schemars(length(min = 1, max = 253))]
+    pub node_name: String,
+    /// The slices of the host's GPUs. Slice names must be unique.
+    #[schemars(length(min = 1))]
+    pub slices: Vec<GpuSlice>,
+    /// Expectations about the host's IOMMU. A mismatch is reported, never changed
+    /// (changing it needs a reboot with a new kernel command line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iommu: Option<IommuExpectation>,
+    /// What happens to the host when this resource is deleted.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+}
+
+/// One group of GPUs with one driver and one consumer.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuSlice {
+    /// Slice name, referenced by InferenceServers (`partitionRef.slice`). DNS label.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub name: String,
+    /// Which GPUs this slice takes: give exactly one of `addresses`, `numaNode` or `count`.
+    pub gpus: GpuSelector,
+    /// Kernel driver the slice's GPUs must be bound to.
+    pub driver: GpuDriver,
+    /// Who uses the GPUs. Omit for GPUs that are only bound to a driver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<Consumer>,
+}
+
+/// Selects GPUs on the host. Exactly one field must be set.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuSelector {
+    /// PCI addresses of the GPUs (function 0), e.g. `0000:01:00.0` or `01:00.0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addresses: Option<Vec<PciAddress>>,
+    /// Every GPU attached to this NUMA node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub numa_node: Option<i32>,
+    /// This many GPUs not claimed by another slice (those already serving this slice first, then by PCI address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub count: Option<u32>,
+}
+
+/// A PCI address string, validated by pattern.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[serde(transparent)]
+pub struct PciAddress(#[schemars(regex(pattern = r"^([0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$"))] pub String);
+
+impl PciAddress {
+    /// The full form with domain (`0000:01:00.0`).
+    pub fn full(&self) -> String {
+        if self.0.len() == 7 {
+            format!("0000:{}", self.0)
+        } else {
+            self.0.clone()
+        }
+    }
+}
+
+/// Kernel driver for a slice's GPUs.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum GpuDriver {
+    /// The NVIDIA kernel driver: containers and host processes use the GPU.
+    #[serde(rename = "nvidia")]
+    Nvidia,
+    /// VFIO: the GPU is passed through to a VM.
+    #[serde(rename = "vfio-pci")]
+    VfioPci,
+}
+
+impl GpuDriver {
+    /// The driver's name in sysfs (`/sys/bus/pci/drivers/<name>`).
+    pub fn sysfs_name(self) -> &'static str {
+        match self {
+            GpuDriver::Nvidia => "nvidia",
+            GpuDriver::VfioPci => "vfio-pci",
+        }
+    }
+}
+
+/// The consumer of a slice: exactly one of `lxc` or `vm`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Consumer {
+    /// A Proxmox LXC container that gets the GPUs' device nodes (needs driver `nvidia`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lxc: Option<LxcConsumer>,
+    /// A Proxmox VM that gets the GPUs by PCI passthrough through a resource mapping (needs driver `vfio-pci`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<VmConsumer>,
+}
+
+/// An LXC container consumer.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LxcConsumer {
+    /// Proxmox container ID (`/etc/pve/lxc/<vmid>.conf`).
+    #[schemars(range(min = 100, max = 999_999_999))]
+    pub vmid: u32,
+}
+
+/// A VM consumer that takes GPUs through a Proxmox PCI resource mapping.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VmConsumer {
+    /// Proxmox VM ID. The agent never starts or stops the VM; while it runs and holds the
+    /// GPUs, they are not moved.
+    #[schemars(range(min = 100, max = 999_999_999))]
+    pub vmid: u32,
+    /// Name of the mapping in `/etc/pve/mapping/pci.cfg` that gets exactly this slice's GPUs
+    /// for this node (the VM refers to it as `hostpciN: mapping=<name>`).
+    #[schemars(length(min = 2, max = 40), regex(pattern = r"^[a-zA-Z][a-zA-Z0-9_\-]+$"))]
+    pub pci_mapping: String,
+}
+
+/// Expected IOMMU mode of the host.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IommuExpectation {
+    /// `Translated` (DMA/DMA-FQ domains, as SEV-SNP forces), `Passthrough` (identity, `iommu=pt`) or `Any`.
+    #[serde(default)]
+    pub mode: IommuModeExpectation,
+}
+
+/// IOMMU mode the host is expected to run in.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum IommuModeExpectation {
+    #[default]
+    Any,
+    Translated,
+    Passthrough,
+}
+
+/// What deleting the resource does to the host.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Leave the host exactly as it is.
+    #[default]
+    Retain,
+    /// Return the GPUs to the host driver and remove the agent's lines from Proxmox configs.
+    Restore,
+}
+
+/// Observed state of a `GpuPartition`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuPartitionStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `Progressing`, `Degraded`, in the `metav1.Condition` shape.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Number of slices.
+    #[serde(default)]
+    pub slice_count: u32,
+    /// GPUs per slice as observed on the host.
+    #[serde(default)]
+    pub slices: Vec<SliceStatus>,
+    /// The steps of the last plan that was applied, in order.
+    #[serde(default)]
+    pub last_applied_plan: Vec<String>,
+}
+
+/// Observed state of one slice.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SliceStatus {
+    pub name: String,
+    /// PCI addresses the selector resolved to.
+    pub gpus: Vec<String>,
+    /// Driver each GPU is bound to now (`address=driver`).
+    pub drivers: Vec<String>,
+}
