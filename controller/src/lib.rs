@@ -1,1 +1,40 @@
+//! gpuplane: a reconciliation agent for GPU hosts.
+//!
+//! One idea carries the design: **observe → plan → apply**, with the plan a pure function.
+//!
+//! | folder      | concern                                                        |
+//! |-------------|----------------------------------------------------------------|
+//! | `host`      | the host model and its backends (simulated twin; real later)   |
+//! | `desired`   | validation of specs and resolution against the host           |
+//! | `plan`      | the pure planner: ordered, typed steps                         |
+//! | `apply`     | the one door every host write goes through                     |
+//! | `converge`  | the loop: observe, plan, apply one step, repeat; readiness     |
+//! | `status`    | conditions from what was observed                              |
+//! | `proxmox`   | byte-preserving editors of `/etc/pve` files                    |
+//! | `systemd`   | unit rendering with systemd's quoting rules, unit names        |
+//! | `sglang`    | SGLang's flags, launch command and speculative checks          |
+//! | `manifests` | reading resources from YAML files and directories              |
+//! | `cli`       | the `gpuplane` command                                         |
+//!
+//! Dependency rules: `plan` knows `desired` and `host::model` only, never a backend;
+//! `host` knows nothing of Kubernetes; only `converge` and `cli` bring them together.
 
+pub mod apply;
+pub mod cli;
+pub mod converge;
+pub mod desired;
+pub mod host;
+pub mod manifests;
+pub mod plan;
+pub mod proxmox;
+pub mod sglang;
+pub mod status;
+pub mod systemd;
+
+/// The simulated reference host, embedded so `gpuplane converge` runs with no arguments.
+pub const EMBEDDED_HOST: &str = include_str!("../../examples/hosts/kpro6.yaml");
+/// The reference split manifests, embedded for the same reason.
+pub const EMBEDDED_MANIFESTS: &[(&str, &str)] = &[
+    ("examples/kpro6/partition.yaml", include_str!("../../examples/kpro6/partition.yaml")),
+    ("examples/kpro6/server.yaml", include_str!("../../examples/kpro6/server.yaml")),
+];

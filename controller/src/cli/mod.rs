@@ -1,0 +1,224 @@
+//! The `gpuplane` command: `observe`, `plan`, `converge`.
+//!
+//! Exit codes: 0 converged (and every server Ready); 1 convergence stopped on a
+//! condition (blocked, step failed, server not ready); 2 invalid input (bad manifest,
+//! invalid spec, unknown host).
+
+mod output;
+
+use crate::apply::Door;
+use crate::converge::{converge, Options};
+use crate::desired::{resolve_partition, resolve_server, Desired, SpecError};
+use crate::host::sim::SimHost;
+use crate::host::Host;
+use crate::manifests::Manifests;
+use crate::plan::plan;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(name = "gpuplane", version, about = "Declarative GPU host partitioning and SGLang servers: observe -> plan -> apply")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print the observed host state (YAML, or JSON with --output json).
+    Observe {
+        #[command(flatten)]
+        host: HostArgs,
+        #[arg(long, value_enum, default_value = "yaml")]
+        output: ObserveFormat,
+    },
+    /// Print the steps that would converge the host; changes nothing.
+    Plan {
+        #[command(flatten)]
+        input: InputArgs,
+        #[arg(long, value_enum, default_value = "text")]
+        output: Format,
+    },
+    /// Apply the plan step by step until converged, then print the status.
+    Converge {
+        #[command(flatten)]
+        input: InputArgs,
+        #[arg(long, value_enum, default_value = "text")]
+        output: Format,
+        /// Write the simulated host's final state to this file (loadable with --host sim:FILE).
+        #[arg(long)]
+        save_host: Option<PathBuf>,
+        /// Log the writes instead of making them.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct HostArgs {
+    /// `sim:FILE` (a host description), `sim:embedded` (the reference twin, default) or `local`.
+    #[arg(long, default_value = "sim:embedded")]
+    pub host: String,
+    /// Vendor ID (hex, no 0x) of the devices treated as GPUs (display class 03xx).
+    #[arg(long, default_value = "10de")]
+    pub gpu_vendor: String,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct InputArgs {
+    /// Manifest file or directory (default: the embedded reference split, examples/kpro6/).
+    #[arg(short = 'f', long = "filename")]
+    pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub host: HostArgs,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObserveFormat {
+    Yaml,
+    Json,
+}
+
+/// A CLI failure with its exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: i32,
+    pub message: String,
+}
+
+fn input_error(message: impl Into<String>) -> Failure {
+    Failure { code: 2, message: message.into() }
+}
+
+/// Opens the host backend named by `--host`.
+pub fn open_host(spec: &str) -> Result<Box<dyn Host>, Failure> {
+    match spec.split_once(':') {
+        Some(("sim", "embedded")) => Ok(Box::new(
+            SimHost::from_yaml(crate::EMBEDDED_HOST, "embedded examples/hosts/kpro6.yaml").map_err(|e| input_error(e.to_string()))?,
+        )),
+        Some(("sim", path)) => Ok(Box::new(SimHost::load(path).map_err(|e| input_error(e.to_string()))?)),
+        None if spec == "local" => Err(input_error(
+            "--host local: the real host backend is not part of this build yet; use --host sim:FILE",
+        )),
+        _ => Err(input_error(format!("--host {spec:?}: use sim:FILE, sim:embedded or local"))),
+    }
+}
+
+/// Reads the manifests, picks the partition for the host's node and validates everything.
+pub fn load_desired(input: &InputArgs, host: &mut dyn Host) -> Result<Desired, Failure> {
+    let manifests = match &input.file {
+        Some(p) => Manifests::load(p).map_err(|e| input_error(e.to_string()))?,
+        None => {
+            let mut m = Manifests::default();
+            for (name, text) in crate::EMBEDDED_MANIFESTS {
+                m.add_text(text, name).map_err(|e| input_error(e.to_string()))?;
+            }
+            m
+        }
+    };
+    let observed = host.observe().map_err(|e| Failure { code: 1, message: e.to_string() })?;
+    let mine: Vec<_> = manifests.partitions.iter().filter(|p| p.spec.node_name == observed.node_name).collect();
+    let partition = match mine.as_slice() {
+        [p] => *p,
+        [] => {
+            let others: Vec<String> = manifests
+                .partitions
+                .iter()
+                .map(|p| format!("{} (nodeName {})", p.metadata.name.as_deref().unwrap_or("?"), p.spec.node_name))
+                .collect();
+            return Err(input_error(format!(
+                "no GpuPartition has spec.nodeName {:?} (this host); found: {}",
+                observed.node_name,
+                if others.is_empty() { "none".to_string() } else { others.join(", ") }
+            )));
+        }
+        many => {
+            let names: Vec<&str> = many.iter().map(|p| p.metadata.name.as_deref().unwrap_or("?")).collect();
+            return Err(input_error(format!(
+                "{} GpuPartitions name node {:?} ({}); one host has one partition",
+                many.len(),
+                observed.node_name,
+                names.join(", ")
+            )));
+        }
+    };
+    let dp = resolve_partition(partition, &observed, &input.host.gpu_vendor).map_err(spec_failure)?;
+    let mut servers = Vec::new();
+    let mut errors: Vec<SpecError> = Vec::new();
+    for s in manifests.servers.iter().filter(|s| s.spec.partition_ref.name == dp.name) {
+        match resolve_server(s, &dp) {
+            Ok(d) => servers.push(d),
+            Err(e) => errors.extend(e),
+        }
+    }
+    errors.extend(crate::desired::check_servers_together(&servers));
+    if !errors.is_empty() {
+        return Err(spec_failure(errors));
+    }
+    Ok(Desired { partition: dp, servers })
+}
+
+fn spec_failure(errors: Vec<SpecError>) -> Failure {
+    let lines: Vec<String> = errors.iter().map(|e| format!("  - {e}")).collect();
+    input_error(format!("invalid spec (reason InvalidSpec), nothing was changed:\n{}", lines.join("\n")))
+}
+
+/// Runs the CLI; returns the exit code.
+pub fn run(cli: Cli) -> i32 {
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("error: {}", f.message);
+            f.code
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<i32, Failure> {
+    match cli.command {
+        Command::Observe { host, output } => {
+            let mut h = open_host(&host.host)?;
+            let st = h.observe().map_err(|e| Failure { code: 1, message: e.to_string() })?;
+            let text = match output {
+                ObserveFormat::Yaml => serde_yaml::to_string(&st).map_err(|e| Failure { code: 1, message: e.to_string() })?,
+                ObserveFormat::Json => serde_json::to_string_pretty(&st).map_err(|e| Failure { code: 1, message: e.to_string() })? + "\n",
+            };
+            print!("{text}");
+            Ok(0)
+        }
+        Command::Plan { input, output } => {
+            let mut h = open_host(&input.host.host)?;
+            let desired = load_desired(&input, h.as_mut())?;
+            let st = h.observe().map_err(|e| Failure { code: 1, message: e.to_string() })?;
+            let p = plan(&desired, &st);
+            output::print_plan(&p, output);
+            Ok(if p.blockers.is_empty() { 0 } else { 1 })
+        }
+        Command::Converge { input, output, save_host, dry_run } => {
+            let mut h = open_host(&input.host.host)?;
+            let desired = load_desired(&input, h.as_mut())?;
+            let report = {
+                let mut door = Door::new(h.as_mut()).dry_run(dry_run);
+                converge(&desired, &mut door, &Options::default())
+            };
+            let status = crate::status::compute(&desired, &report, &Default::default());
+            output::print_converge(&desired, &report, &status, output);
+            if let Some(path) = save_host {
+                match h.save() {
+                    Some(Ok(text)) => std::fs::write(&path, text)
+                        .map_err(|e| Failure { code: 1, message: format!("cannot write {}: {e}", path.display()) })?,
+                    Some(Err(e)) => return Err(Failure { code: 1, message: e.to_string() }),
+                    None => return Err(input_error("--save-host works only with a simulated host")),
+                }
+            }
+            let all_ready = status.values().all(|s| s.condition("Ready").is_some_and(|c| c.status == "True"));
+            Ok(if report.converged() && all_ready { 0 } else { 1 })
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! The converge loop: observe → plan → apply one step → observe again.
+//!
+//! There is no hidden progress state: every iteration re-observes the host and
+//! re-plans, so a crash at any point is finished by the next run. The loop ends
+//! when the plan is empty (converged), when something blocks, when a step fails,
+//! when a server does not become ready, or after a bounded number of steps.
+
+mod wait;
+
+pub use wait::{wait_ready, WaitOutcome};
+
+use crate::apply::Door;
+use crate::desired::Desired;
+use crate::host::model::HostState;
+use crate::host::HostError;
+use crate::plan::{plan, Blocker, Note, Plan, PlannedStep, Step};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Loop limits.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Upper bound on applied steps (guards against a plan that never shrinks).
+    pub max_steps: usize,
+    /// Seconds between readiness polls.
+    pub poll_seconds: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { max_steps: 500, poll_seconds: 5 }
+    }
+}
+
+/// One applied step.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Applied {
+    #[serde(flatten)]
+    pub planned: PlannedStep,
+    /// What it reported (probe results, readiness).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Host clock when it was applied.
+    pub at: u64,
+}
+
+/// Why the loop stopped before converging.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "reason", rename_all = "camelCase")]
+pub enum Stop {
+    Blocked { blockers: Vec<Blocker> },
+    StepFailed { step: String, error: String },
+    NotReady { unit: String },
+    NoProgress { steps: usize },
+}
+
+/// What a converge run did.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub applied: Vec<Applied>,
+    pub writes: u64,
+    pub writes_by_kind: BTreeMap<&'static str, u64>,
+    /// The plan on the final observation (empty when converged).
+    pub final_plan: Plan,
+    pub final_host: Option<HostState>,
+    pub stop: Option<Stop>,
+    /// Readiness outcomes by unit key.
+    pub waits: BTreeMap<String, WaitOutcome>,
+    /// Every planner decision seen during the run (deduplicated).
+    pub notes: Vec<Note>,
+}
+
+impl Report {
+    pub fn converged(&self) -> bool {
+        self.stop.is_none() && self.final_plan.is_empty()
+    }
+}
+
+/// Runs the loop until converged or stopped.
+pub fn converge(desired: &Desired, door: &mut Door<'_>, opts: &Options) -> Report {
+    let mut r = Report {
+        applied: vec![],
+        writes: 0,
+        writes_by_kind: BTreeMap::new(),
+        final_plan: Plan::default(),
+        final_host: None,
+        stop: None,
+        waits: BTreeMap::new(),
+        notes: vec![],
+    };
+    let mut steps = 0usize;
+    loop {
+        let host = match door.host().observe() {
+            Ok(h) => h,
+            Err(e) => {
+                r.stop = Some(Stop::StepFailed { step: "observe".into(), error: e.to_string() });
+                break;
+            }
+        };
+        let p = plan(desired, &host);
+        for n in &p.notes {
+            if !r.notes.contains(n) {
+                r.notes.push(n.clone());
+            }
+        }
+        r.final_host = Some(host);
+        if !p.blockers.is_empty() {
+            r.stop = Some(Stop::Blocked { blockers: p.blockers.clone() });
+            r.final_plan = p;
+            break;
+        }
+        let Some(next) = p.steps.first().cloned() else {
+            r.final_plan = p;
+            break;
+        };
+        r.final_plan = p;
+        if steps >= opts.max_steps {
+            r.stop = Some(Stop::NoProgress { steps });
+            break;
+        }
+        steps += 1;
+        let at = door.host().now();
+        match &next.step {
+            Step::WaitReady { unit, served_name, stall_after_seconds, deadline_seconds } => {
+                let outcome = wait_ready(door.host(), unit, served_name, *stall_after_seconds, *deadline_seconds, opts.poll_seconds);
+                let ok = matches!(outcome, WaitOutcome::Ready { .. });
+                r.applied.push(Applied { planned: next.clone(), detail: Some(outcome.summary()), at });
+                r.waits.insert(unit.key(), outcome);
+                if !ok {
+                    r.stop = Some(Stop::NotReady { unit: unit.to_string() });
+                    if let Ok(h) = door.host().observe() {
+                        r.final_plan = plan(desired, &h);
+                        r.final_host = Some(h);
+                    }
+                    break;
+                }
+            }
+            step => match door.apply(step) {
+                Ok(out) => r.applied.push(Applied { planned: next.clone(), detail: out.detail, at }),
+                Err(e) => {
+                    r.stop = Some(Stop::StepFailed { step: step.to_string(), error: error_text(&e) });
+                    break;
+                }
+            },
+        }
+    }
+    r.writes = door.writes();
+    r.writes_by_kind = door.writes_by_kind().clone();
+    r
+}
+
+fn error_text(e: &HostError) -> String {
+    e.to_string()
+}

@@ -1,0 +1,92 @@
+//! From specs to the desired host: validation and resolution.
+//!
+//! `resolve_partition` and `resolve_server` check every rule a CRD schema cannot
+//! express (the test API server has no CEL, and files bypass the API server
+//! entirely) and resolve selectors against the observed host. Pure: no I/O.
+//! Every error names the field and says what to fix.
+
+mod partition;
+mod server;
+
+pub use partition::resolve_partition;
+pub use server::{check_servers_together, resolve_server};
+
+use crate::host::model::{Location, UnitRef};
+use gpuplane_crds::{GpuDriver, InferenceServerSpec, IommuModeExpectation};
+
+/// One spec problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecError {
+    /// `Kind/name` of the resource.
+    pub resource: String,
+    /// JSON path of the field, `spec.slices[1].gpus`.
+    pub field: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl std::fmt::Display for SpecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}: {}", self.resource, self.field, self.message)
+    }
+}
+
+/// The partition, resolved against the host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredPartition {
+    pub name: String,
+    pub node_name: String,
+    pub slices: Vec<ResolvedSlice>,
+    pub iommu: IommuModeExpectation,
+}
+
+/// A slice with its GPUs resolved to addresses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedSlice {
+    pub name: String,
+    /// Full PCI addresses, sorted.
+    pub gpus: Vec<String>,
+    pub driver: GpuDriver,
+    pub consumer: Option<ResolvedConsumer>,
+}
+
+/// A slice's consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolvedConsumer {
+    Lxc(u32),
+    Vm { vmid: u32, mapping: String },
+}
+
+impl DesiredPartition {
+    pub fn slice(&self, name: &str) -> Option<&ResolvedSlice> {
+        self.slices.iter().find(|s| s.name == name)
+    }
+}
+
+/// A server, validated, with its unit placed and its GPUs known.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredServer {
+    /// `namespace/name`.
+    pub id: String,
+    pub spec: InferenceServerSpec,
+    pub unit: UnitRef,
+    /// The slice's GPUs (full addresses, sorted).
+    pub gpus: Vec<String>,
+}
+
+impl DesiredServer {
+    pub fn location(&self) -> Location {
+        self.unit.location
+    }
+}
+
+/// The whole desired state the planner works towards.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Desired {
+    pub partition: DesiredPartition,
+    pub servers: Vec<DesiredServer>,
+}
+
+pub(crate) fn err(resource: &str, field: impl Into<String>, message: impl Into<String>) -> SpecError {
+    SpecError { resource: resource.to_string(), field: field.into(), message: message.into() }
+}

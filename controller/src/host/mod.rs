@@ -1,0 +1,47 @@
+//! Host backends behind one trait.
+//!
+//! A backend observes (reads only) and applies one plan step at a time. Backends
+//! know nothing of Kubernetes. All host writes reach a backend through
+//! [`crate::apply::Door`], the one place that counts, logs and dry-runs them.
+
+pub mod model;
+pub mod sim;
+
+use crate::plan::Step;
+use model::HostState;
+
+/// A failure of a backend.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("cannot read host description {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("host description {path} is invalid: {message}")]
+    Parse { path: String, message: String },
+    #[error("{step} failed: {message}")]
+    Step { step: String, message: String },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What applying a step reports back (beyond success).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StepOutcome {
+    /// A line for the user, e.g. the P2P probe's result.
+    pub detail: Option<String>,
+}
+
+/// A host: real, or simulated.
+pub trait Host {
+    /// Reads the whole host state. Never changes anything.
+    fn observe(&mut self) -> Result<HostState, HostError>;
+    /// Applies one step. Must be idempotent: applying it again changes nothing more.
+    fn apply(&mut self, step: &Step) -> Result<StepOutcome, HostError>;
+    /// Lets `secs` seconds pass (the simulated host advances its clock).
+    fn sleep(&mut self, secs: u64);
+    /// Seconds on the host's clock.
+    fn now(&self) -> u64;
+    /// The host as a description file that can be loaded again (`--save-host`), if the backend can.
+    fn save(&self) -> Option<Result<String, HostError>> {
+        None
+    }
+}

@@ -1,0 +1,408 @@
+//! The host model: everything the agent observes about a GPU host, in one value.
+//!
+//! `HostState` is produced by a backend's `observe()` (real sysfs/proc/pve, or the
+//! simulated twin) and consumed by the pure planner. It knows nothing of Kubernetes.
+//! Every field is plain data so it can be printed (`gpuplane observe`), diffed and
+//! generated at random in property tests.
+
+use crate::proxmox::lxc_conf::GpuMounts;
+use crate::proxmox::pci_cfg::MapEntry;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Everything observed on one host.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostState {
+    /// The host's node name (Proxmox node / Kubernetes node).
+    pub node_name: String,
+    /// GPUs (and devices sharing their IOMMU groups), by full PCI address.
+    #[serde(default)]
+    pub pci_devices: BTreeMap<String, PciDevice>,
+    /// PCI drivers registered with the kernel (`/sys/bus/pci/drivers/*`).
+    #[serde(default)]
+    pub pci_drivers: BTreeSet<String>,
+    #[serde(default)]
+    pub iommu: IommuState,
+    #[serde(default)]
+    pub nvidia: NvidiaState,
+    /// Proxmox LXC containers, by vmid.
+    #[serde(default)]
+    pub containers: BTreeMap<u32, Container>,
+    /// Proxmox VMs, by vmid.
+    #[serde(default)]
+    pub vms: BTreeMap<u32, Vm>,
+    /// Proxmox PCI resource mappings (`/etc/pve/mapping/pci.cfg`): this node's map entries by mapping name.
+    #[serde(default)]
+    pub pci_mappings: BTreeMap<String, Vec<MapEntry>>,
+    /// systemd units the agent looks at, by [`UnitRef::key`].
+    #[serde(default)]
+    pub units: BTreeMap<String, Unit>,
+    /// Results of P2P correctness probes the agent ran (its cache).
+    #[serde(default)]
+    pub p2p_probes: Vec<P2pProbe>,
+}
+
+/// One PCI function.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PciDevice {
+    /// Full address, `0000:01:00.0`.
+    pub address: String,
+    /// Vendor ID, 4 lower-case hex digits without `0x`.
+    pub vendor: String,
+    /// Device ID, 4 lower-case hex digits without `0x`.
+    pub device: String,
+    /// Class code, 6 hex digits (`030000` VGA, `030200` 3D controller).
+    pub class: String,
+    /// Subsystem `vendor:device`, when the device reports one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subsystem: Option<String>,
+    /// NUMA node, -1 when the platform does not say.
+    #[serde(default = "minus_one")]
+    pub numa_node: i32,
+    /// IOMMU group number; `None` when the IOMMU is off or exposes no groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iommu_group: Option<u32>,
+    /// Bound driver (the `driver` link), `None` when unbound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    /// `driver_override`, `None` when it reads `(null)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_override: Option<String>,
+    /// NVIDIA device minor (`/dev/nvidiaN`), from `/proc/driver/nvidia/gpus/<addr>/information`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvidia_minor: Option<u32>,
+    /// Processes holding the device (`/dev/nvidiaN`, or `/dev/vfio/<group>`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<Holder>,
+}
+
+fn minus_one() -> i32 {
+    -1
+}
+
+impl PciDevice {
+    /// Whether the class code says display controller (`03xxxx`).
+    pub fn is_display(&self) -> bool {
+        self.class.starts_with("03")
+    }
+}
+
+/// A process that holds a device open.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Holder {
+    pub pid: u32,
+    pub command: String,
+    /// The LXC container the process runs in, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<u32>,
+    /// The VM (qemu process) that holds it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<u32>,
+    /// The host systemd unit the process belongs to (from its cgroup), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {} ({})", self.pid, self.command)?;
+        if let Some(c) = self.container {
+            write!(f, " in container {c}")?;
+        }
+        if let Some(v) = self.vm {
+            write!(f, " of VM {v}")?;
+        }
+        if let Some(u) = &self.unit {
+            write!(f, " of unit {u}")?;
+        }
+        Ok(())
+    }
+}
+
+/// IOMMU summary.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IommuState {
+    /// IOMMU-related kernel command line options (`iommu=pt`, `intel_iommu=on`, ...).
+    #[serde(default)]
+    pub cmdline: Vec<String>,
+    /// From the boot line "iommu: Default domain type: ...".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_domain_type: Option<String>,
+    /// Domain type of each group (`identity`, `DMA`, `DMA-FQ`, `blocked`, `unmanaged`).
+    #[serde(default)]
+    pub group_types: BTreeMap<u32, String>,
+    /// Host-wide fact from the platform: SEV-SNP active (forces translation).
+    #[serde(default)]
+    pub sev_snp: bool,
+    /// Recent `IO_PAGE_FAULT` log lines per device address.
+    #[serde(default)]
+    pub page_faults: BTreeMap<String, u32>,
+}
+
+/// How the IOMMU treats device DMA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IommuMode {
+    /// No IOMMU groups: IOMMU off or not exposed.
+    Off,
+    /// Identity domains (`iommu=pt`): DMA is not translated.
+    Passthrough,
+    /// DMA/DMA-FQ domains: every DMA is translated (P2P may break).
+    Translated,
+}
+
+impl IommuState {
+    /// The mode, derived from the group types (the kernel's own word), else the default domain type.
+    pub fn mode(&self) -> IommuMode {
+        let translated = |t: &str| t == "DMA" || t == "DMA-FQ";
+        if self.group_types.values().any(|t| translated(t)) {
+            IommuMode::Translated
+        } else if !self.group_types.is_empty() {
+            IommuMode::Passthrough
+        } else {
+            match self.default_domain_type.as_deref() {
+                Some(t) if translated(t) || t.starts_with("Translated") => IommuMode::Translated,
+                Some(_) => IommuMode::Passthrough,
+                None => IommuMode::Off,
+            }
+        }
+    }
+}
+
+/// NVIDIA driver facts of the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NvidiaState {
+    /// Kernel module version (`/sys/module/nvidia/version`), `None` when not loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module_version: Option<String>,
+    /// Major number of `/dev/nvidia-uvm` (differs per host).
+    #[serde(default = "default_uvm_major")]
+    pub uvm_major: u32,
+}
+
+fn default_uvm_major() -> u32 {
+    511
+}
+
+impl Default for NvidiaState {
+    fn default() -> Self {
+        NvidiaState { module_version: None, uvm_major: default_uvm_major() }
+    }
+}
+
+/// Run state of a container or VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    Running,
+    #[default]
+    Stopped,
+}
+
+/// A Proxmox LXC container.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Container {
+    pub vmid: u32,
+    pub state: RunState,
+    /// GPU device lines of its config's main section.
+    pub gpu_mounts: GpuMounts,
+    /// NVIDIA userspace driver version inside the container, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvidia_userspace_version: Option<String>,
+}
+
+/// A Proxmox VM.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Vm {
+    pub vmid: u32,
+    pub state: RunState,
+    /// PCI mappings it references (`hostpciN: mapping=<name>`).
+    #[serde(default)]
+    pub pci_mappings: Vec<String>,
+}
+
+/// Where a unit lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Location {
+    Host,
+    Container(u32),
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Location::Host => write!(f, "host"),
+            Location::Container(v) => write!(f, "container {v}"),
+        }
+    }
+}
+
+/// A unit name at a location.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnitRef {
+    pub location: Location,
+    /// Full unit name, `sglang-qwen.service`.
+    pub name: String,
+}
+
+impl UnitRef {
+    /// Map key: `host/<name>` or `lxc-<vmid>/<name>`.
+    pub fn key(&self) -> String {
+        match self.location {
+            Location::Host => format!("host/{}", self.name),
+            Location::Container(v) => format!("lxc-{v}/{}", self.name),
+        }
+    }
+}
+
+impl std::fmt::Display for UnitRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} on {}", self.name, self.location)
+    }
+}
+
+/// A systemd unit and, for inference servers, what its server shows.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Unit {
+    /// `ActiveState`: active, activating, inactive, failed, ...
+    pub active_state: String,
+    /// `SubState`: running, exited, dead, ...
+    #[serde(default)]
+    pub sub_state: String,
+    /// The unit file's content, `None` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// systemd's `NeedDaemonReload`: the file on disk differs from what systemd loaded.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub needs_reload: bool,
+    /// The running process was started from an older unit than the one loaded now
+    /// (a crash between daemon-reload and restart leaves this behind).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub running_stale: bool,
+    /// Exit status of the main process after a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_status: Option<i32>,
+    /// Last journal lines.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_tail: Vec<String>,
+    /// What the server answers and uses, when the unit runs one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerObservation>,
+}
+
+impl Unit {
+    pub fn is_active(&self) -> bool {
+        self.active_state == "active" || self.active_state == "activating"
+    }
+}
+
+/// Startup phases of SGLang, in order, as its log shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum StartupPhase {
+    Launching,
+    LoadingWeights,
+    AllocatingKvCache,
+    CapturingCudaGraphs,
+    WarmingUp,
+    Ready,
+}
+
+impl StartupPhase {
+    /// The `Progressing` condition reason for this phase.
+    pub fn reason(self) -> &'static str {
+        match self {
+            StartupPhase::Launching => "Launching",
+            StartupPhase::LoadingWeights => "LoadingWeights",
+            StartupPhase::AllocatingKvCache => "AllocatingKvCache",
+            StartupPhase::CapturingCudaGraphs => "CapturingCudaGraphs",
+            StartupPhase::WarmingUp => "WarmingUp",
+            StartupPhase::Ready => "Ready",
+        }
+    }
+}
+
+/// HTTP-level state of a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum HttpState {
+    /// Nothing listens (SGLang opens the port only after loading and graph capture).
+    #[default]
+    Refused,
+    /// Listening, `/health_generate` answers 503 (warm-up not done).
+    Starting,
+    /// `/health_generate` answers 200.
+    Healthy,
+}
+
+/// What an inference server shows from outside.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerObservation {
+    /// The latest startup phase seen in the journal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<StartupPhase>,
+    pub http: HttpState,
+    /// Model names `/v1/models` lists.
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// Memory used per GPU, MiB, in CUDA order.
+    #[serde(default)]
+    pub gpu_memory_mib: Vec<u64>,
+    /// Effective settings reported by `/server_info` (tp_size, speculative_algorithm, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub server_info: BTreeMap<String, String>,
+}
+
+/// One cached P2P correctness probe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct P2pProbe {
+    /// GPU addresses probed, sorted.
+    pub gpus: Vec<String>,
+    /// Binding and IOMMU state the result is valid for; a change invalidates it.
+    pub key: String,
+    /// Pairs whose copied data differed (`a->b`).
+    #[serde(default)]
+    pub failing_pairs: Vec<String>,
+}
+
+impl HostState {
+    /// Devices the GPU filter selects (display class, given vendor), by address.
+    pub fn gpus<'a>(&'a self, vendor: &'a str) -> impl Iterator<Item = &'a PciDevice> + 'a {
+        self.pci_devices.values().filter(move |d| d.is_display() && d.vendor == vendor)
+    }
+
+    /// The unit at a ref, if observed.
+    pub fn unit(&self, r: &UnitRef) -> Option<&Unit> {
+        self.units.get(&r.key())
+    }
+
+    /// The cache key for a P2P probe over `gpus`: their drivers plus the IOMMU mode and group types.
+    pub fn p2p_key(&self, gpus: &[String]) -> String {
+        let mut parts = vec![format!("iommu={:?}", self.iommu.mode())];
+        for g in gpus {
+            let d = self.pci_devices.get(g);
+            let driver = d.and_then(|d| d.driver.clone()).unwrap_or_default();
+            let group = d
+                .and_then(|d| d.iommu_group)
+                .and_then(|n| self.iommu.group_types.get(&n).cloned())
+                .unwrap_or_default();
+            parts.push(format!("{g}={driver}/{group}"));
+        }
+        parts.join(";")
+    }
+
+    /// The cached probe result valid for `gpus` now, if any.
+    pub fn p2p_probe(&self, gpus: &[String]) -> Option<&P2pProbe> {
+        let key = self.p2p_key(gpus);
+        self.p2p_probes.iter().find(|p| p.gpus == gpus && p.key == key)
+    }
+}

@@ -1,0 +1,241 @@
+//! Planning of inference server units: P2P decision, unit content, start/restart, readiness.
+
+use super::{Note, Planner, Step};
+use crate::desired::DesiredServer;
+use crate::host::model::{HostState, HttpState, IommuMode, Location};
+use crate::sglang::command;
+use crate::systemd::unit;
+use gpuplane_crds::P2pPolicy;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What the partition part of the plan leaves behind, as the server part needs it.
+pub(super) struct Ctx<'a> {
+    /// Driver each partition GPU will have.
+    pub targets: &'a BTreeMap<String, &'static str>,
+    /// Minors each LXC consumer will have (all known at this point).
+    pub container_minors: &'a BTreeMap<u32, Option<BTreeSet<u32>>>,
+    /// Containers that are (re)started by this plan: their units are not running.
+    pub restarted: &'a BTreeSet<u32>,
+    /// GPUs rebound by this plan (cached P2P results for them are void).
+    pub rebound: &'a BTreeSet<String>,
+}
+
+/// The P2P decision for one server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum P2p {
+    On,
+    Off(String),
+    /// A probe must run first.
+    Probe(String),
+}
+
+/// Decides P2P for `s` from its policy, the IOMMU mode, faults and cached probe results.
+pub fn decide_p2p(s: &DesiredServer, h: &HostState, rebound: &BTreeSet<String>) -> P2p {
+    match s.spec.p2p {
+        P2pPolicy::Enabled => return P2p::On,
+        P2pPolicy::Disabled => return P2p::Off("p2p: Disabled in the spec".into()),
+        P2pPolicy::Auto => {}
+    }
+    if s.gpus.len() < 2 || s.spec.tensor_parallel_size < 2 {
+        return P2p::On;
+    }
+    let faults: Vec<String> = s
+        .gpus
+        .iter()
+        .filter_map(|g| h.iommu.page_faults.get(g).filter(|n| **n > 0).map(|n| format!("{g} ({n})")))
+        .collect();
+    if !faults.is_empty() {
+        return P2p::Off(format!(
+            "IO_PAGE_FAULTs were logged for the slice's GPUs: {}; P2P DMA is being blocked or corrupted by the IOMMU",
+            faults.join(", ")
+        ));
+    }
+    let mode = h.iommu.mode();
+    if mode != IommuMode::Translated {
+        return P2p::On;
+    }
+    let why_probe = format!(
+        "the IOMMU translates DMA{}; under translation GPU peer-to-peer copies can be silently corrupted while CUDA still reports P2P available, so p2p: Auto checks correctness first",
+        if h.iommu.sev_snp { " (SEV-SNP forces it)" } else { "" }
+    );
+    let cached = if s.gpus.iter().any(|g| rebound.contains(g)) { None } else { h.p2p_probe(&s.gpus) };
+    match cached {
+        None => P2p::Probe(why_probe),
+        Some(p) if p.failing_pairs.is_empty() => P2p::On,
+        Some(p) => P2p::Off(format!(
+            "the P2P probe found corrupted copies between GPU pairs {} with the IOMMU translating DMA{}; NCCL_P2P_DISABLE=1 routes NCCL through host memory and --disable-custom-all-reduce stops SGLang's own CUDA-IPC P2P all-reduce (NCCL_P2P_DISABLE alone leaves the server hung after loading)",
+            p.failing_pairs.join(", "),
+            if h.iommu.sev_snp { " (SEV-SNP)" } else { "" }
+        )),
+    }
+}
+
+/// CUDA indices of `gpus` where the unit runs: position among the GPUs visible there, by PCI address
+/// (the unit sets `CUDA_DEVICE_ORDER=PCI_BUS_ID`).
+pub fn cuda_indices(s: &DesiredServer, h: &HostState, ctx_targets: &BTreeMap<String, &'static str>, container_minors: Option<&BTreeSet<u32>>) -> Vec<u32> {
+    let driver_of = |a: &str| -> Option<&str> {
+        ctx_targets.get(a).copied().or_else(|| h.pci_devices.get(a).and_then(|d| d.driver.as_deref()))
+    };
+    let visible: Vec<&String> = h
+        .pci_devices
+        .iter()
+        .filter(|(a, d)| d.is_display() && driver_of(a) == Some("nvidia"))
+        .filter(|(_, d)| match (s.unit.location, container_minors) {
+            (Location::Container(_), Some(m)) => d.nvidia_minor.is_some_and(|n| m.contains(&n)),
+            _ => true,
+        })
+        .map(|(a, _)| a)
+        .collect();
+    s.gpus.iter().filter_map(|g| visible.iter().position(|v| *v == g).map(|i| i as u32)).collect()
+}
+
+pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
+    let h = p.h;
+    for s in &p.d.servers {
+        let res = format!("InferenceServer/{}", s.id);
+        let container_minors = match s.unit.location {
+            Location::Container(v) => ctx.container_minors.get(&v).and_then(|m| m.as_ref()),
+            Location::Host => None,
+        };
+        let p2p = decide_p2p(s, h, ctx.rebound);
+        let disabled = match &p2p {
+            P2p::On => false,
+            P2p::Off(why) => {
+                p.plan.notes.push(Note { resource: res.clone(), message: format!("P2P disabled: {why}") });
+                true
+            }
+            P2p::Probe(why) => {
+                let indices = cuda_indices(s, h, ctx.targets, container_minors);
+                p.push(
+                    Step::ProbeP2p { location: s.unit.location, python: s.spec.python.clone(), gpus: s.gpus.clone(), cuda_indices: indices },
+                    why.clone(),
+                );
+                p.plan.continues_after = Some(format!("the P2P probe for {}: its result decides the unit's NCCL settings", s.id));
+                continue;
+            }
+        };
+        let indices = cuda_indices(s, h, ctx.targets, container_minors);
+        let content = match unit::render(&command::unit_spec(&s.id, &s.spec, &indices, disabled)) {
+            Ok(c) => c,
+            Err(e) => {
+                p.block(res, "InvalidSpec", format!("the unit cannot be rendered: {e}"));
+                continue;
+            }
+        };
+        let observed = h.unit(&s.unit);
+        let restarted = matches!(s.unit.location, Location::Container(v) if ctx.restarted.contains(&v));
+        let active = !restarted && observed.is_some_and(|u| u.is_active());
+        let current = observed.and_then(|u| u.file.as_deref());
+        let wait = Step::WaitReady {
+            unit: s.unit.clone(),
+            served_name: s.spec.model.served_name.clone(),
+            stall_after_seconds: s.spec.startup.stall_after_seconds,
+            deadline_seconds: s.spec.startup.deadline_seconds,
+        };
+        let wait_why = format!(
+            "SGLang opens its port only after loading weights and capturing CUDA graphs; Ready means /health_generate answers 200 and /v1/models lists {}",
+            s.spec.model.served_name
+        );
+        let start_why = format!("its {} GPUs are in place ({})", s.gpus.len(), place(s));
+        let failed = observed.is_some_and(|u| u.active_state == "failed");
+        if current != Some(content.as_str()) {
+            let why = match current {
+                None => "the unit does not exist yet".to_string(),
+                Some(old) => format!("the installed unit differs from the spec: {}", describe_change(old, &content)),
+            };
+            p.push(Step::WriteUnit { unit: s.unit.clone(), content }, why);
+            p.push(Step::DaemonReload { location: s.unit.location }, "systemd reads unit files only on daemon-reload");
+            let why = if active { "the running server uses the old unit".to_string() } else { start_why };
+            p.push(Step::StartUnit { unit: s.unit.clone(), restart: active }, why);
+            p.push(wait, wait_why);
+        } else if observed.is_some_and(|u| u.needs_reload) {
+            p.push(Step::DaemonReload { location: s.unit.location }, "the unit file on disk is newer than what systemd loaded");
+            let why = if active { "the running server uses the old unit".to_string() } else { start_why };
+            p.push(Step::StartUnit { unit: s.unit.clone(), restart: active }, why);
+            p.push(wait, wait_why);
+        } else if failed {
+            // Same unit, and it failed: starting it again would fail the same way. A spec
+            // change (new unit) or a manual `systemctl reset-failed` lets it go on.
+            let u = observed.cloned().unwrap_or_default();
+            p.block(
+                res,
+                "Crashed",
+                format!(
+                    "{} failed (exit status {}); last log lines: {}",
+                    s.unit,
+                    u.exit_status.map(|e| e.to_string()).unwrap_or_else(|| "?".into()),
+                    u.log_tail.iter().rev().take(3).rev().cloned().collect::<Vec<_>>().join(" | ")
+                ),
+            );
+        } else if !active {
+            p.push(Step::StartUnit { unit: s.unit.clone(), restart: false }, format!("the server is not running; {start_why}"));
+            p.push(wait, wait_why);
+        } else if observed.is_some_and(|u| u.running_stale) {
+            p.push(Step::StartUnit { unit: s.unit.clone(), restart: true }, "the running process was started from an older unit");
+            p.push(wait, wait_why);
+        } else {
+            let ready = observed
+                .and_then(|u| u.server.as_ref())
+                .is_some_and(|o| o.http == HttpState::Healthy && o.models.iter().any(|m| m == &s.spec.model.served_name));
+            if !ready {
+                p.push(wait, wait_why);
+            }
+        }
+    }
+}
+
+fn place(s: &DesiredServer) -> String {
+    match s.unit.location {
+        Location::Container(v) => format!("on nvidia, in container {v}"),
+        Location::Host => "on nvidia".into(),
+    }
+}
+
+/// A short description of how two rendered units differ: flags and environment changed, added, removed.
+fn describe_change(old: &str, new: &str) -> String {
+    let pairs = |t: &str| -> Vec<(String, String)> {
+        match unit::parse(t) {
+            Ok(u) => {
+                let mut v = flag_pairs(&u.exec_start);
+                v.extend(u.environment.iter().map(|(k, val)| (format!("env {k}"), val.clone())));
+                v
+            }
+            Err(_) => vec![],
+        }
+    };
+    let (o, n) = (pairs(old), pairs(new));
+    let get = |v: &[(String, String)], k: &str| v.iter().find(|(x, _)| x == k).map(|(_, val)| val.clone());
+    let mut parts = Vec::new();
+    for (k, val) in &n {
+        match get(&o, k) {
+            Some(old_val) if &old_val != val => parts.push(format!("{k} {old_val} -> {val}")),
+            Some(_) => {}
+            None => parts.push(format!("added {k} {val}").trim_end().to_string()),
+        }
+    }
+    for (k, _) in &o {
+        if get(&n, k).is_none() {
+            parts.push(format!("removed {k}"));
+        }
+    }
+    if parts.is_empty() {
+        "unit text changed".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// argv as (`--flag`, value) pairs; switches have an empty value, the interpreter is `python`.
+fn flag_pairs(argv: &[String]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (i, w) in argv.iter().enumerate() {
+        if i == 0 {
+            out.push(("python".into(), w.clone()));
+        } else if w.starts_with("--") {
+            out.push((w.clone(), String::new()));
+        } else if let Some(last) = out.last_mut().filter(|l| l.0.starts_with("--") && l.1.is_empty()) {
+            last.1 = w.clone();
+        }
+    }
+    out
+}

@@ -1,0 +1,150 @@
+//! Plan steps: one idempotent host mutation (or wait) each.
+
+use crate::host::model::{Location, UnitRef};
+use crate::proxmox::pci_cfg::MapEntry;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// One step. Applying a step twice has the same effect as once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum Step {
+    /// `systemctl stop` a unit.
+    StopUnit { unit: UnitRef },
+    /// `pct stop <vmid>`.
+    StopContainer { vmid: u32 },
+    /// `modprobe <module>` for a PCI driver that is not registered.
+    LoadDriver { driver: String },
+    /// Write `driver_override` (`None` clears it).
+    SetDriverOverride { address: String, driver: Option<String> },
+    /// Write the address to `/sys/bus/pci/drivers/<driver>/unbind`.
+    Unbind { address: String, driver: String },
+    /// Write the address to `/sys/bus/pci/drivers_probe` (binds per `driver_override`).
+    Probe { address: String },
+    /// Make the GPU device lines of `/etc/pve/lxc/<vmid>.conf` give exactly these minors.
+    SetContainerGpus { vmid: u32, minors: BTreeSet<u32> },
+    /// Make this node's map lines of a mapping in `/etc/pve/mapping/pci.cfg` exactly `entries`.
+    SetPciMapping { mapping: String, entries: Vec<MapEntry> },
+    /// `pct start <vmid>`.
+    StartContainer { vmid: u32 },
+    /// Run the P2P correctness probe over the GPUs (CUDA indices where it runs) and cache the result.
+    ProbeP2p { location: Location, python: String, gpus: Vec<String>, cuda_indices: Vec<u32> },
+    /// Write the unit file (atomically).
+    WriteUnit { unit: UnitRef, content: String },
+    /// `systemctl daemon-reload` at a location.
+    DaemonReload { location: Location },
+    /// `systemctl start` (or `restart` when `restart`).
+    StartUnit { unit: UnitRef, restart: bool },
+    /// Wait until the server answers `/health_generate` 200 and lists its model, or stalls.
+    WaitReady { unit: UnitRef, served_name: String, stall_after_seconds: u64, deadline_seconds: u64 },
+}
+
+impl Step {
+    /// Whether applying the step changes the host (waits and probes are reads).
+    pub fn is_write(&self) -> bool {
+        !matches!(self, Step::WaitReady { .. })
+    }
+
+    /// A short machine-friendly kind, as in JSON output.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Step::StopUnit { .. } => "stopUnit",
+            Step::StopContainer { .. } => "stopContainer",
+            Step::LoadDriver { .. } => "loadDriver",
+            Step::SetDriverOverride { .. } => "setDriverOverride",
+            Step::Unbind { .. } => "unbind",
+            Step::Probe { .. } => "probe",
+            Step::SetContainerGpus { .. } => "setContainerGpus",
+            Step::SetPciMapping { .. } => "setPciMapping",
+            Step::StartContainer { .. } => "startContainer",
+            Step::ProbeP2p { .. } => "probeP2p",
+            Step::WriteUnit { .. } => "writeUnit",
+            Step::DaemonReload { .. } => "daemonReload",
+            Step::StartUnit { .. } => "startUnit",
+            Step::WaitReady { .. } => "waitReady",
+        }
+    }
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::StopUnit { unit } => write!(f, "stop unit {unit}"),
+            Step::StopContainer { vmid } => write!(f, "stop container {vmid}"),
+            Step::LoadDriver { driver } => write!(f, "load kernel module {driver}"),
+            Step::SetDriverOverride { address, driver: Some(d) } => write!(f, "set driver_override of {address} to {d}"),
+            Step::SetDriverOverride { address, driver: None } => write!(f, "clear driver_override of {address}"),
+            Step::Unbind { address, driver } => write!(f, "unbind {address} from {driver}"),
+            Step::Probe { address } => write!(f, "probe drivers for {address}"),
+            Step::SetContainerGpus { vmid, minors } => {
+                let m: Vec<String> = minors.iter().map(|m| format!("/dev/nvidia{m}")).collect();
+                write!(f, "set GPU devices of container {vmid} to [{}]", m.join(", "))
+            }
+            Step::SetPciMapping { mapping, entries } if entries.is_empty() => {
+                write!(f, "remove this node's GPUs from PCI mapping {mapping}")
+            }
+            Step::SetPciMapping { mapping, entries } => {
+                let p: Vec<String> = entries.iter().map(|e| e.paths.join(";")).collect();
+                write!(f, "set PCI mapping {mapping} to [{}]", p.join(", "))
+            }
+            Step::StartContainer { vmid } => write!(f, "start container {vmid}"),
+            Step::ProbeP2p { location, gpus, .. } => write!(f, "probe P2P correctness over {} GPUs on {location}", gpus.len()),
+            Step::WriteUnit { unit, .. } => write!(f, "write unit {unit}"),
+            Step::DaemonReload { location } => write!(f, "systemctl daemon-reload on {location}"),
+            Step::StartUnit { unit, restart: false } => write!(f, "start unit {unit}"),
+            Step::StartUnit { unit, restart: true } => write!(f, "restart unit {unit}"),
+            Step::WaitReady { unit, .. } => write!(f, "wait for {unit} to be ready"),
+        }
+    }
+}
+
+/// A step and why the planner wants it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedStep {
+    #[serde(flatten)]
+    pub step: Step,
+    pub why: String,
+}
+
+/// Something that keeps the plan from going on, to be reported as a condition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Blocker {
+    /// `GpuPartition/<name>` or `InferenceServer/<ns>/<name>`.
+    pub resource: String,
+    /// Condition reason (`GpuInUse`, `IommuMismatch`, ...).
+    pub reason: String,
+    pub message: String,
+}
+
+/// The ordered steps from the observed to the desired host.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    pub steps: Vec<PlannedStep>,
+    /// Problems that keep parts of the plan from being made; steps for other parts may remain.
+    #[serde(default)]
+    pub blockers: Vec<Blocker>,
+    /// Why the plan stops early (later steps depend on a step's result), if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues_after: Option<String>,
+    /// Facts the planner decided (e.g. why P2P was disabled), for the status and the user.
+    #[serde(default)]
+    pub notes: Vec<Note>,
+}
+
+/// A decision worth telling the user about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Note {
+    pub resource: String,
+    pub message: String,
+}
+
+impl Plan {
+    /// Converged: nothing to do and nothing blocking.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty() && self.blockers.is_empty()
+    }
+}

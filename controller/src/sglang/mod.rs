@@ -1,0 +1,7 @@
+//! SGLang: its real flag table, the launch command rendered from an `InferenceServer`
+//! spec, and the checks SGLang itself would make (so a bad spec fails here, with a
+//! field name, instead of in a server log minutes later).
+
+pub mod command;
+pub mod flags;
+pub mod speculative;

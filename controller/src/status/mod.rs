@@ -1,0 +1,167 @@
+//! Status conditions computed from the desired state, the final observation and what a
+//! converge run saw. Pure: the same function serves the CLI and the controller.
+
+use crate::converge::{Report, Stop, WaitOutcome};
+use crate::desired::Desired;
+use crate::host::model::{HostState, HttpState, IommuMode, Location};
+use crate::plan::servers::{decide_p2p, P2p};
+use crate::plan::Step;
+use gpuplane_crds::condition::{types, Condition, Time};
+use gpuplane_crds::{set_condition, IommuModeExpectation};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Conditions of one resource.
+#[derive(Debug, Clone, Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceStatus {
+    pub conditions: Vec<Condition>,
+}
+
+impl ResourceStatus {
+    pub fn condition(&self, t: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == t)
+    }
+
+    fn set(&mut self, type_: &str, status: bool, reason: &str, message: String, now: &Time, generation: Option<i64>) {
+        set_condition(
+            &mut self.conditions,
+            Condition {
+                type_: type_.into(),
+                status: if status { "True" } else { "False" }.into(),
+                reason: reason.into(),
+                message,
+                observed_generation: generation,
+                last_transition_time: now.clone(),
+            },
+        );
+    }
+}
+
+fn is_server_step(s: &Step) -> bool {
+    matches!(s, Step::ProbeP2p { .. } | Step::WriteUnit { .. } | Step::DaemonReload { .. } | Step::StartUnit { .. } | Step::WaitReady { .. })
+}
+
+/// Computes every resource's conditions, keyed by `Kind/name` (servers: `InferenceServer/ns/name`).
+pub fn compute(desired: &Desired, r: &Report, generations: &BTreeMap<String, i64>) -> BTreeMap<String, ResourceStatus> {
+    let now = Time(jiff::Timestamp::now());
+    let mut out = BTreeMap::new();
+    let empty = HostState::default();
+    let host = r.final_host.as_ref().unwrap_or(&empty);
+    let part_res = format!("GpuPartition/{}", desired.partition.name);
+    let g = generations.get(&part_res).copied();
+    let mut ps = ResourceStatus::default();
+    let part_blockers: Vec<_> = r.final_plan.blockers.iter().filter(|b| b.resource == part_res).collect();
+    let part_steps: Vec<_> = r.final_plan.steps.iter().filter(|s| !is_server_step(&s.step)).collect();
+    if let Some(b) = part_blockers.first() {
+        ps.set(types::READY, false, &b.reason, b.message.clone(), &now, g);
+        ps.set(types::PROGRESSING, false, &b.reason, "blocked; nothing was changed".into(), &now, g);
+    } else if let Some(Stop::StepFailed { step, error }) = &r.stop {
+        ps.set(types::READY, false, "ApplyFailed", format!("{step}: {error}"), &now, g);
+        ps.set(types::PROGRESSING, false, "ApplyFailed", "the next reconcile retries from the observed state".into(), &now, g);
+    } else if !part_steps.is_empty() {
+        let next: Vec<String> = part_steps.iter().take(3).map(|s| s.step.to_string()).collect();
+        ps.set(types::READY, false, "Progressing", format!("{} steps left, next: {}", part_steps.len(), next.join("; ")), &now, g);
+        ps.set(types::PROGRESSING, true, "Applying", format!("{} steps left", part_steps.len()), &now, g);
+    } else {
+        let summary: Vec<String> = desired
+            .partition
+            .slices
+            .iter()
+            .map(|s| format!("{}: {} GPUs on {}", s.name, s.gpus.len(), s.driver.sysfs_name()))
+            .collect();
+        ps.set(types::READY, true, "Converged", summary.join("; "), &now, g);
+        ps.set(types::PROGRESSING, false, "Converged", "host matches the spec".into(), &now, g);
+    }
+    let mode = host.iommu.mode();
+    let expect_ok = match desired.partition.iommu {
+        IommuModeExpectation::Any => true,
+        IommuModeExpectation::Translated => mode == IommuMode::Translated,
+        IommuModeExpectation::Passthrough => mode == IommuMode::Passthrough,
+    };
+    if expect_ok {
+        ps.set(types::DEGRADED, false, "AsExpected", format!("IOMMU mode {mode:?}"), &now, g);
+    } else {
+        ps.set(
+            types::DEGRADED,
+            true,
+            "IommuMismatch",
+            format!("spec expects IOMMU {:?} but the host runs {mode:?} (kernel command line: {}); changing it needs a reboot", desired.partition.iommu, host.iommu.cmdline.join(" ")),
+            &now,
+            g,
+        );
+    }
+    out.insert(part_res.clone(), ps);
+
+    for s in &desired.servers {
+        let res = format!("InferenceServer/{}", s.id);
+        let g = generations.get(&res).copied();
+        let mut st = ResourceStatus::default();
+        let unit = host.unit(&s.unit);
+        let obs = unit.and_then(|u| u.server.as_ref());
+        let ready = obs.is_some_and(|o| o.http == HttpState::Healthy && o.models.iter().any(|m| m == &s.spec.model.served_name));
+        let endpoint = format!("http://{}:{}", s.spec.listen.host, s.spec.listen.port);
+        let wait = r.waits.get(&s.unit.key());
+        let blocked = r.final_plan.blockers.iter().find(|b| b.resource == res || b.resource == part_res);
+        if ready {
+            st.set(types::READY, true, "ServerReady", format!("{endpoint} serves {} on {} GPUs", s.spec.model.served_name, s.gpus.len()), &now, g);
+            st.set(types::PROGRESSING, false, "Ready", "startup finished".into(), &now, g);
+        } else {
+            let (reason, msg) = match (wait, blocked) {
+                (Some(WaitOutcome::Stalled { phase, stalled_seconds, gpu_memory_mib, log_tail }), _) => (
+                    "StartupStalled",
+                    format!(
+                        "no startup progress for {stalled_seconds} s in phase {phase} while the unit is active; GPU memory per device: {} MiB; last log lines: {}",
+                        gpu_memory_mib.iter().map(u64::to_string).collect::<Vec<_>>().join(", "),
+                        log_tail.iter().rev().take(3).rev().cloned().collect::<Vec<_>>().join(" | ")
+                    ),
+                ),
+                (Some(WaitOutcome::Crashed { exit_status, log_tail }), _) => (
+                    "Crashed",
+                    format!(
+                        "the unit failed (exit status {}); last log lines: {}",
+                        exit_status.map(|e| e.to_string()).unwrap_or_else(|| "?".into()),
+                        log_tail.iter().rev().take(3).rev().cloned().collect::<Vec<_>>().join(" | ")
+                    ),
+                ),
+                (Some(WaitOutcome::DeadlineExceeded { phase, after_seconds }), _) => {
+                    ("DeadlineExceeded", format!("not ready {after_seconds} s after start, in phase {phase}"))
+                }
+                (_, Some(b)) if b.resource == res => (b.reason.as_str(), b.message.clone()),
+                (_, Some(b)) => ("WaitingForGpus", format!("the partition is blocked: {}", b.message)),
+                _ => ("Starting", format!("phase {}", obs.and_then(|o| o.phase).map(|p| p.reason()).unwrap_or("NotStarted"))),
+            };
+            st.set(types::READY, false, reason, msg, &now, g);
+            let phase = obs.and_then(|o| o.phase).map(|p| p.reason()).unwrap_or("NotStarted");
+            st.set(types::PROGRESSING, reason == "Starting", phase, format!("startup phase {phase}"), &now, g);
+        }
+        // P2P
+        let (p2p_ok, p2p_reason, p2p_msg) = match decide_p2p(s, host, &BTreeSet::new()) {
+            P2p::On => match s.spec.p2p {
+                gpuplane_crds::P2pPolicy::Enabled => (true, "PolicyEnabled", "p2p: Enabled; not checked".to_string()),
+                _ if host.iommu.mode() == IommuMode::Translated => (true, "P2PVerified", "the P2P probe copied correctly between every GPU pair".to_string()),
+                _ => (true, "NotTranslated", format!("IOMMU mode {:?}: GPU DMA is not translated", host.iommu.mode())),
+            },
+            P2p::Off(why) if s.spec.p2p == gpuplane_crds::P2pPolicy::Disabled => (true, "PolicyDisabled", why),
+            P2p::Off(why) => (false, "P2PCorruption", format!("{why}; P2P is disabled for this server (NCCL_P2P_DISABLE=1, --disable-custom-all-reduce)")),
+            P2p::Probe(why) => (false, "ProbePending", why),
+        };
+        st.set(types::P2P_SAFE, p2p_ok, p2p_reason, p2p_msg, &now, g);
+        // Driver mismatch: container userspace vs host kernel module.
+        let mismatch = match s.unit.location {
+            Location::Container(v) => host.containers.get(&v).and_then(|c| {
+                match (&c.nvidia_userspace_version, &host.nvidia.module_version) {
+                    (Some(u), Some(k)) if u != k => Some(format!("container {v} has NVIDIA userspace {u} but the host kernel module is {k}; install the {k} userspace libraries in the container")),
+                    _ => None,
+                }
+            }),
+            Location::Host => None,
+        };
+        match mismatch {
+            Some(m) => st.set(types::DEGRADED, true, "DriverMismatch", m, &now, g),
+            None => st.set(types::DEGRADED, false, "AsExpected", "no known problem".into(), &now, g),
+        }
+        out.insert(res, st);
+    }
+    out
+}
