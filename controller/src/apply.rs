@@ -20,7 +20,13 @@ pub struct Door<'h> {
 
 impl<'h> Door<'h> {
     pub fn new(host: &'h mut dyn Host) -> Self {
-        Door { host, dry_run: false, writes: 0, by_kind: BTreeMap::new(), fail_at: None }
+        Door {
+            host,
+            dry_run: false,
+            writes: 0,
+            by_kind: BTreeMap::new(),
+            fail_at: None,
+        }
     }
 
     /// Makes every write a no-op that is still logged (and not counted).
@@ -45,7 +51,10 @@ impl<'h> Door<'h> {
             return Ok(StepOutcome::default());
         }
         if self.fail_at == Some(self.writes + 1) {
-            return Err(HostError::Step { step: step.to_string(), message: "injected failure".into() });
+            return Err(HostError::Step {
+                step: step.to_string(),
+                message: "injected failure".into(),
+            });
         }
         tracing::info!(kind = step.kind(), "host write: {step}");
         let out = self.host.apply(step)?;

@@ -30,11 +30,19 @@ pub mod proxmox;
 pub mod sglang;
 pub mod status;
 pub mod systemd;
+#[cfg(test)]
+pub(crate) mod testutil;
 
 /// The simulated reference host, embedded so `gpuplane converge` runs with no arguments.
 pub const EMBEDDED_HOST: &str = include_str!("../../examples/hosts/kpro6.yaml");
 /// The reference split manifests, embedded for the same reason.
 pub const EMBEDDED_MANIFESTS: &[(&str, &str)] = &[
-    ("examples/kpro6/partition.yaml", include_str!("../../examples/kpro6/partition.yaml")),
-    ("examples/kpro6/server.yaml", include_str!("../../examples/kpro6/server.yaml")),
+    (
+        "examples/kpro6/partition.yaml",
+        include_str!("../../examples/kpro6/partition.yaml"),
+    ),
+    (
+        "examples/kpro6/server.yaml",
+        include_str!("../../examples/kpro6/server.yaml"),
+    ),
 ];

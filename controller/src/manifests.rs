@@ -19,9 +19,16 @@ pub struct Manifests {
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     #[error("cannot read {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path}, document {doc}: {message}")]
-    Invalid { path: String, doc: usize, message: String },
+    Invalid {
+        path: String,
+        doc: usize,
+        message: String,
+    },
     #[error("{0} has no *.yaml or *.yml files")]
     Empty(String),
 }
@@ -30,30 +37,49 @@ impl Manifests {
     /// Parses the documents of one YAML text.
     pub fn add_text(&mut self, text: &str, origin: &str) -> Result<(), ManifestError> {
         for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-            let invalid = |message: String| ManifestError::Invalid { path: origin.into(), doc: i + 1, message };
+            let invalid = |message: String| ManifestError::Invalid {
+                path: origin.into(),
+                doc: i + 1,
+                message,
+            };
             let value = serde_yaml::Value::deserialize(doc).map_err(|e| invalid(e.to_string()))?;
             if value.is_null() {
                 continue;
             }
-            let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or_default().to_string();
-            let api = value.get("apiVersion").and_then(|k| k.as_str()).unwrap_or_default().to_string();
+            let kind = value
+                .get("kind")
+                .and_then(|k| k.as_str())
+                .unwrap_or_default()
+                .to_string();
+            let api = value
+                .get("apiVersion")
+                .and_then(|k| k.as_str())
+                .unwrap_or_default()
+                .to_string();
             if api != "gpuplane.dev/v1alpha1" {
-                return Err(invalid(format!("apiVersion {api:?} is not gpuplane.dev/v1alpha1")));
+                return Err(invalid(format!(
+                    "apiVersion {api:?} is not gpuplane.dev/v1alpha1"
+                )));
             }
             match kind.as_str() {
                 "GpuPartition" => {
-                    let p: GpuPartition = serde_yaml::from_value(value).map_err(|e| invalid(format!("GpuPartition: {e}")))?;
+                    let p: GpuPartition = serde_yaml::from_value(value)
+                        .map_err(|e| invalid(format!("GpuPartition: {e}")))?;
                     self.partitions.push(p);
                 }
                 "InferenceServer" => {
-                    let mut s: InferenceServer =
-                        serde_yaml::from_value(value).map_err(|e| invalid(format!("InferenceServer: {e}")))?;
+                    let mut s: InferenceServer = serde_yaml::from_value(value)
+                        .map_err(|e| invalid(format!("InferenceServer: {e}")))?;
                     if s.metadata.namespace.is_none() {
                         s.metadata.namespace = Some("default".into());
                     }
                     self.servers.push(s);
                 }
-                other => return Err(invalid(format!("kind {other:?} is not GpuPartition or InferenceServer"))),
+                other => {
+                    return Err(invalid(format!(
+                        "kind {other:?} is not GpuPartition or InferenceServer"
+                    )))
+                }
             }
         }
         Ok(())
@@ -62,12 +88,18 @@ impl Manifests {
     /// Reads a file or every YAML file of a directory.
     pub fn load(path: &Path) -> Result<Manifests, ManifestError> {
         let read = |p: &Path| {
-            std::fs::read_to_string(p).map_err(|e| ManifestError::Read { path: p.display().to_string(), source: e })
+            std::fs::read_to_string(p).map_err(|e| ManifestError::Read {
+                path: p.display().to_string(),
+                source: e,
+            })
         };
         let mut m = Manifests::default();
         if path.is_dir() {
             let mut files: Vec<_> = std::fs::read_dir(path)
-                .map_err(|e| ManifestError::Read { path: path.display().to_string(), source: e })?
+                .map_err(|e| ManifestError::Read {
+                    path: path.display().to_string(),
+                    source: e,
+                })?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
                 .collect();

@@ -78,9 +78,15 @@ mod tests {
         let mut cs = vec![cond("False", "A", "2026-01-01T00:00:00Z")];
         set_condition(&mut cs, cond("False", "B", "2026-01-02T00:00:00Z"));
         assert_eq!(cs[0].reason, "B");
-        assert_eq!(cs[0].last_transition_time, Time("2026-01-01T00:00:00Z".parse().unwrap()));
+        assert_eq!(
+            cs[0].last_transition_time,
+            Time("2026-01-01T00:00:00Z".parse().unwrap())
+        );
         set_condition(&mut cs, cond("True", "C", "2026-01-03T00:00:00Z"));
-        assert_eq!(cs[0].last_transition_time, Time("2026-01-03T00:00:00Z".parse().unwrap()));
+        assert_eq!(
+            cs[0].last_transition_time,
+            Time("2026-01-03T00:00:00Z".parse().unwrap())
+        );
         assert_eq!(cs.len(), 1);
     }
 }

@@ -54,10 +54,22 @@ mod tests {
     fn crds_have_status_subresource_and_printer_columns() {
         for crd in [GpuPartition::crd(), InferenceServer::crd()] {
             let v = &crd.spec.versions[0];
-            assert!(v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
-            let cols = v.additional_printer_columns.as_ref().expect("printer columns");
+            assert!(v
+                .subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some());
+            let cols = v
+                .additional_printer_columns
+                .as_ref()
+                .expect("printer columns");
             assert!(cols.iter().any(|c| c.name == "Ready"));
-            assert!(crd.spec.names.short_names.as_ref().is_some_and(|s| !s.is_empty()));
+            assert!(crd
+                .spec
+                .names
+                .short_names
+                .as_ref()
+                .is_some_and(|s| !s.is_empty()));
         }
         assert_eq!(GpuPartition::crd().spec.scope, "Cluster");
         assert_eq!(InferenceServer::crd().spec.scope, "Namespaced");

@@ -6,8 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A PCI address in full (`0000:01:00.0`) or short (`01:00.0`, domain 0000) form, lower-case hex.
-pub const PCI_ADDRESS_PATTERN: &str =
-    r"^([0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$";
+pub const PCI_ADDRESS_PATTERN: &str = r"^([0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$";
 
 /// Declares how the GPUs of one host are split between consumers.
 ///
@@ -51,7 +50,10 @@ pub struct GpuPartitionSpec {
 #[serde(rename_all = "camelCase")]
 pub struct GpuSlice {
     /// Slice name, referenced by InferenceServers (`partitionRef.slice`). DNS label.
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub name: String,
     /// Which GPUs this slice takes: give exactly one of `addresses`, `numaNode` or `count`.
     pub gpus: GpuSelector,
@@ -80,9 +82,13 @@ pub struct GpuSelector {
 }
 
 /// A PCI address string, validated by pattern.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[derive(
+    Deserialize, Serialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
 #[serde(transparent)]
-pub struct PciAddress(#[schemars(regex(pattern = r"^([0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$"))] pub String);
+pub struct PciAddress(
+    #[schemars(regex(pattern = r"^([0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$"))] pub String,
+);
 
 impl PciAddress {
     /// The full form with domain (`0000:01:00.0`).
@@ -147,7 +153,10 @@ pub struct VmConsumer {
     pub vmid: u32,
     /// Name of the mapping in `/etc/pve/mapping/pci.cfg` that gets exactly this slice's GPUs
     /// for this node (the VM refers to it as `hostpciN: mapping=<name>`).
-    #[schemars(length(min = 2, max = 40), regex(pattern = r"^[a-zA-Z][a-zA-Z0-9_\-]+$"))]
+    #[schemars(
+        length(min = 2, max = 40),
+        regex(pattern = r"^[a-zA-Z][a-zA-Z0-9_\-]+$")
+    )]
     pub pci_mapping: String,
 }
 

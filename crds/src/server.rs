@@ -166,7 +166,10 @@ fn default_port() -> u16 {
 
 impl Default for Listen {
     fn default() -> Self {
-        Listen { host: default_host(), port: default_port() }
+        Listen {
+            host: default_host(),
+            port: default_port(),
+        }
     }
 }
 
@@ -216,7 +219,10 @@ fn default_deadline() -> u64 {
 
 impl Default for StartupSpec {
     fn default() -> Self {
-        StartupSpec { stall_after_seconds: default_stall(), deadline_seconds: default_deadline() }
+        StartupSpec {
+            stall_after_seconds: default_stall(),
+            deadline_seconds: default_deadline(),
+        }
     }
 }
 

@@ -17,7 +17,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(name = "gpuplane", version, about = "Declarative GPU host partitioning and SGLang servers: observe -> plan -> apply")]
+#[command(
+    name = "gpuplane",
+    version,
+    about = "Declarative GPU host partitioning and SGLang servers: observe -> plan -> apply"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -93,7 +97,10 @@ pub struct Failure {
 }
 
 fn input_error(message: impl Into<String>) -> Failure {
-    Failure { code: 2, message: message.into() }
+    Failure {
+        code: 2,
+        message: message.into(),
+    }
 }
 
 /// Opens the host backend named by `--host`.
@@ -117,29 +124,50 @@ pub fn load_desired(input: &InputArgs, host: &mut dyn Host) -> Result<Desired, F
         None => {
             let mut m = Manifests::default();
             for (name, text) in crate::EMBEDDED_MANIFESTS {
-                m.add_text(text, name).map_err(|e| input_error(e.to_string()))?;
+                m.add_text(text, name)
+                    .map_err(|e| input_error(e.to_string()))?;
             }
             m
         }
     };
-    let observed = host.observe().map_err(|e| Failure { code: 1, message: e.to_string() })?;
-    let mine: Vec<_> = manifests.partitions.iter().filter(|p| p.spec.node_name == observed.node_name).collect();
+    let observed = host.observe().map_err(|e| Failure {
+        code: 1,
+        message: e.to_string(),
+    })?;
+    let mine: Vec<_> = manifests
+        .partitions
+        .iter()
+        .filter(|p| p.spec.node_name == observed.node_name)
+        .collect();
     let partition = match mine.as_slice() {
         [p] => *p,
         [] => {
             let others: Vec<String> = manifests
                 .partitions
                 .iter()
-                .map(|p| format!("{} (nodeName {})", p.metadata.name.as_deref().unwrap_or("?"), p.spec.node_name))
+                .map(|p| {
+                    format!(
+                        "{} (nodeName {})",
+                        p.metadata.name.as_deref().unwrap_or("?"),
+                        p.spec.node_name
+                    )
+                })
                 .collect();
             return Err(input_error(format!(
                 "no GpuPartition has spec.nodeName {:?} (this host); found: {}",
                 observed.node_name,
-                if others.is_empty() { "none".to_string() } else { others.join(", ") }
+                if others.is_empty() {
+                    "none".to_string()
+                } else {
+                    others.join(", ")
+                }
             )));
         }
         many => {
-            let names: Vec<&str> = many.iter().map(|p| p.metadata.name.as_deref().unwrap_or("?")).collect();
+            let names: Vec<&str> = many
+                .iter()
+                .map(|p| p.metadata.name.as_deref().unwrap_or("?"))
+                .collect();
             return Err(input_error(format!(
                 "{} GpuPartitions name node {:?} ({}); one host has one partition",
                 many.len(),
@@ -148,10 +176,15 @@ pub fn load_desired(input: &InputArgs, host: &mut dyn Host) -> Result<Desired, F
             )));
         }
     };
-    let dp = resolve_partition(partition, &observed, &input.host.gpu_vendor).map_err(spec_failure)?;
+    let dp =
+        resolve_partition(partition, &observed, &input.host.gpu_vendor).map_err(spec_failure)?;
     let mut servers = Vec::new();
     let mut errors: Vec<SpecError> = Vec::new();
-    for s in manifests.servers.iter().filter(|s| s.spec.partition_ref.name == dp.name) {
+    for s in manifests
+        .servers
+        .iter()
+        .filter(|s| s.spec.partition_ref.name == dp.name)
+    {
         match resolve_server(s, &dp) {
             Ok(d) => servers.push(d),
             Err(e) => errors.extend(e),
@@ -161,12 +194,18 @@ pub fn load_desired(input: &InputArgs, host: &mut dyn Host) -> Result<Desired, F
     if !errors.is_empty() {
         return Err(spec_failure(errors));
     }
-    Ok(Desired { partition: dp, servers })
+    Ok(Desired {
+        partition: dp,
+        servers,
+    })
 }
 
 fn spec_failure(errors: Vec<SpecError>) -> Failure {
     let lines: Vec<String> = errors.iter().map(|e| format!("  - {e}")).collect();
-    input_error(format!("invalid spec (reason InvalidSpec), nothing was changed:\n{}", lines.join("\n")))
+    input_error(format!(
+        "invalid spec (reason InvalidSpec), nothing was changed:\n{}",
+        lines.join("\n")
+    ))
 }
 
 /// Runs the CLI; returns the exit code.
@@ -184,10 +223,21 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
     match cli.command {
         Command::Observe { host, output } => {
             let mut h = open_host(&host.host)?;
-            let st = h.observe().map_err(|e| Failure { code: 1, message: e.to_string() })?;
+            let st = h.observe().map_err(|e| Failure {
+                code: 1,
+                message: e.to_string(),
+            })?;
             let text = match output {
-                ObserveFormat::Yaml => serde_yaml::to_string(&st).map_err(|e| Failure { code: 1, message: e.to_string() })?,
-                ObserveFormat::Json => serde_json::to_string_pretty(&st).map_err(|e| Failure { code: 1, message: e.to_string() })? + "\n",
+                ObserveFormat::Yaml => serde_yaml::to_string(&st).map_err(|e| Failure {
+                    code: 1,
+                    message: e.to_string(),
+                })?,
+                ObserveFormat::Json => {
+                    serde_json::to_string_pretty(&st).map_err(|e| Failure {
+                        code: 1,
+                        message: e.to_string(),
+                    })? + "\n"
+                }
             };
             print!("{text}");
             Ok(0)
@@ -195,12 +245,20 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Plan { input, output } => {
             let mut h = open_host(&input.host.host)?;
             let desired = load_desired(&input, h.as_mut())?;
-            let st = h.observe().map_err(|e| Failure { code: 1, message: e.to_string() })?;
+            let st = h.observe().map_err(|e| Failure {
+                code: 1,
+                message: e.to_string(),
+            })?;
             let p = plan(&desired, &st);
             output::print_plan(&p, output);
             Ok(if p.blockers.is_empty() { 0 } else { 1 })
         }
-        Command::Converge { input, output, save_host, dry_run } => {
+        Command::Converge {
+            input,
+            output,
+            save_host,
+            dry_run,
+        } => {
             let mut h = open_host(&input.host.host)?;
             let desired = load_desired(&input, h.as_mut())?;
             let report = {
@@ -211,14 +269,29 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             output::print_converge(&desired, &report, &status, output);
             if let Some(path) = save_host {
                 match h.save() {
-                    Some(Ok(text)) => std::fs::write(&path, text)
-                        .map_err(|e| Failure { code: 1, message: format!("cannot write {}: {e}", path.display()) })?,
-                    Some(Err(e)) => return Err(Failure { code: 1, message: e.to_string() }),
-                    None => return Err(input_error("--save-host works only with a simulated host")),
+                    Some(Ok(text)) => std::fs::write(&path, text).map_err(|e| Failure {
+                        code: 1,
+                        message: format!("cannot write {}: {e}", path.display()),
+                    })?,
+                    Some(Err(e)) => {
+                        return Err(Failure {
+                            code: 1,
+                            message: e.to_string(),
+                        })
+                    }
+                    None => {
+                        return Err(input_error("--save-host works only with a simulated host"))
+                    }
                 }
             }
-            let all_ready = status.values().all(|s| s.condition("Ready").is_some_and(|c| c.status == "True"));
-            Ok(if report.converged() && all_ready { 0 } else { 1 })
+            let all_ready = status
+                .values()
+                .all(|s| s.condition("Ready").is_some_and(|c| c.status == "True"));
+            Ok(if report.converged() && all_ready {
+                0
+            } else {
+                1
+            })
         }
     }
 }

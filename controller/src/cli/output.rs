@@ -32,7 +32,12 @@ pub fn print_plan(p: &Plan, format: Format) {
     }
 }
 
-pub fn print_converge(d: &Desired, r: &Report, status: &BTreeMap<String, ResourceStatus>, format: Format) {
+pub fn print_converge(
+    d: &Desired,
+    r: &Report,
+    status: &BTreeMap<String, ResourceStatus>,
+    format: Format,
+) {
     match format {
         Format::Json => {
             let v = json!({
@@ -48,21 +53,37 @@ pub fn print_converge(d: &Desired, r: &Report, status: &BTreeMap<String, Resourc
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         }
         Format::Text => {
-            let servers: Vec<String> = d.servers.iter().map(|s| format!("InferenceServer/{}", s.id)).collect();
+            let servers: Vec<String> = d
+                .servers
+                .iter()
+                .map(|s| format!("InferenceServer/{}", s.id))
+                .collect();
             println!(
                 "Converging node {} to GpuPartition/{}{}",
                 d.partition.node_name,
                 d.partition.name,
-                if servers.is_empty() { String::new() } else { format!(" and {}", servers.join(", ")) }
+                if servers.is_empty() {
+                    String::new()
+                } else {
+                    format!(" and {}", servers.join(", "))
+                }
             );
             let mut noted = 0;
             for (i, a) in r.applied.iter().enumerate() {
-                println!("{:>3}. [t={}s] {}\n       why: {}", i + 1, a.at, a.planned.step, a.planned.why);
+                println!(
+                    "{:>3}. [t={}s] {}\n       why: {}",
+                    i + 1,
+                    a.at,
+                    a.planned.step,
+                    a.planned.why
+                );
                 if let Some(d) = &a.detail {
                     println!("       result: {d}");
                 }
                 // Decisions made after this step (e.g. P2P disabled after the probe).
-                while noted < r.notes.len() && matches!(a.planned.step, crate::plan::Step::ProbeP2p { .. }) {
+                while noted < r.notes.len()
+                    && matches!(a.planned.step, crate::plan::Step::ProbeP2p { .. })
+                {
                     println!("       decision: {}", r.notes[noted].message);
                     noted += 1;
                 }
@@ -79,9 +100,13 @@ pub fn print_converge(d: &Desired, r: &Report, status: &BTreeMap<String, Resourc
                     }
                     println!("Nothing more was changed.");
                 }
-                Some(Stop::StepFailed { step, error }) => println!("STOPPED: {step} failed: {error}"),
+                Some(Stop::StepFailed { step, error }) => {
+                    println!("STOPPED: {step} failed: {error}")
+                }
                 Some(Stop::NotReady { unit }) => println!("STOPPED: {unit} did not become ready."),
-                Some(Stop::NoProgress { steps }) => println!("STOPPED: no convergence after {steps} steps."),
+                Some(Stop::NoProgress { steps }) => {
+                    println!("STOPPED: no convergence after {steps} steps.")
+                }
             }
             println!("\nStatus:");
             for (res, st) in status {

@@ -28,7 +28,10 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { max_steps: 500, poll_seconds: 5 }
+        Options {
+            max_steps: 500,
+            poll_seconds: 5,
+        }
     }
 }
 
@@ -94,7 +97,10 @@ pub fn converge(desired: &Desired, door: &mut Door<'_>, opts: &Options) -> Repor
         let host = match door.host().observe() {
             Ok(h) => h,
             Err(e) => {
-                r.stop = Some(Stop::StepFailed { step: "observe".into(), error: e.to_string() });
+                r.stop = Some(Stop::StepFailed {
+                    step: "observe".into(),
+                    error: e.to_string(),
+                });
                 break;
             }
         };
@@ -106,7 +112,9 @@ pub fn converge(desired: &Desired, door: &mut Door<'_>, opts: &Options) -> Repor
         }
         r.final_host = Some(host);
         if !p.blockers.is_empty() {
-            r.stop = Some(Stop::Blocked { blockers: p.blockers.clone() });
+            r.stop = Some(Stop::Blocked {
+                blockers: p.blockers.clone(),
+            });
             r.final_plan = p;
             break;
         }
@@ -122,13 +130,31 @@ pub fn converge(desired: &Desired, door: &mut Door<'_>, opts: &Options) -> Repor
         steps += 1;
         let at = door.host().now();
         match &next.step {
-            Step::WaitReady { unit, served_name, stall_after_seconds, deadline_seconds } => {
-                let outcome = wait_ready(door.host(), unit, served_name, *stall_after_seconds, *deadline_seconds, opts.poll_seconds);
+            Step::WaitReady {
+                unit,
+                served_name,
+                stall_after_seconds,
+                deadline_seconds,
+            } => {
+                let outcome = wait_ready(
+                    door.host(),
+                    unit,
+                    served_name,
+                    *stall_after_seconds,
+                    *deadline_seconds,
+                    opts.poll_seconds,
+                );
                 let ok = matches!(outcome, WaitOutcome::Ready { .. });
-                r.applied.push(Applied { planned: next.clone(), detail: Some(outcome.summary()), at });
+                r.applied.push(Applied {
+                    planned: next.clone(),
+                    detail: Some(outcome.summary()),
+                    at,
+                });
                 r.waits.insert(unit.key(), outcome);
                 if !ok {
-                    r.stop = Some(Stop::NotReady { unit: unit.to_string() });
+                    r.stop = Some(Stop::NotReady {
+                        unit: unit.to_string(),
+                    });
                     if let Ok(h) = door.host().observe() {
                         r.final_plan = plan(desired, &h);
                         r.final_host = Some(h);
@@ -137,9 +163,16 @@ pub fn converge(desired: &Desired, door: &mut Door<'_>, opts: &Options) -> Repor
                 }
             }
             step => match door.apply(step) {
-                Ok(out) => r.applied.push(Applied { planned: next.clone(), detail: out.detail, at }),
+                Ok(out) => r.applied.push(Applied {
+                    planned: next.clone(),
+                    detail: out.detail,
+                    at,
+                }),
                 Err(e) => {
-                    r.stop = Some(Stop::StepFailed { step: step.to_string(), error: error_text(&e) });
+                    r.stop = Some(Stop::StepFailed {
+                        step: step.to_string(),
+                        error: error_text(&e),
+                    });
                     break;
                 }
             },

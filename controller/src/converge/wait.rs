@@ -10,13 +10,33 @@ use serde::Serialize;
 
 /// How waiting ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "outcome", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "outcome",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum WaitOutcome {
-    Ready { after_seconds: u64, phases: Vec<(String, u64)> },
-    Stalled { phase: String, stalled_seconds: u64, gpu_memory_mib: Vec<u64>, log_tail: Vec<String> },
-    Crashed { exit_status: Option<i32>, log_tail: Vec<String> },
-    DeadlineExceeded { phase: String, after_seconds: u64 },
-    ObserveFailed { error: String },
+    Ready {
+        after_seconds: u64,
+        phases: Vec<(String, u64)>,
+    },
+    Stalled {
+        phase: String,
+        stalled_seconds: u64,
+        gpu_memory_mib: Vec<u64>,
+        log_tail: Vec<String>,
+    },
+    Crashed {
+        exit_status: Option<i32>,
+        log_tail: Vec<String>,
+    },
+    DeadlineExceeded {
+        phase: String,
+        after_seconds: u64,
+    },
+    ObserveFailed {
+        error: String,
+    },
 }
 
 impl WaitOutcome {
@@ -46,7 +66,14 @@ impl WaitOutcome {
 
 /// Polls until the unit's server answers `/health_generate` 200 and lists `served_name`,
 /// or stalls, crashes, or passes the deadline.
-pub fn wait_ready(host: &mut dyn Host, unit: &UnitRef, served_name: &str, stall_after: u64, deadline: u64, poll: u64) -> WaitOutcome {
+pub fn wait_ready(
+    host: &mut dyn Host,
+    unit: &UnitRef,
+    served_name: &str,
+    stall_after: u64,
+    deadline: u64,
+    poll: u64,
+) -> WaitOutcome {
     let start = host.now();
     let mut last_sig: Option<(Option<StartupPhase>, Vec<u64>)> = None;
     let mut last_progress = start;
@@ -54,12 +81,19 @@ pub fn wait_ready(host: &mut dyn Host, unit: &UnitRef, served_name: &str, stall_
     loop {
         let st = match host.observe() {
             Ok(s) => s,
-            Err(e) => return WaitOutcome::ObserveFailed { error: e.to_string() },
+            Err(e) => {
+                return WaitOutcome::ObserveFailed {
+                    error: e.to_string(),
+                }
+            }
         };
         let now = host.now();
         let u = st.unit(unit).cloned().unwrap_or_default();
         if u.active_state == "failed" || (!u.is_active() && now > start) {
-            return WaitOutcome::Crashed { exit_status: u.exit_status, log_tail: u.log_tail };
+            return WaitOutcome::Crashed {
+                exit_status: u.exit_status,
+                log_tail: u.log_tail,
+            };
         }
         let obs = u.server.clone().unwrap_or_default();
         if let Some(ph) = obs.phase {
@@ -68,14 +102,20 @@ pub fn wait_ready(host: &mut dyn Host, unit: &UnitRef, served_name: &str, stall_
             }
         }
         if obs.http == HttpState::Healthy && obs.models.iter().any(|m| m == served_name) {
-            return WaitOutcome::Ready { after_seconds: now - start, phases };
+            return WaitOutcome::Ready {
+                after_seconds: now - start,
+                phases,
+            };
         }
         let sig = (obs.phase, obs.gpu_memory_mib.clone());
         if last_sig.as_ref() != Some(&sig) {
             last_sig = Some(sig);
             last_progress = now;
         }
-        let phase = obs.phase.map(|p| p.reason().to_string()).unwrap_or_else(|| "Unknown".into());
+        let phase = obs
+            .phase
+            .map(|p| p.reason().to_string())
+            .unwrap_or_else(|| "Unknown".into());
         if now - last_progress >= stall_after {
             return WaitOutcome::Stalled {
                 phase,
@@ -85,7 +125,10 @@ pub fn wait_ready(host: &mut dyn Host, unit: &UnitRef, served_name: &str, stall_
             };
         }
         if now - start >= deadline {
-            return WaitOutcome::DeadlineExceeded { phase, after_seconds: now - start };
+            return WaitOutcome::DeadlineExceeded {
+                phase,
+                after_seconds: now - start,
+            };
         }
         host.sleep(poll);
     }

@@ -87,6 +87,14 @@ pub struct Desired {
     pub servers: Vec<DesiredServer>,
 }
 
-pub(crate) fn err(resource: &str, field: impl Into<String>, message: impl Into<String>) -> SpecError {
-    SpecError { resource: resource.to_string(), field: field.into(), message: message.into() }
+pub(crate) fn err(
+    resource: &str,
+    field: impl Into<String>,
+    message: impl Into<String>,
+) -> SpecError {
+    SpecError {
+        resource: resource.to_string(),
+        field: field.into(),
+        message: message.into(),
+    }
 }

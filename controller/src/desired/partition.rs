@@ -16,11 +16,18 @@ pub fn resolve_partition(
     host: &HostState,
     gpu_vendor: &str,
 ) -> Result<DesiredPartition, Vec<SpecError>> {
-    let res = format!("GpuPartition/{}", p.metadata.name.as_deref().unwrap_or("<unnamed>"));
+    let res = format!(
+        "GpuPartition/{}",
+        p.metadata.name.as_deref().unwrap_or("<unnamed>")
+    );
     let mut errors = Vec::new();
     let spec = &p.spec;
     if spec.node_name.is_empty() {
-        errors.push(err(&res, "spec.nodeName", "must name the host this partition is for"));
+        errors.push(err(
+            &res,
+            "spec.nodeName",
+            "must name the host this partition is for",
+        ));
     }
     if spec.slices.is_empty() {
         errors.push(err(&res, "spec.slices", "needs at least one slice"));
@@ -35,19 +42,44 @@ pub fn resolve_partition(
     for (i, s) in spec.slices.iter().enumerate() {
         let f = |x: &str| format!("spec.slices[{i}].{x}");
         if !is_dns_label(&s.name) {
-            errors.push(err(&res, f("name"), format!("{:?} is not a DNS label (lower-case letters, digits and '-', at most 63)", s.name)));
+            errors.push(err(
+                &res,
+                f("name"),
+                format!(
+                    "{:?} is not a DNS label (lower-case letters, digits and '-', at most 63)",
+                    s.name
+                ),
+            ));
         }
         if !names.insert(s.name.clone()) {
-            errors.push(err(&res, f("name"), format!("slice name {:?} is used twice; slice names must be unique", s.name)));
+            errors.push(err(
+                &res,
+                f("name"),
+                format!(
+                    "slice name {:?} is used twice; slice names must be unique",
+                    s.name
+                ),
+            ));
         }
         let g = &s.gpus;
-        let set = [g.addresses.is_some(), g.numa_node.is_some(), g.count.is_some()].iter().filter(|x| **x).count();
+        let set = [
+            g.addresses.is_some(),
+            g.numa_node.is_some(),
+            g.count.is_some(),
+        ]
+        .iter()
+        .filter(|x| **x)
+        .count();
         if set != 1 {
-            errors.push(err(&res, f("gpus"), "set exactly one of addresses, numaNode or count"));
+            errors.push(err(
+                &res,
+                f("gpus"),
+                "set exactly one of addresses, numaNode or count",
+            ));
             continue;
         }
-        match &s.consumer {
-            Some(c) => match (&c.lxc, &c.vm) {
+        if let Some(c) = &s.consumer {
+            match (&c.lxc, &c.vm) {
                 (Some(l), None) => {
                     if s.driver != GpuDriver::Nvidia {
                         errors.push(err(&res, f("driver"), format!("an LXC consumer (container {}) needs driver nvidia; vfio-pci GPUs can only be passed to a VM", l.vmid)));
@@ -58,7 +90,11 @@ pub fn resolve_partition(
                 }
                 (None, Some(v)) => {
                     if s.driver != GpuDriver::VfioPci {
-                        errors.push(err(&res, f("driver"), format!("a VM consumer (VM {}) needs driver vfio-pci", v.vmid)));
+                        errors.push(err(
+                            &res,
+                            f("driver"),
+                            format!("a VM consumer (VM {}) needs driver vfio-pci", v.vmid),
+                        ));
                     }
                     if !is_pve_configid(&v.pci_mapping) {
                         errors.push(err(&res, f("consumer.vm.pciMapping"), format!("{:?} is not a valid Proxmox mapping ID (letter first, then letters, digits, '-' or '_', 2 to 40 characters)", v.pci_mapping)));
@@ -67,33 +103,66 @@ pub fn resolve_partition(
                         errors.push(err(&res, f("consumer.vm.pciMapping"), format!("mapping {:?} is already used by slice {other:?}; each slice needs its own mapping", v.pci_mapping)));
                     }
                     if let Some(other) = vmids.insert(v.vmid, s.name.clone()) {
-                        errors.push(err(&res, f("consumer.vm.vmid"), format!("vmid {} is already the consumer of slice {other:?}", v.vmid)));
+                        errors.push(err(
+                            &res,
+                            f("consumer.vm.vmid"),
+                            format!("vmid {} is already the consumer of slice {other:?}", v.vmid),
+                        ));
                     }
                 }
-                _ => errors.push(err(&res, f("consumer"), "set exactly one of lxc or vm (or omit consumer)")),
-            },
-            None => {}
+                _ => errors.push(err(
+                    &res,
+                    f("consumer"),
+                    "set exactly one of lxc or vm (or omit consumer)",
+                )),
+            }
         }
         let picked: Option<Vec<String>> = if let Some(addrs) = &g.addresses {
             let mut v = Vec::new();
             for (j, a) in addrs.iter().enumerate() {
                 let full = a.full();
                 if !is_pci_address(&full) {
-                    errors.push(err(&res, format!("spec.slices[{i}].gpus.addresses[{j}]"), format!("{:?} is not a PCI address; write it as 0000:01:00.0 (lower-case hex)", a.0)));
+                    errors.push(err(
+                        &res,
+                        format!("spec.slices[{i}].gpus.addresses[{j}]"),
+                        format!(
+                            "{:?} is not a PCI address; write it as 0000:01:00.0 (lower-case hex)",
+                            a.0
+                        ),
+                    ));
                 } else if !host_gpus.contains(&full.as_str()) {
-                    errors.push(err(&res, format!("spec.slices[{i}].gpus.addresses[{j}]"), format!("no GPU at {full} on this host; GPUs here: {}", host_gpus.join(", "))));
+                    errors.push(err(
+                        &res,
+                        format!("spec.slices[{i}].gpus.addresses[{j}]"),
+                        format!(
+                            "no GPU at {full} on this host; GPUs here: {}",
+                            host_gpus.join(", ")
+                        ),
+                    ));
                 } else if v.contains(&full) {
-                    errors.push(err(&res, format!("spec.slices[{i}].gpus.addresses[{j}]"), format!("{full} is listed twice")));
+                    errors.push(err(
+                        &res,
+                        format!("spec.slices[{i}].gpus.addresses[{j}]"),
+                        format!("{full} is listed twice"),
+                    ));
                 } else {
                     v.push(full);
                 }
             }
             Some(v)
         } else if let Some(n) = g.numa_node {
-            let v: Vec<String> = host.gpus(gpu_vendor).filter(|d| d.numa_node == n).map(|d| d.address.clone()).collect();
+            let v: Vec<String> = host
+                .gpus(gpu_vendor)
+                .filter(|d| d.numa_node == n)
+                .map(|d| d.address.clone())
+                .collect();
             if v.is_empty() {
                 let nodes: BTreeSet<i32> = host.gpus(gpu_vendor).map(|d| d.numa_node).collect();
-                errors.push(err(&res, f("gpus.numaNode"), format!("no GPU on NUMA node {n}; this host has GPUs on NUMA nodes {nodes:?}")));
+                errors.push(err(
+                    &res,
+                    f("gpus.numaNode"),
+                    format!("no GPU on NUMA node {n}; this host has GPUs on NUMA nodes {nodes:?}"),
+                ));
             }
             Some(v)
         } else {
@@ -111,13 +180,28 @@ pub fn resolve_partition(
     // Second pass: count selectors. Prefer GPUs already in place (driver and consumer), then by address.
     for (i, s) in spec.slices.iter().enumerate() {
         let Some(n) = s.gpus.count else { continue };
-        let mut free: Vec<&str> = host_gpus.iter().copied().filter(|a| !claimed.contains_key(*a)).collect();
+        let mut free: Vec<&str> = host_gpus
+            .iter()
+            .copied()
+            .filter(|a| !claimed.contains_key(*a))
+            .collect();
         free.sort_by_key(|a| (!already_serves(host, a, s), a.to_string()));
         if (free.len() as u32) < n {
-            errors.push(err(&res, format!("spec.slices[{i}].gpus.count"), format!("wants {n} GPUs but only {} are not claimed by other slices", free.len())));
+            errors.push(err(
+                &res,
+                format!("spec.slices[{i}].gpus.count"),
+                format!(
+                    "wants {n} GPUs but only {} are not claimed by other slices",
+                    free.len()
+                ),
+            ));
             continue;
         }
-        let v: Vec<String> = free.iter().take(n as usize).map(|a| a.to_string()).collect();
+        let v: Vec<String> = free
+            .iter()
+            .take(n as usize)
+            .map(|a| a.to_string())
+            .collect();
         for a in &v {
             claimed.insert(a.clone(), s.name.clone());
         }
@@ -139,7 +223,10 @@ pub fn resolve_partition(
                 driver: s.driver,
                 consumer: s.consumer.as_ref().and_then(|c| match (&c.lxc, &c.vm) {
                     (Some(l), None) => Some(ResolvedConsumer::Lxc(l.vmid)),
-                    (None, Some(v)) => Some(ResolvedConsumer::Vm { vmid: v.vmid, mapping: v.pci_mapping.clone() }),
+                    (None, Some(v)) => Some(ResolvedConsumer::Vm {
+                        vmid: v.vmid,
+                        mapping: v.pci_mapping.clone(),
+                    }),
                     _ => None,
                 }),
             }
@@ -149,20 +236,28 @@ pub fn resolve_partition(
         name: p.metadata.name.clone().unwrap_or_default(),
         node_name: spec.node_name.clone(),
         slices,
-        iommu: spec.iommu.as_ref().map(|i| i.mode).unwrap_or(IommuModeExpectation::Any),
+        iommu: spec
+            .iommu
+            .as_ref()
+            .map(|i| i.mode)
+            .unwrap_or(IommuModeExpectation::Any),
     })
 }
 
 /// Whether GPU `a` already has the slice's driver (and, for LXC, is mounted in its container).
 fn already_serves(host: &HostState, a: &str, s: &gpuplane_crds::GpuSlice) -> bool {
-    let Some(d) = host.pci_devices.get(a) else { return false };
+    let Some(d) = host.pci_devices.get(a) else {
+        return false;
+    };
     if d.driver.as_deref() != Some(s.driver.sysfs_name()) {
         return false;
     }
     match s.consumer.as_ref().and_then(|c| c.lxc.as_ref()) {
-        Some(l) => d
-            .nvidia_minor
-            .is_some_and(|m| host.containers.get(&l.vmid).is_some_and(|c| c.gpu_mounts.minors.contains(&m))),
+        Some(l) => d.nvidia_minor.is_some_and(|m| {
+            host.containers
+                .get(&l.vmid)
+                .is_some_and(|c| c.gpu_mounts.minors.contains(&m))
+        }),
         None => true,
     }
 }
@@ -170,14 +265,25 @@ fn already_serves(host: &HostState, a: &str, s: &gpuplane_crds::GpuSlice) -> boo
 /// `dddd:bb:dd.f`, lower-case hex.
 pub fn is_pci_address(s: &str) -> bool {
     let b = s.as_bytes();
-    let hex = |r: std::ops::Range<usize>| b[r].iter().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c));
-    b.len() == 12 && b[4] == b':' && b[7] == b':' && b[10] == b'.' && hex(0..4) && hex(5..7) && hex(8..10) && (b'0'..=b'7').contains(&b[11])
+    let hex = |r: std::ops::Range<usize>| {
+        b[r].iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+    };
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && hex(0..4)
+        && hex(5..7)
+        && hex(8..10)
+        && (b'0'..=b'7').contains(&b[11])
 }
 
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && s.bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -186,5 +292,6 @@ fn is_dns_label(s: &str) -> bool {
 fn is_pve_configid(s: &str) -> bool {
     (2..=40).contains(&s.len())
         && s.as_bytes()[0].is_ascii_alphabetic()
-        && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
 }

@@ -13,7 +13,10 @@ use gpuplane_crds::{GpuDriver, InferenceServer, P2pPolicy, UnitLocation};
 /// is a valid systemd name, the unit location has the GPUs (a container location needs an
 /// LXC consumer), every flag rendered or passed in `extraArgs` is a real SGLang flag, and
 /// speculative settings are what SGLang will actually run.
-pub fn resolve_server(s: &InferenceServer, partition: &DesiredPartition) -> Result<DesiredServer, Vec<SpecError>> {
+pub fn resolve_server(
+    s: &InferenceServer,
+    partition: &DesiredPartition,
+) -> Result<DesiredServer, Vec<SpecError>> {
     let ns = s.metadata.namespace.as_deref().unwrap_or("default");
     let name = s.metadata.name.as_deref().unwrap_or("<unnamed>");
     let res = format!("InferenceServer/{ns}/{name}");
@@ -22,7 +25,13 @@ pub fn resolve_server(s: &InferenceServer, partition: &DesiredPartition) -> Resu
     let mut e = |field: &str, msg: String| errors.push(err(&res, field, msg));
 
     if spec.partition_ref.name != partition.name {
-        e("spec.partitionRef.name", format!("refers to GpuPartition {:?}, but the partition for this host is {:?}", spec.partition_ref.name, partition.name));
+        e(
+            "spec.partitionRef.name",
+            format!(
+                "refers to GpuPartition {:?}, but the partition for this host is {:?}",
+                spec.partition_ref.name, partition.name
+            ),
+        );
     }
     let slice = partition.slice(&spec.partition_ref.slice);
     let mut location = None;
@@ -33,7 +42,12 @@ pub fn resolve_server(s: &InferenceServer, partition: &DesiredPartition) -> Resu
                 "no slice {:?} in GpuPartition {:?}; its slices are: {}",
                 spec.partition_ref.slice,
                 partition.name,
-                partition.slices.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+                partition
+                    .slices
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         ),
         Some(sl) => {
@@ -62,13 +76,25 @@ pub fn resolve_server(s: &InferenceServer, partition: &DesiredPartition) -> Resu
         }
     };
     if !spec.python.starts_with('/') {
-        e("spec.python", format!("{:?} must be an absolute path to the interpreter, e.g. /root/ml-env/bin/python3", spec.python));
+        e(
+            "spec.python",
+            format!(
+                "{:?} must be an absolute path to the interpreter, e.g. /root/ml-env/bin/python3",
+                spec.python
+            ),
+        );
     }
     if spec.model.path.trim().is_empty() {
-        e("spec.model.path", "is required: a local model directory (absolute path) or a Hugging Face repo id".into());
+        e(
+            "spec.model.path",
+            "is required: a local model directory (absolute path) or a Hugging Face repo id".into(),
+        );
     }
     if spec.model.served_name.trim().is_empty() {
-        e("spec.model.servedName", "is required: the name clients use and /v1/models lists".into());
+        e(
+            "spec.model.servedName",
+            "is required: the name clients use and /v1/models lists".into(),
+        );
     }
     if let Some(sp) = &spec.speculative {
         for (field, msg) in speculative::check(sp) {
@@ -76,8 +102,16 @@ pub fn resolve_server(s: &InferenceServer, partition: &DesiredPartition) -> Resu
         }
     }
     for (field, flag, value) in [
-        ("spec.toolCallParser", "--tool-call-parser", &spec.tool_call_parser),
-        ("spec.reasoningParser", "--reasoning-parser", &spec.reasoning_parser),
+        (
+            "spec.toolCallParser",
+            "--tool-call-parser",
+            &spec.tool_call_parser,
+        ),
+        (
+            "spec.reasoningParser",
+            "--reasoning-parser",
+            &spec.reasoning_parser,
+        ),
     ] {
         if let Some(v) = value {
             if let Err(m) = flags::check_choice(flag, v) {
@@ -87,34 +121,61 @@ pub fn resolve_server(s: &InferenceServer, partition: &DesiredPartition) -> Resu
     }
     if let Some(f) = spec.mem_fraction_static {
         if !(f > 0.0 && f < 1.0) {
-            e("spec.memFractionStatic", format!("{f} is outside (0, 1); typical values are 0.8 to 0.9"));
+            e(
+                "spec.memFractionStatic",
+                format!("{f} is outside (0, 1); typical values are 0.8 to 0.9"),
+            );
         }
     }
     if spec.listen.port == 0 {
         e("spec.listen.port", "must be 1..65535".into());
     }
     if spec.listen.host.is_empty() || spec.listen.host.chars().any(|c| c.is_whitespace()) {
-        e("spec.listen.host", format!("{:?} is not an address; use 0.0.0.0 or 127.0.0.1", spec.listen.host));
+        e(
+            "spec.listen.host",
+            format!(
+                "{:?} is not an address; use 0.0.0.0 or 127.0.0.1",
+                spec.listen.host
+            ),
+        );
     }
     if spec.startup.stall_after_seconds < 5 {
-        e("spec.startup.stallAfterSeconds", "must be at least 5 (GPU memory is sampled every few seconds)".into());
+        e(
+            "spec.startup.stallAfterSeconds",
+            "must be at least 5 (GPU memory is sampled every few seconds)".into(),
+        );
     }
     if spec.startup.deadline_seconds < spec.startup.stall_after_seconds {
-        e("spec.startup.deadlineSeconds", "must not be shorter than stallAfterSeconds".into());
+        e(
+            "spec.startup.deadlineSeconds",
+            "must not be shorter than stallAfterSeconds".into(),
+        );
     }
     for (i, v) in spec.env.iter().enumerate() {
         let valid = !v.name.is_empty()
             && !v.name.as_bytes()[0].is_ascii_digit()
-            && v.name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
+            && v.name
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'_');
         if !valid {
             e(&format!("spec.env[{i}].name"), format!("{:?} is not a valid variable name (letters, digits, '_', not starting with a digit)", v.name));
         }
         if command::MANAGED_ENV.contains(&v.name.as_str()) {
-            let fix = if v.name == "NCCL_P2P_DISABLE" { "set spec.p2p: Disabled instead" } else { "the agent derives it from the slice's GPUs; remove it" };
-            e(&format!("spec.env[{i}].name"), format!("{} is managed by the agent: {fix}", v.name));
+            let fix = if v.name == "NCCL_P2P_DISABLE" {
+                "set spec.p2p: Disabled instead"
+            } else {
+                "the agent derives it from the slice's GPUs; remove it"
+            };
+            e(
+                &format!("spec.env[{i}].name"),
+                format!("{} is managed by the agent: {fix}", v.name),
+            );
         }
         if v.value.contains('\0') {
-            e(&format!("spec.env[{i}].value"), "contains a NUL byte, which no environment can hold".into());
+            e(
+                &format!("spec.env[{i}].value"),
+                "contains a NUL byte, which no environment can hold".into(),
+            );
         }
     }
     for (i, a) in spec.extra_args.iter().enumerate() {
@@ -122,7 +183,10 @@ pub fn resolve_server(s: &InferenceServer, partition: &DesiredPartition) -> Resu
         if a.contains('\0') {
             e(&field, "contains a NUL byte".into());
         }
-        if let Some(opt) = a.strip_prefix("--").map(|rest| format!("--{}", rest.split('=').next().unwrap_or(rest))) {
+        if let Some(opt) = a
+            .strip_prefix("--")
+            .map(|rest| format!("--{}", rest.split('=').next().unwrap_or(rest)))
+        {
             match flags::lookup(&opt) {
                 None => e(&field, format!("{opt} is not an SGLang 0.5.23 flag (check the spelling; full names only, no abbreviations)")),
                 Some(f) if command::MANAGED_FLAGS.contains(&f.name.as_str()) => {
@@ -132,8 +196,16 @@ pub fn resolve_server(s: &InferenceServer, partition: &DesiredPartition) -> Resu
             }
         }
     }
-    if spec.p2p == P2pPolicy::Enabled && spec.extra_args.iter().any(|a| a == "--disable-custom-all-reduce") {
-        e("spec.extraArgs", "--disable-custom-all-reduce contradicts p2p: Enabled".into());
+    if spec.p2p == P2pPolicy::Enabled
+        && spec
+            .extra_args
+            .iter()
+            .any(|a| a == "--disable-custom-all-reduce")
+    {
+        e(
+            "spec.extraArgs",
+            "--disable-custom-all-reduce contradicts p2p: Enabled".into(),
+        );
     }
     if !errors.is_empty() {
         return Err(errors);
@@ -144,7 +216,10 @@ pub fn resolve_server(s: &InferenceServer, partition: &DesiredPartition) -> Resu
     Ok(DesiredServer {
         id: format!("{ns}/{name}"),
         spec: spec.clone(),
-        unit: UnitRef { location, name: unit_name },
+        unit: UnitRef {
+            location,
+            name: unit_name,
+        },
         gpus: slice.gpus.clone(),
     })
 }
@@ -159,7 +234,14 @@ pub fn check_servers_together(servers: &[DesiredServer]) -> Vec<SpecError> {
                 errors.push(err(&res, "spec.unit.name", format!("unit {} is also used by InferenceServer/{}; give each server its own unit name", a.unit, b.id)));
             }
             if a.unit.location == b.unit.location && a.spec.listen.port == b.spec.listen.port {
-                errors.push(err(&res, "spec.listen.port", format!("port {} on {} is also used by InferenceServer/{}; pick another port", a.spec.listen.port, a.unit.location, b.id)));
+                errors.push(err(
+                    &res,
+                    "spec.listen.port",
+                    format!(
+                        "port {} on {} is also used by InferenceServer/{}; pick another port",
+                        a.spec.listen.port, a.unit.location, b.id
+                    ),
+                ));
             }
             if a.spec.partition_ref.slice == b.spec.partition_ref.slice {
                 errors.push(err(&res, "spec.partitionRef.slice", format!("slice {:?} already runs InferenceServer/{}; a slice's GPUs serve one server", a.spec.partition_ref.slice, b.id)));

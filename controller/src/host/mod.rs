@@ -14,7 +14,10 @@ use model::HostState;
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
     #[error("cannot read host description {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("host description {path} is invalid: {message}")]
     Parse { path: String, message: String },
     #[error("{step} failed: {message}")]

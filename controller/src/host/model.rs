@@ -190,7 +190,10 @@ fn default_uvm_major() -> u32 {
 
 impl Default for NvidiaState {
     fn default() -> Self {
-        NvidiaState { module_version: None, uvm_major: default_uvm_major() }
+        NvidiaState {
+            module_version: None,
+            uvm_major: default_uvm_major(),
+        }
     }
 }
 
@@ -284,8 +287,9 @@ pub struct Unit {
     /// systemd's `NeedDaemonReload`: the file on disk differs from what systemd loaded.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub needs_reload: bool,
-    /// The running process was started from an older unit than the one loaded now
-    /// (a crash between daemon-reload and restart leaves this behind).
+    /// The main process (running, or the last one if it failed) was started from an older
+    /// unit than the one loaded now: a crash between daemon-reload and restart leaves this
+    /// behind, and a failure then says nothing about the current unit.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub running_stale: bool,
     /// Exit status of the main process after a failure.
@@ -377,7 +381,9 @@ pub struct P2pProbe {
 impl HostState {
     /// Devices the GPU filter selects (display class, given vendor), by address.
     pub fn gpus<'a>(&'a self, vendor: &'a str) -> impl Iterator<Item = &'a PciDevice> + 'a {
-        self.pci_devices.values().filter(move |d| d.is_display() && d.vendor == vendor)
+        self.pci_devices
+            .values()
+            .filter(move |d| d.is_display() && d.vendor == vendor)
     }
 
     /// The unit at a ref, if observed.
@@ -403,6 +409,8 @@ impl HostState {
     /// The cached probe result valid for `gpus` now, if any.
     pub fn p2p_probe(&self, gpus: &[String]) -> Option<&P2pProbe> {
         let key = self.p2p_key(gpus);
-        self.p2p_probes.iter().find(|p| p.gpus == gpus && p.key == key)
+        self.p2p_probes
+            .iter()
+            .find(|p| p.gpus == gpus && p.key == key)
     }
 }

@@ -33,7 +33,11 @@ struct GpuTarget {
 
 /// Plans the steps from `host` to `desired`.
 pub fn plan(desired: &Desired, host: &HostState) -> Plan {
-    let mut p = Planner { d: desired, h: host, plan: Plan::default() };
+    let mut p = Planner {
+        d: desired,
+        h: host,
+        plan: Plan::default(),
+    };
     p.run();
     p.plan
 }
@@ -50,11 +54,18 @@ impl Planner<'_> {
     }
 
     fn push(&mut self, step: Step, why: impl Into<String>) {
-        self.plan.steps.push(PlannedStep { step, why: why.into() });
+        self.plan.steps.push(PlannedStep {
+            step,
+            why: why.into(),
+        });
     }
 
     fn block(&mut self, resource: String, reason: &str, message: String) {
-        self.plan.blockers.push(Blocker { resource, reason: reason.into(), message });
+        self.plan.blockers.push(Blocker {
+            resource,
+            reason: reason.into(),
+            message,
+        });
     }
 
     fn run(&mut self) {
@@ -63,7 +74,9 @@ impl Planner<'_> {
         // GPUs whose driver must change.
         let rebind: Vec<(&String, &GpuTarget)> = targets
             .iter()
-            .filter(|(a, t)| h.pci_devices.get(*a).and_then(|d| d.driver.as_deref()) != Some(t.driver))
+            .filter(|(a, t)| {
+                h.pci_devices.get(*a).and_then(|d| d.driver.as_deref()) != Some(t.driver)
+            })
             .collect();
         let container_targets = self.container_targets(&targets);
         let server_units: BTreeSet<String> = self.d.servers.iter().map(|s| s.unit.key()).collect();
@@ -71,7 +84,9 @@ impl Planner<'_> {
         // Containers that must stop: running, and their GPU lines change or a GPU they mount is rebound.
         let mut stop_containers: BTreeMap<u32, String> = BTreeMap::new();
         for (vmid, want) in &container_targets {
-            let Some(c) = h.containers.get(vmid) else { continue };
+            let Some(c) = h.containers.get(vmid) else {
+                continue;
+            };
             if c.state != RunState::Running {
                 continue;
             }
@@ -82,9 +97,14 @@ impl Planner<'_> {
             }
         }
         for (addr, t) in &rebind {
-            let Some(minor) = h.pci_devices.get(*addr).and_then(|d| d.nvidia_minor) else { continue };
+            let Some(minor) = h.pci_devices.get(*addr).and_then(|d| d.nvidia_minor) else {
+                continue;
+            };
             for (vmid, c) in &h.containers {
-                if c.state == RunState::Running && c.gpu_mounts.minors.contains(&minor) && container_targets.contains_key(vmid) {
+                if c.state == RunState::Running
+                    && c.gpu_mounts.minors.contains(&minor)
+                    && container_targets.contains_key(vmid)
+                {
                     stop_containers
                         .entry(*vmid)
                         .or_insert_with(|| format!("it has GPU {addr} (/dev/nvidia{minor}), which moves to {} for slice {}", t.driver, t.slice));
@@ -95,7 +115,9 @@ impl Planner<'_> {
         // Holders of GPUs to rebind: stoppable (our container / our host unit) or blocking.
         let mut stop_units: BTreeMap<String, (UnitRef, String)> = BTreeMap::new();
         for (addr, t) in &rebind {
-            let Some(dev) = h.pci_devices.get(*addr) else { continue };
+            let Some(dev) = h.pci_devices.get(*addr) else {
+                continue;
+            };
             if dev.driver.is_none() {
                 continue;
             }
@@ -103,9 +125,18 @@ impl Planner<'_> {
                 let ok = match (holder.container, holder.vm, &holder.unit) {
                     (Some(c), _, _) => stop_containers.contains_key(&c),
                     (None, None, Some(u)) => {
-                        let r = UnitRef { location: Location::Host, name: u.clone() };
+                        let r = UnitRef {
+                            location: Location::Host,
+                            name: u.clone(),
+                        };
                         if server_units.contains(&r.key()) {
-                            stop_units.insert(r.key(), (r, format!("it holds GPU {addr}, which moves to {}", t.driver)));
+                            stop_units.insert(
+                                r.key(),
+                                (
+                                    r,
+                                    format!("it holds GPU {addr}, which moves to {}", t.driver),
+                                ),
+                            );
                             true
                         } else {
                             false
@@ -134,8 +165,17 @@ impl Planner<'_> {
             for (key, u) in &h.units {
                 if key.starts_with(&format!("lxc-{vmid}/")) && u.is_active() {
                     if let Some(name) = key.split_once('/').map(|(_, n)| n.to_string()) {
-                        let r = UnitRef { location: Location::Container(*vmid), name };
-                        stop_units.insert(r.key(), (r, format!("container {vmid} must stop, so its server stops first")));
+                        let r = UnitRef {
+                            location: Location::Container(*vmid),
+                            name,
+                        };
+                        stop_units.insert(
+                            r.key(),
+                            (
+                                r,
+                                format!("container {vmid} must stop, so its server stops first"),
+                            ),
+                        );
                     }
                 }
             }
@@ -144,32 +184,65 @@ impl Planner<'_> {
             self.push(Step::StopUnit { unit }, why);
         }
         for (vmid, why) in &stop_containers {
-            self.push(Step::StopContainer { vmid: *vmid }, format!("container {vmid} must stop: {why}"));
+            self.push(
+                Step::StopContainer { vmid: *vmid },
+                format!("container {vmid} must stop: {why}"),
+            );
         }
 
         // Drivers, overrides, rebinds.
         let needed: BTreeSet<&str> = rebind.iter().map(|(_, t)| t.driver).collect();
         for driver in needed {
             if !h.pci_drivers.contains(driver) {
-                self.push(Step::LoadDriver { driver: driver.into() }, format!("no PCI driver {driver} is registered, and GPUs must bind to it"));
+                self.push(
+                    Step::LoadDriver {
+                        driver: driver.into(),
+                    },
+                    format!("no PCI driver {driver} is registered, and GPUs must bind to it"),
+                );
             }
         }
         for (addr, t) in &targets {
-            let Some(dev) = h.pci_devices.get(addr) else { continue };
+            let Some(dev) = h.pci_devices.get(addr) else {
+                continue;
+            };
             let wants_rebind = dev.driver.as_deref() != Some(t.driver);
             if dev.driver_override.as_deref() != Some(t.driver) {
                 let why = if wants_rebind {
                     format!("slice {} wants {}; driver_override makes the probe pick exactly this driver for this device (new_id would capture every GPU with the same ID)", t.slice, t.driver)
                 } else {
-                    format!("pins {addr} to {} for slice {}, so a VM start cannot take it", t.driver, t.slice)
+                    format!(
+                        "pins {addr} to {} for slice {}, so a VM start cannot take it",
+                        t.driver, t.slice
+                    )
                 };
-                self.push(Step::SetDriverOverride { address: addr.clone(), driver: Some(t.driver.into()) }, why);
+                self.push(
+                    Step::SetDriverOverride {
+                        address: addr.clone(),
+                        driver: Some(t.driver.into()),
+                    },
+                    why,
+                );
             }
             if wants_rebind {
                 if let Some(cur) = &dev.driver {
-                    self.push(Step::Unbind { address: addr.clone(), driver: cur.clone() }, format!("{addr} is bound to {cur}, slice {} wants {}", t.slice, t.driver));
+                    self.push(
+                        Step::Unbind {
+                            address: addr.clone(),
+                            driver: cur.clone(),
+                        },
+                        format!(
+                            "{addr} is bound to {cur}, slice {} wants {}",
+                            t.slice, t.driver
+                        ),
+                    );
                 }
-                self.push(Step::Probe { address: addr.clone() }, format!("bind {addr} to {} through its driver_override", t.driver));
+                self.push(
+                    Step::Probe {
+                        address: addr.clone(),
+                    },
+                    format!("bind {addr} to {} through its driver_override", t.driver),
+                );
             }
         }
 
@@ -180,14 +253,30 @@ impl Planner<'_> {
         let mut minors_pending = false;
         for (vmid, want) in &container_targets {
             let Some(c) = h.containers.get(vmid) else {
-                self.block(self.resource(), "ConsumerNotFound", format!("container {vmid} does not exist on {}; create it or fix consumer.lxc.vmid", h.node_name));
+                self.block(
+                    self.resource(),
+                    "ConsumerNotFound",
+                    format!(
+                        "container {vmid} does not exist on {}; create it or fix consumer.lxc.vmid",
+                        h.node_name
+                    ),
+                );
                 continue;
             };
             match want {
                 None => minors_pending = true,
                 Some(want) if &c.gpu_mounts.minors != want => {
-                    let why = format!("container {vmid} gets exactly its slice's GPUs: {}", minors_diff(&c.gpu_mounts.minors, want));
-                    self.push(Step::SetContainerGpus { vmid: *vmid, minors: want.clone() }, why);
+                    let why = format!(
+                        "container {vmid} gets exactly its slice's GPUs: {}",
+                        minors_diff(&c.gpu_mounts.minors, want)
+                    );
+                    self.push(
+                        Step::SetContainerGpus {
+                            vmid: *vmid,
+                            minors: want.clone(),
+                        },
+                        why,
+                    );
                 }
                 Some(_) => {}
             }
@@ -208,19 +297,36 @@ impl Planner<'_> {
             })
             .collect();
         for vmid in container_targets.keys() {
-            let Some(c) = h.containers.get(vmid) else { continue };
+            let Some(c) = h.containers.get(vmid) else {
+                continue;
+            };
             let stopped_now = stop_containers.contains_key(vmid) || c.state != RunState::Running;
-            if stopped_now && (stop_containers.contains_key(vmid) || server_containers.contains(vmid)) {
-                self.push(Step::StartContainer { vmid: *vmid }, format!("container {vmid} has its GPUs in place"));
+            if stopped_now
+                && (stop_containers.contains_key(vmid) || server_containers.contains(vmid))
+            {
+                self.push(
+                    Step::StartContainer { vmid: *vmid },
+                    format!("container {vmid} has its GPUs in place"),
+                );
             }
         }
         let restarted: BTreeSet<u32> = container_targets
             .keys()
-            .filter(|v| stop_containers.contains_key(v) || h.containers.get(v).is_some_and(|c| c.state != RunState::Running))
+            .filter(|v| {
+                stop_containers.contains_key(v)
+                    || h.containers
+                        .get(v)
+                        .is_some_and(|c| c.state != RunState::Running)
+            })
             .copied()
             .collect();
         let rebound: BTreeSet<String> = rebind.iter().map(|(a, _)| (*a).clone()).collect();
-        let ctx = servers::Ctx { targets: &targets_driver(&targets), container_minors: &container_targets, restarted: &restarted, rebound: &rebound };
+        let ctx = servers::Ctx {
+            targets: &targets_driver(&targets),
+            container_minors: &container_targets,
+            restarted: &restarted,
+            rebound: &rebound,
+        };
         servers::plan_servers(self, &ctx);
     }
 
@@ -229,7 +335,13 @@ impl Planner<'_> {
         let mut m = BTreeMap::new();
         for s in &self.d.partition.slices {
             for g in &s.gpus {
-                m.insert(g.clone(), GpuTarget { driver: s.driver.sysfs_name(), slice: s.name.clone() });
+                m.insert(
+                    g.clone(),
+                    GpuTarget {
+                        driver: s.driver.sysfs_name(),
+                        slice: s.name.clone(),
+                    },
+                );
             }
         }
         m
@@ -237,16 +349,22 @@ impl Planner<'_> {
 
     /// For each LXC consumer: the minors it must have, or `None` when some are unknown yet
     /// (the GPU is not bound to nvidia).
-    fn container_targets(&self, targets: &BTreeMap<String, GpuTarget>) -> BTreeMap<u32, Option<BTreeSet<u32>>> {
+    fn container_targets(
+        &self,
+        targets: &BTreeMap<String, GpuTarget>,
+    ) -> BTreeMap<u32, Option<BTreeSet<u32>>> {
         let mut m = BTreeMap::new();
         for s in &self.d.partition.slices {
-            let Some(ResolvedConsumer::Lxc(vmid)) = &s.consumer else { continue };
+            let Some(ResolvedConsumer::Lxc(vmid)) = &s.consumer else {
+                continue;
+            };
             let minors: Option<BTreeSet<u32>> = s
                 .gpus
                 .iter()
                 .map(|g| {
                     let d = self.h.pci_devices.get(g)?;
-                    let on_nvidia = d.driver.as_deref() == Some("nvidia") && targets.get(g).is_some_and(|t| t.driver == "nvidia");
+                    let on_nvidia = d.driver.as_deref() == Some("nvidia")
+                        && targets.get(g).is_some_and(|t| t.driver == "nvidia");
                     if on_nvidia {
                         d.nvidia_minor
                     } else {
@@ -263,7 +381,9 @@ impl Planner<'_> {
         let h = self.h;
         let mut wanted: BTreeMap<String, (Vec<MapEntry>, String)> = BTreeMap::new();
         for s in &self.d.partition.slices {
-            let Some(ResolvedConsumer::Vm { vmid, mapping }) = &s.consumer else { continue };
+            let Some(ResolvedConsumer::Vm { vmid, mapping }) = &s.consumer else {
+                continue;
+            };
             let entries = s
                 .gpus
                 .iter()
@@ -277,15 +397,23 @@ impl Planner<'_> {
                     description: None,
                 })
                 .collect();
-            wanted.insert(mapping.clone(), (entries, format!("slice {} passes exactly these GPUs to VM {vmid}", s.name)));
+            wanted.insert(
+                mapping.clone(),
+                (
+                    entries,
+                    format!("slice {} passes exactly these GPUs to VM {vmid}", s.name),
+                ),
+            );
         }
         // Other mappings of this node must not hand out GPUs this partition gives to someone else.
         for (name, entries) in &h.pci_mappings {
             if wanted.contains_key(name) {
                 continue;
             }
-            let (keep, drop): (Vec<MapEntry>, Vec<MapEntry>) =
-                entries.iter().cloned().partition(|e| !e.paths.iter().any(|p| targets.contains_key(p)));
+            let (keep, drop): (Vec<MapEntry>, Vec<MapEntry>) = entries
+                .iter()
+                .cloned()
+                .partition(|e| !e.paths.iter().any(|p| targets.contains_key(p)));
             if !drop.is_empty() {
                 let owners: BTreeSet<String> = drop
                     .iter()
@@ -302,7 +430,13 @@ impl Planner<'_> {
         for (name, (entries, why)) in wanted {
             let current = h.pci_mappings.get(&name).cloned().unwrap_or_default();
             if !same_entries(&current, &entries) {
-                self.push(Step::SetPciMapping { mapping: name, entries }, why);
+                self.push(
+                    Step::SetPciMapping {
+                        mapping: name,
+                        entries,
+                    },
+                    why,
+                );
             }
         }
     }
@@ -322,8 +456,14 @@ fn same_entries(a: &[MapEntry], b: &[MapEntry]) -> bool {
 }
 
 fn minors_diff(have: &BTreeSet<u32>, want: &BTreeSet<u32>) -> String {
-    let add: Vec<String> = want.difference(have).map(|m| format!("+/dev/nvidia{m}")).collect();
-    let rm: Vec<String> = have.difference(want).map(|m| format!("-/dev/nvidia{m}")).collect();
+    let add: Vec<String> = want
+        .difference(have)
+        .map(|m| format!("+/dev/nvidia{m}"))
+        .collect();
+    let rm: Vec<String> = have
+        .difference(want)
+        .map(|m| format!("-/dev/nvidia{m}"))
+        .collect();
     let all: Vec<String> = rm.into_iter().chain(add).collect();
     if all.is_empty() {
         "no change".into()

@@ -42,7 +42,13 @@ pub fn decide_p2p(s: &DesiredServer, h: &HostState, rebound: &BTreeSet<String>) 
     let faults: Vec<String> = s
         .gpus
         .iter()
-        .filter_map(|g| h.iommu.page_faults.get(g).filter(|n| **n > 0).map(|n| format!("{g} ({n})")))
+        .filter_map(|g| {
+            h.iommu
+                .page_faults
+                .get(g)
+                .filter(|n| **n > 0)
+                .map(|n| format!("{g} ({n})"))
+        })
         .collect();
     if !faults.is_empty() {
         return P2p::Off(format!(
@@ -58,7 +64,11 @@ pub fn decide_p2p(s: &DesiredServer, h: &HostState, rebound: &BTreeSet<String>) 
         "the IOMMU translates DMA{}; under translation GPU peer-to-peer copies can be silently corrupted while CUDA still reports P2P available, so p2p: Auto checks correctness first",
         if h.iommu.sev_snp { " (SEV-SNP forces it)" } else { "" }
     );
-    let cached = if s.gpus.iter().any(|g| rebound.contains(g)) { None } else { h.p2p_probe(&s.gpus) };
+    let cached = if s.gpus.iter().any(|g| rebound.contains(g)) {
+        None
+    } else {
+        h.p2p_probe(&s.gpus)
+    };
     match cached {
         None => P2p::Probe(why_probe),
         Some(p) if p.failing_pairs.is_empty() => P2p::On,
@@ -72,9 +82,17 @@ pub fn decide_p2p(s: &DesiredServer, h: &HostState, rebound: &BTreeSet<String>) 
 
 /// CUDA indices of `gpus` where the unit runs: position among the GPUs visible there, by PCI address
 /// (the unit sets `CUDA_DEVICE_ORDER=PCI_BUS_ID`).
-pub fn cuda_indices(s: &DesiredServer, h: &HostState, ctx_targets: &BTreeMap<String, &'static str>, container_minors: Option<&BTreeSet<u32>>) -> Vec<u32> {
+pub fn cuda_indices(
+    s: &DesiredServer,
+    h: &HostState,
+    ctx_targets: &BTreeMap<String, &'static str>,
+    container_minors: Option<&BTreeSet<u32>>,
+) -> Vec<u32> {
     let driver_of = |a: &str| -> Option<&str> {
-        ctx_targets.get(a).copied().or_else(|| h.pci_devices.get(a).and_then(|d| d.driver.as_deref()))
+        ctx_targets
+            .get(a)
+            .copied()
+            .or_else(|| h.pci_devices.get(a).and_then(|d| d.driver.as_deref()))
     };
     let visible: Vec<&String> = h
         .pci_devices
@@ -86,7 +104,10 @@ pub fn cuda_indices(s: &DesiredServer, h: &HostState, ctx_targets: &BTreeMap<Str
         })
         .map(|(a, _)| a)
         .collect();
-    s.gpus.iter().filter_map(|g| visible.iter().position(|v| *v == g).map(|i| i as u32)).collect()
+    s.gpus
+        .iter()
+        .filter_map(|g| visible.iter().position(|v| *v == g).map(|i| i as u32))
+        .collect()
 }
 
 pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
@@ -101,16 +122,27 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
         let disabled = match &p2p {
             P2p::On => false,
             P2p::Off(why) => {
-                p.plan.notes.push(Note { resource: res.clone(), message: format!("P2P disabled: {why}") });
+                p.plan.notes.push(Note {
+                    resource: res.clone(),
+                    message: format!("P2P disabled: {why}"),
+                });
                 true
             }
             P2p::Probe(why) => {
                 let indices = cuda_indices(s, h, ctx.targets, container_minors);
                 p.push(
-                    Step::ProbeP2p { location: s.unit.location, python: s.spec.python.clone(), gpus: s.gpus.clone(), cuda_indices: indices },
+                    Step::ProbeP2p {
+                        location: s.unit.location,
+                        python: s.spec.python.clone(),
+                        gpus: s.gpus.clone(),
+                        cuda_indices: indices,
+                    },
                     why.clone(),
                 );
-                p.plan.continues_after = Some(format!("the P2P probe for {}: its result decides the unit's NCCL settings", s.id));
+                p.plan.continues_after = Some(format!(
+                    "the P2P probe for {}: its result decides the unit's NCCL settings",
+                    s.id
+                ));
                 continue;
             }
         };
@@ -118,12 +150,17 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
         let content = match unit::render(&command::unit_spec(&s.id, &s.spec, &indices, disabled)) {
             Ok(c) => c,
             Err(e) => {
-                p.block(res, "InvalidSpec", format!("the unit cannot be rendered: {e}"));
+                p.block(
+                    res,
+                    "InvalidSpec",
+                    format!("the unit cannot be rendered: {e}"),
+                );
                 continue;
             }
         };
         let observed = h.unit(&s.unit);
-        let restarted = matches!(s.unit.location, Location::Container(v) if ctx.restarted.contains(&v));
+        let restarted =
+            matches!(s.unit.location, Location::Container(v) if ctx.restarted.contains(&v));
         let active = !restarted && observed.is_some_and(|u| u.is_active());
         let current = observed.and_then(|u| u.file.as_deref());
         let wait = Step::WaitReady {
@@ -137,21 +174,61 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
             s.spec.model.served_name
         );
         let start_why = format!("its {} GPUs are in place ({})", s.gpus.len(), place(s));
-        let failed = observed.is_some_and(|u| u.active_state == "failed");
+        // A failure counts only if it happened with the unit installed now.
+        let failed = observed.is_some_and(|u| u.active_state == "failed" && !u.running_stale);
         if current != Some(content.as_str()) {
             let why = match current {
                 None => "the unit does not exist yet".to_string(),
-                Some(old) => format!("the installed unit differs from the spec: {}", describe_change(old, &content)),
+                Some(old) => format!(
+                    "the installed unit differs from the spec: {}",
+                    describe_change(old, &content)
+                ),
             };
-            p.push(Step::WriteUnit { unit: s.unit.clone(), content }, why);
-            p.push(Step::DaemonReload { location: s.unit.location }, "systemd reads unit files only on daemon-reload");
-            let why = if active { "the running server uses the old unit".to_string() } else { start_why };
-            p.push(Step::StartUnit { unit: s.unit.clone(), restart: active }, why);
+            p.push(
+                Step::WriteUnit {
+                    unit: s.unit.clone(),
+                    content,
+                },
+                why,
+            );
+            p.push(
+                Step::DaemonReload {
+                    location: s.unit.location,
+                },
+                "systemd reads unit files only on daemon-reload",
+            );
+            let why = if active {
+                "the running server uses the old unit".to_string()
+            } else {
+                start_why
+            };
+            p.push(
+                Step::StartUnit {
+                    unit: s.unit.clone(),
+                    restart: active,
+                },
+                why,
+            );
             p.push(wait, wait_why);
         } else if observed.is_some_and(|u| u.needs_reload) {
-            p.push(Step::DaemonReload { location: s.unit.location }, "the unit file on disk is newer than what systemd loaded");
-            let why = if active { "the running server uses the old unit".to_string() } else { start_why };
-            p.push(Step::StartUnit { unit: s.unit.clone(), restart: active }, why);
+            p.push(
+                Step::DaemonReload {
+                    location: s.unit.location,
+                },
+                "the unit file on disk is newer than what systemd loaded",
+            );
+            let why = if active {
+                "the running server uses the old unit".to_string()
+            } else {
+                start_why
+            };
+            p.push(
+                Step::StartUnit {
+                    unit: s.unit.clone(),
+                    restart: active,
+                },
+                why,
+            );
             p.push(wait, wait_why);
         } else if failed {
             // Same unit, and it failed: starting it again would fail the same way. A spec
@@ -163,20 +240,42 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
                 format!(
                     "{} failed (exit status {}); last log lines: {}",
                     s.unit,
-                    u.exit_status.map(|e| e.to_string()).unwrap_or_else(|| "?".into()),
-                    u.log_tail.iter().rev().take(3).rev().cloned().collect::<Vec<_>>().join(" | ")
+                    u.exit_status
+                        .map(|e| e.to_string())
+                        .unwrap_or_else(|| "?".into()),
+                    u.log_tail
+                        .iter()
+                        .rev()
+                        .take(3)
+                        .rev()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(" | ")
                 ),
             );
         } else if !active {
-            p.push(Step::StartUnit { unit: s.unit.clone(), restart: false }, format!("the server is not running; {start_why}"));
+            p.push(
+                Step::StartUnit {
+                    unit: s.unit.clone(),
+                    restart: false,
+                },
+                format!("the server is not running; {start_why}"),
+            );
             p.push(wait, wait_why);
         } else if observed.is_some_and(|u| u.running_stale) {
-            p.push(Step::StartUnit { unit: s.unit.clone(), restart: true }, "the running process was started from an older unit");
+            p.push(
+                Step::StartUnit {
+                    unit: s.unit.clone(),
+                    restart: true,
+                },
+                "the running process was started from an older unit",
+            );
             p.push(wait, wait_why);
         } else {
-            let ready = observed
-                .and_then(|u| u.server.as_ref())
-                .is_some_and(|o| o.http == HttpState::Healthy && o.models.iter().any(|m| m == &s.spec.model.served_name));
+            let ready = observed.and_then(|u| u.server.as_ref()).is_some_and(|o| {
+                o.http == HttpState::Healthy
+                    && o.models.iter().any(|m| m == &s.spec.model.served_name)
+            });
             if !ready {
                 p.push(wait, wait_why);
             }
@@ -197,14 +296,20 @@ fn describe_change(old: &str, new: &str) -> String {
         match unit::parse(t) {
             Ok(u) => {
                 let mut v = flag_pairs(&u.exec_start);
-                v.extend(u.environment.iter().map(|(k, val)| (format!("env {k}"), val.clone())));
+                v.extend(
+                    u.environment
+                        .iter()
+                        .map(|(k, val)| (format!("env {k}"), val.clone())),
+                );
                 v
             }
             Err(_) => vec![],
         }
     };
     let (o, n) = (pairs(old), pairs(new));
-    let get = |v: &[(String, String)], k: &str| v.iter().find(|(x, _)| x == k).map(|(_, val)| val.clone());
+    let get = |v: &[(String, String)], k: &str| {
+        v.iter().find(|(x, _)| x == k).map(|(_, val)| val.clone())
+    };
     let mut parts = Vec::new();
     for (k, val) in &n {
         match get(&o, k) {
@@ -233,7 +338,10 @@ fn flag_pairs(argv: &[String]) -> Vec<(String, String)> {
             out.push(("python".into(), w.clone()));
         } else if w.starts_with("--") {
             out.push((w.clone(), String::new()));
-        } else if let Some(last) = out.last_mut().filter(|l| l.0.starts_with("--") && l.1.is_empty()) {
+        } else if let Some(last) = out
+            .last_mut()
+            .filter(|l| l.0.starts_with("--") && l.1.is_empty())
+        {
             last.1 = w.clone();
         }
     }

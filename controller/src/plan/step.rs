@@ -7,7 +7,11 @@ use std::collections::BTreeSet;
 
 /// One step. Applying a step twice has the same effect as once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "kind",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum Step {
     /// `systemctl stop` a unit.
     StopUnit { unit: UnitRef },
@@ -16,7 +20,10 @@ pub enum Step {
     /// `modprobe <module>` for a PCI driver that is not registered.
     LoadDriver { driver: String },
     /// Write `driver_override` (`None` clears it).
-    SetDriverOverride { address: String, driver: Option<String> },
+    SetDriverOverride {
+        address: String,
+        driver: Option<String>,
+    },
     /// Write the address to `/sys/bus/pci/drivers/<driver>/unbind`.
     Unbind { address: String, driver: String },
     /// Write the address to `/sys/bus/pci/drivers_probe` (binds per `driver_override`).
@@ -24,11 +31,19 @@ pub enum Step {
     /// Make the GPU device lines of `/etc/pve/lxc/<vmid>.conf` give exactly these minors.
     SetContainerGpus { vmid: u32, minors: BTreeSet<u32> },
     /// Make this node's map lines of a mapping in `/etc/pve/mapping/pci.cfg` exactly `entries`.
-    SetPciMapping { mapping: String, entries: Vec<MapEntry> },
+    SetPciMapping {
+        mapping: String,
+        entries: Vec<MapEntry>,
+    },
     /// `pct start <vmid>`.
     StartContainer { vmid: u32 },
     /// Run the P2P correctness probe over the GPUs (CUDA indices where it runs) and cache the result.
-    ProbeP2p { location: Location, python: String, gpus: Vec<String>, cuda_indices: Vec<u32> },
+    ProbeP2p {
+        location: Location,
+        python: String,
+        gpus: Vec<String>,
+        cuda_indices: Vec<u32>,
+    },
     /// Write the unit file (atomically).
     WriteUnit { unit: UnitRef, content: String },
     /// `systemctl daemon-reload` at a location.
@@ -36,7 +51,12 @@ pub enum Step {
     /// `systemctl start` (or `restart` when `restart`).
     StartUnit { unit: UnitRef, restart: bool },
     /// Wait until the server answers `/health_generate` 200 and lists its model, or stalls.
-    WaitReady { unit: UnitRef, served_name: String, stall_after_seconds: u64, deadline_seconds: u64 },
+    WaitReady {
+        unit: UnitRef,
+        served_name: String,
+        stall_after_seconds: u64,
+        deadline_seconds: u64,
+    },
 }
 
 impl Step {
@@ -72,13 +92,23 @@ impl std::fmt::Display for Step {
             Step::StopUnit { unit } => write!(f, "stop unit {unit}"),
             Step::StopContainer { vmid } => write!(f, "stop container {vmid}"),
             Step::LoadDriver { driver } => write!(f, "load kernel module {driver}"),
-            Step::SetDriverOverride { address, driver: Some(d) } => write!(f, "set driver_override of {address} to {d}"),
-            Step::SetDriverOverride { address, driver: None } => write!(f, "clear driver_override of {address}"),
+            Step::SetDriverOverride {
+                address,
+                driver: Some(d),
+            } => write!(f, "set driver_override of {address} to {d}"),
+            Step::SetDriverOverride {
+                address,
+                driver: None,
+            } => write!(f, "clear driver_override of {address}"),
             Step::Unbind { address, driver } => write!(f, "unbind {address} from {driver}"),
             Step::Probe { address } => write!(f, "probe drivers for {address}"),
             Step::SetContainerGpus { vmid, minors } => {
                 let m: Vec<String> = minors.iter().map(|m| format!("/dev/nvidia{m}")).collect();
-                write!(f, "set GPU devices of container {vmid} to [{}]", m.join(", "))
+                write!(
+                    f,
+                    "set GPU devices of container {vmid} to [{}]",
+                    m.join(", ")
+                )
             }
             Step::SetPciMapping { mapping, entries } if entries.is_empty() => {
                 write!(f, "remove this node's GPUs from PCI mapping {mapping}")
@@ -88,11 +118,21 @@ impl std::fmt::Display for Step {
                 write!(f, "set PCI mapping {mapping} to [{}]", p.join(", "))
             }
             Step::StartContainer { vmid } => write!(f, "start container {vmid}"),
-            Step::ProbeP2p { location, gpus, .. } => write!(f, "probe P2P correctness over {} GPUs on {location}", gpus.len()),
+            Step::ProbeP2p { location, gpus, .. } => write!(
+                f,
+                "probe P2P correctness over {} GPUs on {location}",
+                gpus.len()
+            ),
             Step::WriteUnit { unit, .. } => write!(f, "write unit {unit}"),
             Step::DaemonReload { location } => write!(f, "systemctl daemon-reload on {location}"),
-            Step::StartUnit { unit, restart: false } => write!(f, "start unit {unit}"),
-            Step::StartUnit { unit, restart: true } => write!(f, "restart unit {unit}"),
+            Step::StartUnit {
+                unit,
+                restart: false,
+            } => write!(f, "start unit {unit}"),
+            Step::StartUnit {
+                unit,
+                restart: true,
+            } => write!(f, "restart unit {unit}"),
             Step::WaitReady { unit, .. } => write!(f, "wait for {unit} to be ready"),
         }
     }

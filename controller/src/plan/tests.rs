@@ -1,0 +1,209 @@
+use super::*;
+use crate::host::model::Holder;
+use crate::host::Host;
+use crate::testutil::{desired, manifests, twin};
+
+fn kinds(p: &Plan) -> Vec<&'static str> {
+    p.steps.iter().map(|s| s.step.kind()).collect()
+}
+
+fn index(p: &Plan, f: impl Fn(&Step) -> bool) -> Option<usize> {
+    p.steps.iter().position(|s| f(&s.step))
+}
+
+#[test]
+fn reference_split_is_ordered_safely() {
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    let st = h.observe().unwrap();
+    let p = plan(&d, &st);
+    assert!(p.blockers.is_empty(), "{:?}", p.blockers);
+    let k = kinds(&p);
+    let stop_unit = index(&p, |s| matches!(s, Step::StopUnit { .. })).unwrap();
+    let stop_ct = index(&p, |s| matches!(s, Step::StopContainer { vmid: 129 })).unwrap();
+    let first_unbind = index(&p, |s| matches!(s, Step::Unbind { .. })).unwrap();
+    let load = index(
+        &p,
+        |s| matches!(s, Step::LoadDriver { driver } if driver == "vfio-pci"),
+    )
+    .unwrap();
+    let lines = index(&p, |s| {
+        matches!(s, Step::SetContainerGpus { vmid: 129, .. })
+    })
+    .unwrap();
+    let start_ct = index(&p, |s| matches!(s, Step::StartContainer { vmid: 129 })).unwrap();
+    assert!(stop_unit < stop_ct && stop_ct < first_unbind, "{k:?}");
+    assert!(load < first_unbind, "{k:?}");
+    assert!(first_unbind < start_ct && lines < start_ct, "{k:?}");
+    // Each rebound GPU: override, then unbind, then probe.
+    for a in [
+        "0000:81:00.0",
+        "0000:91:00.0",
+        "0000:e1:00.0",
+        "0000:f1:00.0",
+    ] {
+        let o = index(
+            &p,
+            |s| matches!(s, Step::SetDriverOverride { address, .. } if address == a),
+        )
+        .unwrap();
+        let u = index(
+            &p,
+            |s| matches!(s, Step::Unbind { address, .. } if address == a),
+        )
+        .unwrap();
+        let pr = index(&p, |s| matches!(s, Step::Probe { address } if address == a)).unwrap();
+        assert!(o < u && u < pr);
+    }
+    // NUMA-0 GPUs are never unbound, only pinned.
+    for a in [
+        "0000:01:00.0",
+        "0000:11:00.0",
+        "0000:61:00.0",
+        "0000:71:00.0",
+    ] {
+        assert!(index(
+            &p,
+            |s| matches!(s, Step::Unbind { address, .. } if address == a)
+        )
+        .is_none());
+    }
+    // On a translated IOMMU the plan probes P2P before it writes the unit, and stops there.
+    assert_eq!(k.last(), Some(&"probeP2p"));
+    assert!(p
+        .continues_after
+        .as_deref()
+        .is_some_and(|c| c.contains("P2P probe")));
+}
+
+#[test]
+fn container_lines_are_exactly_the_slice_minors() {
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    let p = plan(&d, &h.observe().unwrap());
+    let minors = p
+        .steps
+        .iter()
+        .find_map(|s| match &s.step {
+            Step::SetContainerGpus { minors, .. } => Some(minors.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(minors, [0, 1, 2, 3].into_iter().collect());
+}
+
+#[test]
+fn held_gpu_blocks_everything() {
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    h.file.holders.push(crate::host::sim::SimHolder {
+        address: "0000:91:00.0".into(),
+        holder: Holder {
+            pid: 777,
+            command: "nvidia-persistenced".into(),
+            ..Holder::default()
+        },
+    });
+    let p = plan(&d, &h.observe().unwrap());
+    assert!(
+        p.steps.is_empty(),
+        "a blocked plan must not change anything: {:?}",
+        kinds(&p)
+    );
+    assert_eq!(p.blockers.len(), 1);
+    assert_eq!(p.blockers[0].reason, "GpuInUse");
+    assert!(
+        p.blockers[0]
+            .message
+            .contains("pid 777 (nvidia-persistenced)"),
+        "{}",
+        p.blockers[0].message
+    );
+    assert!(p.blockers[0].message.contains("0000:91:00.0"));
+}
+
+#[test]
+fn running_vm_blocks_return_to_nvidia() {
+    // Start from the converged host, then give the NUMA-1 slice back to nvidia while VM 200 runs.
+    let mut h = twin();
+    let m = manifests();
+    let d = desired(&mut h, &m);
+    let mut door = crate::apply::Door::new(&mut h);
+    let r = crate::converge::converge(&d, &mut door, &Default::default());
+    assert!(r.converged());
+    h.file.vms.get_mut(&200).unwrap().state = RunState::Running;
+    let mut d2 = d.clone();
+    d2.partition.slices[1].driver = gpuplane_crds::GpuDriver::Nvidia;
+    d2.partition.slices[1].consumer = None;
+    let p = plan(&d2, &h.observe().unwrap());
+    assert!(p.steps.is_empty());
+    assert!(
+        p.blockers
+            .iter()
+            .all(|b| b.reason == "GpuInUse" && b.message.contains("VM 200")),
+        "{:?}",
+        p.blockers
+    );
+    assert_eq!(p.blockers.len(), 4);
+}
+
+#[test]
+fn converged_host_plans_nothing() {
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    let mut door = crate::apply::Door::new(&mut h);
+    let r = crate::converge::converge(&d, &mut door, &Default::default());
+    assert!(r.converged(), "{:?}", r.stop);
+    assert!(plan(&d, &h.observe().unwrap()).is_empty());
+}
+
+#[test]
+fn unit_change_restarts_once_and_unrelated_reconcile_does_not() {
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    let mut door = crate::apply::Door::new(&mut h);
+    assert!(crate::converge::converge(&d, &mut door, &Default::default()).converged());
+    let mut d2 = d.clone();
+    d2.servers[0].spec.speculative.as_mut().unwrap().num_steps = Some(4);
+    d2.servers[0]
+        .spec
+        .speculative
+        .as_mut()
+        .unwrap()
+        .num_draft_tokens = Some(5);
+    let p = plan(&d2, &h.observe().unwrap());
+    assert_eq!(
+        kinds(&p),
+        vec!["writeUnit", "daemonReload", "startUnit", "waitReady"]
+    );
+    assert!(matches!(
+        p.steps[2].step,
+        Step::StartUnit { restart: true, .. }
+    ));
+    assert!(
+        p.steps[0].why.contains("--speculative-num-steps 3 -> 4"),
+        "{}",
+        p.steps[0].why
+    );
+}
+
+#[test]
+fn crash_between_reload_and_restart_is_finished() {
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    let mut door = crate::apply::Door::new(&mut h);
+    assert!(crate::converge::converge(&d, &mut door, &Default::default()).converged());
+    let mut d2 = d.clone();
+    d2.servers[0].spec.mem_fraction_static = Some(0.8);
+    let p = plan(&d2, &h.observe().unwrap());
+    // Apply write + reload only, as if the agent died before the restart.
+    for s in p.steps.iter().take(2) {
+        h.apply(&s.step).unwrap();
+    }
+    let p = plan(&d2, &h.observe().unwrap());
+    assert_eq!(
+        kinds(&p),
+        vec!["startUnit", "waitReady"],
+        "the stale process must be restarted"
+    );
+}

@@ -9,7 +9,11 @@ use crate::systemd::unit::UnitSpec;
 use gpuplane_crds::InferenceServerSpec;
 
 /// Environment variables the agent itself sets; a spec may not set them in `env`.
-pub const MANAGED_ENV: &[&str] = &["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NCCL_P2P_DISABLE"];
+pub const MANAGED_ENV: &[&str] = &[
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "NCCL_P2P_DISABLE",
+];
 
 /// Flags the agent renders from spec fields; `extraArgs` may not repeat them.
 pub const MANAGED_FLAGS: &[&str] = &[
@@ -32,7 +36,11 @@ pub const MANAGED_FLAGS: &[&str] = &[
 
 /// The argv: `<python> -m sglang.launch_server <flags...>`.
 pub fn argv(spec: &InferenceServerSpec, p2p_disabled: bool) -> Vec<String> {
-    let mut a: Vec<String> = vec![spec.python.clone(), "-m".into(), "sglang.launch_server".into()];
+    let mut a: Vec<String> = vec![
+        spec.python.clone(),
+        "-m".into(),
+        "sglang.launch_server".into(),
+    ];
     let mut flag = |name: &str, value: String| {
         a.push(name.to_string());
         a.push(value);
@@ -80,8 +88,16 @@ pub fn argv(spec: &InferenceServerSpec, p2p_disabled: bool) -> Vec<String> {
 ///
 /// `CUDA_DEVICE_ORDER=PCI_BUS_ID` makes CUDA number devices by PCI address, the order
 /// `cuda_indices` were computed in (CUDA's default order is "fastest first").
-pub fn env(spec: &InferenceServerSpec, cuda_indices: &[u32], p2p_disabled: bool) -> Vec<(String, String)> {
-    let visible = cuda_indices.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+pub fn env(
+    spec: &InferenceServerSpec,
+    cuda_indices: &[u32],
+    p2p_disabled: bool,
+) -> Vec<(String, String)> {
+    let visible = cuda_indices
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
     let mut e = vec![
         ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
         ("CUDA_VISIBLE_DEVICES".to_string(), visible),
@@ -94,9 +110,17 @@ pub fn env(spec: &InferenceServerSpec, cuda_indices: &[u32], p2p_disabled: bool)
 }
 
 /// The unit for `spec`, run by `id` (`namespace/name`, shown in the description).
-pub fn unit_spec(id: &str, spec: &InferenceServerSpec, cuda_indices: &[u32], p2p_disabled: bool) -> UnitSpec {
+pub fn unit_spec(
+    id: &str,
+    spec: &InferenceServerSpec,
+    cuda_indices: &[u32],
+    p2p_disabled: bool,
+) -> UnitSpec {
     UnitSpec {
-        description: format!("SGLang server {} (gpuplane InferenceServer {id})", spec.model.served_name),
+        description: format!(
+            "SGLang server {} (gpuplane InferenceServer {id})",
+            spec.model.served_name
+        ),
         exec_start: argv(spec, p2p_disabled),
         environment: env(spec, cuda_indices, p2p_disabled),
         working_directory: None,
@@ -116,10 +140,19 @@ mod tests {
 
     pub(crate) fn reference() -> InferenceServerSpec {
         InferenceServerSpec {
-            partition_ref: PartitionRef { name: "kpro6".into(), slice: "inference".into() },
-            unit: UnitPlacement { name: "sglang-qwen".into(), location: UnitLocation::Container },
+            partition_ref: PartitionRef {
+                name: "kpro6".into(),
+                slice: "inference".into(),
+            },
+            unit: UnitPlacement {
+                name: "sglang-qwen".into(),
+                location: UnitLocation::Container,
+            },
             python: "/root/ml-env/bin/python3".into(),
-            model: ModelSpec { path: "/shared/models/Qwen3.5-122B-A10B".into(), served_name: "qwen".into() },
+            model: ModelSpec {
+                path: "/shared/models/Qwen3.5-122B-A10B".into(),
+                served_name: "qwen".into(),
+            },
             tensor_parallel_size: 4,
             speculative: Some(SpeculativeSpec {
                 algorithm: "NEXTN".into(),
@@ -131,10 +164,16 @@ mod tests {
             tool_call_parser: Some("qwen3_coder".into()),
             reasoning_parser: Some("qwen3".into()),
             mem_fraction_static: Some(0.85),
-            listen: Listen { host: "0.0.0.0".into(), port: 30000 },
+            listen: Listen {
+                host: "0.0.0.0".into(),
+                port: 30000,
+            },
             enable_metrics: true,
             p2p: P2pPolicy::Auto,
-            env: vec![EnvVar { name: "OMP_NUM_THREADS".into(), value: "8".into() }],
+            env: vec![EnvVar {
+                name: "OMP_NUM_THREADS".into(),
+                value: "8".into(),
+            }],
             extra_args: vec!["--max-running-requests".into(), "64".into()],
             startup: StartupSpec::default(),
             rollback: RollbackPolicy::Never,
@@ -163,7 +202,10 @@ mod tests {
         }
         // every flag we render is a real SGLang flag
         for w in a.iter().filter(|w| w.starts_with("--")) {
-            assert!(crate::sglang::flags::lookup(w).is_some(), "{w} is not an SGLang flag");
+            assert!(
+                crate::sglang::flags::lookup(w).is_some(),
+                "{w} is not an SGLang flag"
+            );
         }
         assert!(!argv(&reference(), false).contains(&"--disable-custom-all-reduce".to_string()));
     }

@@ -32,9 +32,18 @@ pub fn table() -> &'static BTreeMap<String, Flag> {
             let ty = cols.get(2).copied().unwrap_or_default();
             let choices = cols
                 .get(4)
-                .map(|c| c.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
+                .map(|c| {
+                    c.split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                })
                 .unwrap_or_default();
-            let flag = Flag { name: name.clone(), is_switch: ty.starts_with("bool(") || ty == "help", choices };
+            let flag = Flag {
+                name: name.clone(),
+                is_switch: ty.starts_with("bool(") || ty == "help",
+                choices,
+            };
             for alias in aliases.split(',').filter(|a| a.starts_with("--")) {
                 map.insert(alias.to_string(), flag.clone());
             }
@@ -72,7 +81,10 @@ mod tests {
     fn table_has_the_real_flags() {
         assert!(table().len() >= 535);
         assert!(lookup("--tp-size").is_some());
-        assert_eq!(lookup("--tensor-parallel-size").map(|f| f.name.as_str()), Some("--tp-size"));
+        assert_eq!(
+            lookup("--tensor-parallel-size").map(|f| f.name.as_str()),
+            Some("--tp-size")
+        );
         assert!(lookup("--disable-custom-all-reduce").is_some_and(|f| f.is_switch));
         assert!(!lookup("--speculative-num-steps").is_some_and(|f| f.is_switch));
         assert!(lookup("--tp").is_none());

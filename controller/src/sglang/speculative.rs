@@ -8,8 +8,17 @@
 use gpuplane_crds::SpeculativeSpec;
 
 /// Algorithms SGLang knows without plugins (any letter case; NEXTN is an alias of EAGLE).
-pub const ALGORITHMS: &[&str] =
-    &["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP"];
+pub const ALGORITHMS: &[&str] = &[
+    "EAGLE",
+    "EAGLE3",
+    "NEXTN",
+    "STANDALONE",
+    "NGRAM",
+    "DFLASH",
+    "DSPARK",
+    "UNO",
+    "FROZEN_KV_MTP",
+];
 
 /// One problem: the field (relative to `spec.speculative`) and what to fix.
 pub type Problem = (&'static str, String);
@@ -55,7 +64,10 @@ pub fn check(s: &SpeculativeSpec) -> Vec<Problem> {
         }
     }
     if algo == "STANDALONE" && s.draft_model_path.is_none() {
-        out.push(("draftModelPath", "STANDALONE needs draftModelPath (a smaller draft model)".to_string()));
+        out.push((
+            "draftModelPath",
+            "STANDALONE needs draftModelPath (a smaller draft model)".to_string(),
+        ));
     }
     if algo == "DFLASH" && s.draft_model_path.is_none() {
         out.push(("draftModelPath", "DFLASH needs draftModelPath".to_string()));
@@ -63,7 +75,10 @@ pub fn check(s: &SpeculativeSpec) -> Vec<Problem> {
     if matches!(algo.as_str(), "DFLASH" | "DSPARK") {
         for (field, v) in [("numSteps", s.num_steps), ("eagleTopk", s.eagle_topk)] {
             if v.is_some_and(|v| v != 1) {
-                out.push((field, format!("{algo} forces {field} to 1; remove it or set 1")));
+                out.push((
+                    field,
+                    format!("{algo} forces {field} to 1; remove it or set 1"),
+                ));
             }
         }
     }
@@ -95,7 +110,10 @@ mod tests {
     fn rejects_what_sglang_rejects_or_rewrites() {
         assert_eq!(check(&spec("MTP", None, None, None))[0].0, "algorithm");
         assert_eq!(check(&spec("NEXTN", None, Some(1), None))[0].0, "numSteps");
-        assert_eq!(check(&spec("NEXTN", Some(3), None, Some(4)))[0].0, "eagleTopk");
+        assert_eq!(
+            check(&spec("NEXTN", Some(3), None, Some(4)))[0].0,
+            "eagleTopk"
+        );
         let p = check(&spec("NEXTN", Some(3), Some(1), Some(10)));
         assert_eq!(p[0].0, "numDraftTokens");
         assert!(p[0].1.contains("numDraftTokens: 4"));

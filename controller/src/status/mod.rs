@@ -23,7 +23,15 @@ impl ResourceStatus {
         self.conditions.iter().find(|c| c.type_ == t)
     }
 
-    fn set(&mut self, type_: &str, status: bool, reason: &str, message: String, now: &Time, generation: Option<i64>) {
+    fn set(
+        &mut self,
+        type_: &str,
+        status: bool,
+        reason: &str,
+        message: String,
+        now: &Time,
+        generation: Option<i64>,
+    ) {
         set_condition(
             &mut self.conditions,
             Condition {
@@ -39,11 +47,22 @@ impl ResourceStatus {
 }
 
 fn is_server_step(s: &Step) -> bool {
-    matches!(s, Step::ProbeP2p { .. } | Step::WriteUnit { .. } | Step::DaemonReload { .. } | Step::StartUnit { .. } | Step::WaitReady { .. })
+    matches!(
+        s,
+        Step::ProbeP2p { .. }
+            | Step::WriteUnit { .. }
+            | Step::DaemonReload { .. }
+            | Step::StartUnit { .. }
+            | Step::WaitReady { .. }
+    )
 }
 
 /// Computes every resource's conditions, keyed by `Kind/name` (servers: `InferenceServer/ns/name`).
-pub fn compute(desired: &Desired, r: &Report, generations: &BTreeMap<String, i64>) -> BTreeMap<String, ResourceStatus> {
+pub fn compute(
+    desired: &Desired,
+    r: &Report,
+    generations: &BTreeMap<String, i64>,
+) -> BTreeMap<String, ResourceStatus> {
     let now = Time(jiff::Timestamp::now());
     let mut out = BTreeMap::new();
     let empty = HostState::default();
@@ -51,27 +70,90 @@ pub fn compute(desired: &Desired, r: &Report, generations: &BTreeMap<String, i64
     let part_res = format!("GpuPartition/{}", desired.partition.name);
     let g = generations.get(&part_res).copied();
     let mut ps = ResourceStatus::default();
-    let part_blockers: Vec<_> = r.final_plan.blockers.iter().filter(|b| b.resource == part_res).collect();
-    let part_steps: Vec<_> = r.final_plan.steps.iter().filter(|s| !is_server_step(&s.step)).collect();
+    let part_blockers: Vec<_> = r
+        .final_plan
+        .blockers
+        .iter()
+        .filter(|b| b.resource == part_res)
+        .collect();
+    let part_steps: Vec<_> = r
+        .final_plan
+        .steps
+        .iter()
+        .filter(|s| !is_server_step(&s.step))
+        .collect();
     if let Some(b) = part_blockers.first() {
         ps.set(types::READY, false, &b.reason, b.message.clone(), &now, g);
-        ps.set(types::PROGRESSING, false, &b.reason, "blocked; nothing was changed".into(), &now, g);
+        ps.set(
+            types::PROGRESSING,
+            false,
+            &b.reason,
+            "blocked; nothing was changed".into(),
+            &now,
+            g,
+        );
     } else if let Some(Stop::StepFailed { step, error }) = &r.stop {
-        ps.set(types::READY, false, "ApplyFailed", format!("{step}: {error}"), &now, g);
-        ps.set(types::PROGRESSING, false, "ApplyFailed", "the next reconcile retries from the observed state".into(), &now, g);
+        ps.set(
+            types::READY,
+            false,
+            "ApplyFailed",
+            format!("{step}: {error}"),
+            &now,
+            g,
+        );
+        ps.set(
+            types::PROGRESSING,
+            false,
+            "ApplyFailed",
+            "the next reconcile retries from the observed state".into(),
+            &now,
+            g,
+        );
     } else if !part_steps.is_empty() {
-        let next: Vec<String> = part_steps.iter().take(3).map(|s| s.step.to_string()).collect();
-        ps.set(types::READY, false, "Progressing", format!("{} steps left, next: {}", part_steps.len(), next.join("; ")), &now, g);
-        ps.set(types::PROGRESSING, true, "Applying", format!("{} steps left", part_steps.len()), &now, g);
+        let next: Vec<String> = part_steps
+            .iter()
+            .take(3)
+            .map(|s| s.step.to_string())
+            .collect();
+        ps.set(
+            types::READY,
+            false,
+            "Progressing",
+            format!("{} steps left, next: {}", part_steps.len(), next.join("; ")),
+            &now,
+            g,
+        );
+        ps.set(
+            types::PROGRESSING,
+            true,
+            "Applying",
+            format!("{} steps left", part_steps.len()),
+            &now,
+            g,
+        );
     } else {
         let summary: Vec<String> = desired
             .partition
             .slices
             .iter()
-            .map(|s| format!("{}: {} GPUs on {}", s.name, s.gpus.len(), s.driver.sysfs_name()))
+            .map(|s| {
+                format!(
+                    "{}: {} GPUs on {}",
+                    s.name,
+                    s.gpus.len(),
+                    s.driver.sysfs_name()
+                )
+            })
             .collect();
         ps.set(types::READY, true, "Converged", summary.join("; "), &now, g);
-        ps.set(types::PROGRESSING, false, "Converged", "host matches the spec".into(), &now, g);
+        ps.set(
+            types::PROGRESSING,
+            false,
+            "Converged",
+            "host matches the spec".into(),
+            &now,
+            g,
+        );
     }
     let mode = host.iommu.mode();
     let expect_ok = match desired.partition.iommu {
@@ -80,7 +162,14 @@ pub fn compute(desired: &Desired, r: &Report, generations: &BTreeMap<String, i64
         IommuModeExpectation::Passthrough => mode == IommuMode::Passthrough,
     };
     if expect_ok {
-        ps.set(types::DEGRADED, false, "AsExpected", format!("IOMMU mode {mode:?}"), &now, g);
+        ps.set(
+            types::DEGRADED,
+            false,
+            "AsExpected",
+            format!("IOMMU mode {mode:?}"),
+            &now,
+            g,
+        );
     } else {
         ps.set(
             types::DEGRADED,
@@ -99,13 +188,37 @@ pub fn compute(desired: &Desired, r: &Report, generations: &BTreeMap<String, i64
         let mut st = ResourceStatus::default();
         let unit = host.unit(&s.unit);
         let obs = unit.and_then(|u| u.server.as_ref());
-        let ready = obs.is_some_and(|o| o.http == HttpState::Healthy && o.models.iter().any(|m| m == &s.spec.model.served_name));
+        let ready = obs.is_some_and(|o| {
+            o.http == HttpState::Healthy && o.models.iter().any(|m| m == &s.spec.model.served_name)
+        });
         let endpoint = format!("http://{}:{}", s.spec.listen.host, s.spec.listen.port);
         let wait = r.waits.get(&s.unit.key());
-        let blocked = r.final_plan.blockers.iter().find(|b| b.resource == res || b.resource == part_res);
+        let blocked = r
+            .final_plan
+            .blockers
+            .iter()
+            .find(|b| b.resource == res || b.resource == part_res);
         if ready {
-            st.set(types::READY, true, "ServerReady", format!("{endpoint} serves {} on {} GPUs", s.spec.model.served_name, s.gpus.len()), &now, g);
-            st.set(types::PROGRESSING, false, "Ready", "startup finished".into(), &now, g);
+            st.set(
+                types::READY,
+                true,
+                "ServerReady",
+                format!(
+                    "{endpoint} serves {} on {} GPUs",
+                    s.spec.model.served_name,
+                    s.gpus.len()
+                ),
+                &now,
+                g,
+            );
+            st.set(
+                types::PROGRESSING,
+                false,
+                "Ready",
+                "startup finished".into(),
+                &now,
+                g,
+            );
         } else {
             let (reason, msg) = match (wait, blocked) {
                 (Some(WaitOutcome::Stalled { phase, stalled_seconds, gpu_memory_mib, log_tail }), _) => (
@@ -132,8 +245,18 @@ pub fn compute(desired: &Desired, r: &Report, generations: &BTreeMap<String, i64
                 _ => ("Starting", format!("phase {}", obs.and_then(|o| o.phase).map(|p| p.reason()).unwrap_or("NotStarted"))),
             };
             st.set(types::READY, false, reason, msg, &now, g);
-            let phase = obs.and_then(|o| o.phase).map(|p| p.reason()).unwrap_or("NotStarted");
-            st.set(types::PROGRESSING, reason == "Starting", phase, format!("startup phase {phase}"), &now, g);
+            let phase = obs
+                .and_then(|o| o.phase)
+                .map(|p| p.reason())
+                .unwrap_or("NotStarted");
+            st.set(
+                types::PROGRESSING,
+                reason == "Starting",
+                phase,
+                format!("startup phase {phase}"),
+                &now,
+                g,
+            );
         }
         // P2P
         let (p2p_ok, p2p_reason, p2p_msg) = match decide_p2p(s, host, &BTreeSet::new()) {
@@ -159,7 +282,14 @@ pub fn compute(desired: &Desired, r: &Report, generations: &BTreeMap<String, i64
         };
         match mismatch {
             Some(m) => st.set(types::DEGRADED, true, "DriverMismatch", m, &now, g),
-            None => st.set(types::DEGRADED, false, "AsExpected", "no known problem".into(), &now, g),
+            None => st.set(
+                types::DEGRADED,
+                false,
+                "AsExpected",
+                "no known problem".into(),
+                &now,
+                g,
+            ),
         }
         out.insert(res, st);
     }

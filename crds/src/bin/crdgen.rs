@@ -4,7 +4,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     match std::env::args().nth(1).as_deref() {
         Some("-") => print!("{yaml}"),
         _ => {
-            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(gpuplane_crds::CRDS_FILE);
+            let path =
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(gpuplane_crds::CRDS_FILE);
             std::fs::write(&path, yaml)?;
             eprintln!("wrote {}", path.display());
         }

@@ -158,12 +158,17 @@ pub struct SimHost {
 impl SimHost {
     /// Loads a description from YAML text; `origin` names it in errors.
     pub fn from_yaml(text: &str, origin: &str) -> Result<SimHost, HostError> {
-        let file: SimHostFile =
-            serde_yaml::from_str(text).map_err(|e| HostError::Parse { path: origin.into(), message: e.to_string() })?;
+        let file: SimHostFile = serde_yaml::from_str(text).map_err(|e| HostError::Parse {
+            path: origin.into(),
+            message: e.to_string(),
+        })?;
         let mut seen = BTreeSet::new();
         for d in &file.pci_devices {
             if !seen.insert(d.address.clone()) {
-                return Err(HostError::Parse { path: origin.into(), message: format!("device {} is listed twice", d.address) });
+                return Err(HostError::Parse {
+                    path: origin.into(),
+                    message: format!("device {} is listed twice", d.address),
+                });
             }
         }
         Ok(SimHost { file })
@@ -171,21 +176,32 @@ impl SimHost {
 
     /// Loads a description file.
     pub fn load(path: &str) -> Result<SimHost, HostError> {
-        let text = std::fs::read_to_string(path).map_err(|e| HostError::Read { path: path.into(), source: e })?;
+        let text = std::fs::read_to_string(path).map_err(|e| HostError::Read {
+            path: path.into(),
+            source: e,
+        })?;
         Self::from_yaml(&text, path)
     }
 
     fn dev_mut(&mut self, addr: &str, step: &Step) -> Result<&mut SimDevice, HostError> {
-        self.file.pci_devices.iter_mut().find(|d| d.address == addr).ok_or_else(|| fail(step, format!("no PCI device {addr}")))
+        self.file
+            .pci_devices
+            .iter_mut()
+            .find(|d| d.address == addr)
+            .ok_or_else(|| fail(step, format!("no PCI device {addr}")))
     }
 
     /// GPU addresses visible at `loc` on nvidia, sorted by address (CUDA PCI_BUS_ID order).
     pub(crate) fn visible_gpus(&self, loc: Location) -> Vec<String> {
         let mounted: Option<BTreeSet<u32>> = match loc {
             Location::Host => None,
-            Location::Container(v) => {
-                Some(self.file.containers.get(&v).map(|c| LxcConfig::parse(&c.config).gpu_mounts().minors).unwrap_or_default())
-            }
+            Location::Container(v) => Some(
+                self.file
+                    .containers
+                    .get(&v)
+                    .map(|c| LxcConfig::parse(&c.config).gpu_mounts().minors)
+                    .unwrap_or_default(),
+            ),
         };
         let mut v: Vec<String> = self
             .file
@@ -205,7 +221,10 @@ impl SimHost {
 
     fn holders_of(&self, addr: &str) -> Vec<Holder> {
         let st = self.observe_inner();
-        st.pci_devices.get(addr).map(|d| d.holders.clone()).unwrap_or_default()
+        st.pci_devices
+            .get(addr)
+            .map(|d| d.holders.clone())
+            .unwrap_or_default()
     }
 
     fn observe_inner(&self) -> HostState {
@@ -251,7 +270,10 @@ impl SimHost {
         }
         let cfg = PciCfg::parse(&f.pci_cfg);
         for (name, entries) in cfg.mappings() {
-            let mine: Vec<_> = entries.into_iter().filter(|e| e.node == f.node_name).collect();
+            let mine: Vec<_> = entries
+                .into_iter()
+                .filter(|e| e.node == f.node_name)
+                .collect();
             if !mine.is_empty() {
                 st.pci_mappings.insert(name, mine);
             }
@@ -259,7 +281,10 @@ impl SimHost {
         // Holders: described processes, running VMs on their vfio GPUs, running servers.
         let mut holders: BTreeMap<String, Vec<Holder>> = BTreeMap::new();
         for h in &f.holders {
-            holders.entry(h.address.clone()).or_default().push(h.holder.clone());
+            holders
+                .entry(h.address.clone())
+                .or_default()
+                .push(h.holder.clone());
         }
         for (vmid, vm) in &f.vms {
             if vm.state != RunState::Running {
@@ -268,7 +293,11 @@ impl SimHost {
             for m in &vm.pci_mappings {
                 for e in st.pci_mappings.get(m).into_iter().flatten() {
                     for p in &e.paths {
-                        if st.pci_devices.get(p).is_some_and(|d| d.driver.as_deref() == Some("vfio-pci")) {
+                        if st
+                            .pci_devices
+                            .get(p)
+                            .is_some_and(|d| d.driver.as_deref() == Some("vfio-pci"))
+                        {
                             holders.entry(p.clone()).or_default().push(Holder {
                                 pid: 4000 + vmid,
                                 command: "kvm".into(),
@@ -281,7 +310,9 @@ impl SimHost {
             }
         }
         for (key, u) in &f.units {
-            let Some(unit_ref) = parse_unit_key(key) else { continue };
+            let Some(unit_ref) = parse_unit_key(key) else {
+                continue;
+            };
             let run = server::run(self, &unit_ref, u);
             if let Some(server::Running { gpus, .. }) = &run.running {
                 for (i, g) in gpus.iter().enumerate() {
@@ -317,7 +348,11 @@ impl SimHost {
     fn container_running(&self, loc: Location) -> bool {
         match loc {
             Location::Host => true,
-            Location::Container(v) => self.file.containers.get(&v).is_some_and(|c| c.state == RunState::Running),
+            Location::Container(v) => self
+                .file
+                .containers
+                .get(&v)
+                .is_some_and(|c| c.state == RunState::Running),
         }
     }
 }
@@ -329,11 +364,17 @@ pub fn parse_unit_key(key: &str) -> Option<UnitRef> {
         "host" => Location::Host,
         l => Location::Container(l.strip_prefix("lxc-")?.parse().ok()?),
     };
-    Some(UnitRef { location, name: name.to_string() })
+    Some(UnitRef {
+        location,
+        name: name.to_string(),
+    })
 }
 
 fn fail(step: &Step, message: String) -> HostError {
-    HostError::Step { step: step.to_string(), message }
+    HostError::Step {
+        step: step.to_string(),
+        message,
+    }
 }
 
 impl Host for SimHost {
@@ -350,7 +391,11 @@ impl Host for SimHost {
                 u.running = None;
             }
             Step::StopContainer { vmid } => {
-                let c = self.file.containers.get_mut(vmid).ok_or_else(|| fail(step, format!("no container {vmid}")))?;
+                let c = self
+                    .file
+                    .containers
+                    .get_mut(vmid)
+                    .ok_or_else(|| fail(step, format!("no container {vmid}")))?;
                 c.state = RunState::Stopped;
                 let prefix = format!("lxc-{vmid}/");
                 for (k, u) in self.file.units.iter_mut() {
@@ -361,7 +406,11 @@ impl Host for SimHost {
                 }
             }
             Step::StartContainer { vmid } => {
-                let c = self.file.containers.get(vmid).ok_or_else(|| fail(step, format!("no container {vmid}")))?;
+                let c = self
+                    .file
+                    .containers
+                    .get(vmid)
+                    .ok_or_else(|| fail(step, format!("no container {vmid}")))?;
                 let mounts = LxcConfig::parse(&c.config).gpu_mounts();
                 if mounts.style == Some(MountStyle::DevN) {
                     // PVE stats every devN path at start: a missing /dev/nvidiaN fails the start.
@@ -394,7 +443,13 @@ impl Host for SimHost {
                 }
                 if !holders.is_empty() {
                     let hs: Vec<String> = holders.iter().map(|h| h.to_string()).collect();
-                    return Err(fail(step, format!("the {driver} driver refuses to let go of {address}: held by {}", hs.join(", "))));
+                    return Err(fail(
+                        step,
+                        format!(
+                            "the {driver} driver refuses to let go of {address}: held by {}",
+                            hs.join(", ")
+                        ),
+                    ));
                 }
                 d.driver = None;
             }
@@ -404,7 +459,9 @@ impl Host for SimHost {
                 if d.driver.is_none() {
                     let pick = match &d.driver_override {
                         Some(o) => Some(o.clone()),
-                        None if d.vendor == "10de" && d.class.starts_with("03") => Some("nvidia".to_string()),
+                        None if d.vendor == "10de" && d.class.starts_with("03") => {
+                            Some("nvidia".to_string())
+                        }
                         None => None,
                     };
                     // Like the kernel: probing "succeeds" even when no driver takes the device.
@@ -413,9 +470,17 @@ impl Host for SimHost {
             }
             Step::SetContainerGpus { vmid, minors } => {
                 let uvm = self.file.nvidia.uvm_major;
-                let c = self.file.containers.get_mut(vmid).ok_or_else(|| fail(step, format!("no container {vmid}")))?;
+                let c = self
+                    .file
+                    .containers
+                    .get_mut(vmid)
+                    .ok_or_else(|| fail(step, format!("no container {vmid}")))?;
                 let mut cfg = LxcConfig::parse(&c.config);
-                cfg.set_gpu_mounts(&DesiredGpuMounts { minors: minors.clone(), uvm_major: uvm, default_style: MountStyle::MountEntry });
+                cfg.set_gpu_mounts(&DesiredGpuMounts {
+                    minors: minors.clone(),
+                    uvm_major: uvm,
+                    default_style: MountStyle::MountEntry,
+                });
                 c.config = cfg.render();
             }
             Step::SetPciMapping { mapping, entries } => {
@@ -432,7 +497,8 @@ impl Host for SimHost {
                     return Err(fail(step, format!("GPU {g} is not visible on {location}")));
                 }
                 let st = self.observe_inner();
-                let corrupt = self.file.behaviour.p2p_corrupt && st.iommu.mode() == IommuMode::Translated;
+                let corrupt =
+                    self.file.behaviour.p2p_corrupt && st.iommu.mode() == IommuMode::Translated;
                 let mut failing = Vec::new();
                 for (i, a) in gpus.iter().enumerate() {
                     for b in gpus.iter().skip(i + 1) {
@@ -442,18 +508,37 @@ impl Host for SimHost {
                     }
                 }
                 let detail = if failing.is_empty() {
-                    format!("all {} pairs copied correctly", gpus.len() * (gpus.len() - 1) / 2)
+                    format!(
+                        "all {} pairs copied correctly",
+                        gpus.len() * (gpus.len() - 1) / 2
+                    )
                 } else {
-                    format!("{} of {} pairs returned corrupted data", failing.len(), gpus.len() * (gpus.len() - 1) / 2)
+                    format!(
+                        "{} of {} pairs returned corrupted data",
+                        failing.len(),
+                        gpus.len() * (gpus.len() - 1) / 2
+                    )
                 };
-                let probe = P2pProbe { gpus: gpus.clone(), key: st.p2p_key(gpus), failing_pairs: failing };
+                let probe = P2pProbe {
+                    gpus: gpus.clone(),
+                    key: st.p2p_key(gpus),
+                    failing_pairs: failing,
+                };
                 self.file.p2p_probes.retain(|p| &p.gpus != gpus);
                 self.file.p2p_probes.push(probe);
-                return Ok(StepOutcome { detail: Some(detail) });
+                return Ok(StepOutcome {
+                    detail: Some(detail),
+                });
             }
             Step::WriteUnit { unit, content } => {
                 if !self.container_running(unit.location) {
-                    return Err(fail(step, format!("{} is not running (pct push needs a running container)", unit.location)));
+                    return Err(fail(
+                        step,
+                        format!(
+                            "{} is not running (pct push needs a running container)",
+                            unit.location
+                        ),
+                    ));
                 }
                 self.unit_mut(unit).file = Some(content.clone());
             }
@@ -471,12 +556,17 @@ impl Host for SimHost {
                 if !self.container_running(unit.location) {
                     return Err(fail(step, format!("{} is not running", unit.location)));
                 }
+                // `systemctl start` of an active unit does nothing; of a failed one, starts it again.
+                let active = self
+                    .observe_inner()
+                    .unit(unit)
+                    .is_some_and(|u| u.is_active());
                 let u = self.unit_mut(unit);
                 let content = u.loaded.clone().or_else(|| u.file.clone());
                 let Some(content) = content else {
                     return Err(fail(step, format!("Unit {} not found.", unit.name)));
                 };
-                if u.started_at.is_some() && !restart {
+                if active && !restart {
                     return Ok(StepOutcome::default());
                 }
                 u.started_at = Some(now);
@@ -496,7 +586,10 @@ impl Host for SimHost {
     }
 
     fn save(&self) -> Option<Result<String, HostError>> {
-        Some(serde_yaml::to_string(&self.file).map_err(|e| HostError::Other(format!("cannot write host description: {e}"))))
+        Some(
+            serde_yaml::to_string(&self.file)
+                .map_err(|e| HostError::Other(format!("cannot write host description: {e}"))),
+        )
     }
 }
 

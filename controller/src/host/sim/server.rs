@@ -2,10 +2,10 @@
 //! startup timeline (phases, GPU memory, log lines, HTTP state) at the host's clock.
 
 use super::SimHost;
+use super::SimUnit;
 use crate::host::model::*;
 use crate::sglang::flags;
 use crate::systemd::unit;
-use super::SimUnit;
 
 /// The observed unit, plus the GPUs the process holds while it lives.
 pub(super) struct Run {
@@ -29,11 +29,15 @@ pub(super) fn run(sim: &SimHost, r: &UnitRef, u: &SimUnit) -> Run {
         sub_state: "dead".into(),
         file: u.file.clone(),
         needs_reload: u.loaded.is_some() && u.loaded != u.file,
-        running_stale: u.running.is_some() && u.running != u.loaded.clone().or_else(|| u.file.clone()),
+        running_stale: u.running.is_some()
+            && u.running != u.loaded.clone().or_else(|| u.file.clone()),
         ..Unit::default()
     };
     let (Some(t0), Some(content)) = (u.started_at, u.running.as_deref()) else {
-        return Run { unit, running: None };
+        return Run {
+            unit,
+            running: None,
+        };
     };
     let now = sim.file.clock;
     let failed = |mut unit: Unit, code: i32, lines: Vec<String>| {
@@ -41,18 +45,32 @@ pub(super) fn run(sim: &SimHost, r: &UnitRef, u: &SimUnit) -> Run {
         unit.sub_state = "failed".into();
         unit.exit_status = Some(code);
         unit.log_tail = lines;
-        Run { unit, running: None }
+        Run {
+            unit,
+            running: None,
+        }
     };
     let parsed = match unit::parse(content) {
         Ok(p) => p,
-        Err(e) => return failed(unit, 203, vec![format!("{} systemd: bad unit file: {e}", ts(t0))]),
+        Err(e) => {
+            return failed(
+                unit,
+                203,
+                vec![format!("{} systemd: bad unit file: {e}", ts(t0))],
+            )
+        }
     };
     unit.active_state = "active".into();
     unit.sub_state = "running".into();
     let argv = &parsed.exec_start;
-    if argv.get(1).map(String::as_str) != Some("-m") || argv.get(2).map(String::as_str) != Some("sglang.launch_server") {
+    if argv.get(1).map(String::as_str) != Some("-m")
+        || argv.get(2).map(String::as_str) != Some("sglang.launch_server")
+    {
         // Not an SGLang unit: a plain service that keeps running.
-        return Run { unit, running: None };
+        return Run {
+            unit,
+            running: None,
+        };
     }
     // argparse: unknown flags end the process at once.
     let unknown: Vec<&String> = argv[3..]
@@ -62,12 +80,33 @@ pub(super) fn run(sim: &SimHost, r: &UnitRef, u: &SimUnit) -> Run {
         .collect();
     if !unknown.is_empty() {
         let names: Vec<&str> = unknown.iter().map(|s| s.as_str()).collect();
-        return failed(unit, 2, vec![format!("sglang serve: error: unrecognized arguments: {}", names.join(" "))]);
+        return failed(
+            unit,
+            2,
+            vec![format!(
+                "sglang serve: error: unrecognized arguments: {}",
+                names.join(" ")
+            )],
+        );
     }
-    let arg = |flag: &str| argv.iter().position(|a| a == flag).and_then(|i| argv.get(i + 1)).cloned();
+    let arg = |flag: &str| {
+        argv.iter()
+            .position(|a| a == flag)
+            .and_then(|i| argv.get(i + 1))
+            .cloned()
+    };
     let tp: usize = arg("--tp-size").and_then(|v| v.parse().ok()).unwrap_or(1);
-    let served = arg("--served-model-name").or_else(|| arg("--model-path")).unwrap_or_default();
-    let env = |k: &str| parsed.environment.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let served = arg("--served-model-name")
+        .or_else(|| arg("--model-path"))
+        .unwrap_or_default();
+    let env = |k: &str| {
+        parsed
+            .environment
+            .iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+    };
     let visible = sim.visible_gpus(r.location);
     let gpus: Vec<String> = match env("CUDA_VISIBLE_DEVICES") {
         None => visible.clone(),
@@ -95,7 +134,11 @@ pub(super) fn run(sim: &SimHost, r: &UnitRef, u: &SimUnit) -> Run {
         return failed(
             unit,
             1,
-            vec![format!("{} RuntimeError: tp_size {tp} needs {tp} GPUs but only {} are visible", ts(t0 + 3), gpus.len())],
+            vec![format!(
+                "{} RuntimeError: tp_size {tp} needs {tp} GPUs but only {} are visible",
+                ts(t0 + 3),
+                gpus.len()
+            )],
         );
     }
     let gpus: Vec<String> = gpus.into_iter().take(tp.max(1)).collect();
@@ -114,17 +157,26 @@ pub(super) fn run(sim: &SimHost, r: &UnitRef, u: &SimUnit) -> Run {
         t0 + b.init_seconds + b.load_seconds + b.kv_seconds + b.graph_seconds,
     );
     let t_ready = t_warm + b.warmup_seconds;
-    let mut obs = ServerObservation { phase: Some(StartupPhase::Launching), ..ServerObservation::default() };
+    let mut obs = ServerObservation {
+        phase: Some(StartupPhase::Launching),
+        ..ServerObservation::default()
+    };
     let mem = |m: u64| vec![m; gpus.len()];
     obs.gpu_memory_mib = mem(b.base_mib);
     // NCCL with P2P over a translating IOMMU: hangs in init, memory flat.
     if corrupt && nccl_p2p {
         unit.log_tail = log;
         unit.server = Some(obs);
-        return Run { unit, running: Some(Running { gpus }) };
+        return Run {
+            unit,
+            running: Some(Running { gpus }),
+        };
     }
     if now >= t_load {
-        log.push(line(t_load, "Init torch distributed ends. mem usage=0.74 GB"));
+        log.push(line(
+            t_load,
+            "Init torch distributed ends. mem usage=0.74 GB",
+        ));
         log.push(line(t_load, "Load weight begin. avail mem=94.30 GB"));
         obs.phase = Some(StartupPhase::LoadingWeights);
         let frac = (now - t_load).min(b.load_seconds) as f64 / b.load_seconds.max(1) as f64;
@@ -137,25 +189,47 @@ pub(super) fn run(sim: &SimHost, r: &UnitRef, u: &SimUnit) -> Run {
         if corrupt && custom_ar {
             unit.log_tail = log;
             unit.server = Some(obs);
-            return Run { unit, running: Some(Running { gpus }) };
+            return Run {
+                unit,
+                running: Some(Running { gpus }),
+            };
         }
         obs.phase = Some(StartupPhase::AllocatingKvCache);
     }
     if now >= t_graph {
-        log.push(line(t_graph, &format!("KV Cache is allocated. #tokens: 1048576, K size: {:.2} GB, V size: {:.2} GB", b.kv_mib as f64 / 2048.0, b.kv_mib as f64 / 2048.0)));
-        log.push(line(t_graph, "Capture cuda graph begin. This can take up to several minutes. avail mem=3.10 GB"));
+        log.push(line(
+            t_graph,
+            &format!(
+                "KV Cache is allocated. #tokens: 1048576, K size: {:.2} GB, V size: {:.2} GB",
+                b.kv_mib as f64 / 2048.0,
+                b.kv_mib as f64 / 2048.0
+            ),
+        ));
+        log.push(line(
+            t_graph,
+            "Capture cuda graph begin. This can take up to several minutes. avail mem=3.10 GB",
+        ));
         obs.phase = Some(StartupPhase::CapturingCudaGraphs);
         obs.gpu_memory_mib = mem(b.weights_mib + b.kv_mib);
     }
     if now >= t_warm {
-        log.push(line(t_warm, "Capture cuda graph end. Time elapsed: 45.00 s. mem usage=1.20 GB. avail mem=1.90 GB."));
-        log.push(format!("{} INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)", ts(t_warm)));
+        log.push(line(
+            t_warm,
+            "Capture cuda graph end. Time elapsed: 45.00 s. mem usage=1.20 GB. avail mem=1.90 GB.",
+        ));
+        log.push(format!(
+            "{} INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)",
+            ts(t_warm)
+        ));
         obs.phase = Some(StartupPhase::WarmingUp);
         obs.http = HttpState::Starting;
         obs.gpu_memory_mib = mem(b.weights_mib + b.kv_mib + 1228);
     }
     if now >= t_ready {
-        log.push(format!("{} The server is fired up and ready to roll!", ts(t_ready)));
+        log.push(format!(
+            "{} The server is fired up and ready to roll!",
+            ts(t_ready)
+        ));
         obs.phase = Some(StartupPhase::Ready);
         obs.http = HttpState::Healthy;
         obs.models = vec![served];
@@ -163,11 +237,17 @@ pub(super) fn run(sim: &SimHost, r: &UnitRef, u: &SimUnit) -> Run {
         if let Some(a) = arg("--speculative-algorithm") {
             // SGLang rewrites NEXTN to EAGLE when it resolves its arguments.
             let a = a.to_ascii_uppercase();
-            obs.server_info.insert("speculative_algorithm".into(), if a == "NEXTN" { "EAGLE".into() } else { a });
+            obs.server_info.insert(
+                "speculative_algorithm".into(),
+                if a == "NEXTN" { "EAGLE".into() } else { a },
+            );
         }
     }
     let keep = log.len().saturating_sub(20);
     unit.log_tail = log.split_off(keep);
     unit.server = Some(obs);
-    Run { unit, running: Some(Running { gpus }) }
+    Run {
+        unit,
+        running: Some(Running { gpus }),
+    }
 }

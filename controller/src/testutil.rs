@@ -1,0 +1,32 @@
+//! Shared fixtures for unit tests: the reference twin and the reference split, resolved.
+
+use crate::desired::{resolve_partition, resolve_server, Desired};
+use crate::host::sim::SimHost;
+use crate::host::Host;
+use crate::manifests::Manifests;
+
+/// The embedded reference twin.
+pub fn twin() -> SimHost {
+    SimHost::from_yaml(crate::EMBEDDED_HOST, "twin").expect("twin loads")
+}
+
+/// The reference manifests.
+pub fn manifests() -> Manifests {
+    let mut m = Manifests::default();
+    for (n, t) in crate::EMBEDDED_MANIFESTS {
+        m.add_text(t, n).expect("manifests parse");
+    }
+    m
+}
+
+/// The reference split resolved against `host`.
+pub fn desired(host: &mut SimHost, m: &Manifests) -> Desired {
+    let st = host.observe().expect("observe");
+    let partition = resolve_partition(&m.partitions[0], &st, "10de").expect("partition valid");
+    let servers = m
+        .servers
+        .iter()
+        .map(|s| resolve_server(s, &partition).expect("server valid"))
+        .collect();
+    Desired { partition, servers }
+}

@@ -1,0 +1,383 @@
+//! The `gpuplane` command on the simulated reference host, as a user runs it.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn gpuplane(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gpuplane"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("gpuplane runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn condition<'a>(status: &'a Value, resource: &str, type_: &str) -> &'a Value {
+    status["status"][resource]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .unwrap_or_else(|| panic!("{resource} has no {type_} condition: {status}"))
+}
+
+const SERVER: &str = "InferenceServer/default/qwen35-122b";
+const PARTITION: &str = "GpuPartition/kpro6";
+
+#[test]
+fn readme_first_command_converges_the_reference_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("after.yaml");
+    let o = gpuplane(&["converge", "--save-host", saved.to_str().unwrap()]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}\n{}", stderr(&o));
+    // The output says what it did and why, P2P included.
+    for want in [
+        "stop unit sglang-qwen.service on container 129",
+        "stop container 129",
+        "unbind 0000:81:00.0 from nvidia",
+        "set PCI mapping pro6000-vm",
+        "probe P2P correctness over 4 GPUs",
+        "6 of 6 pairs returned corrupted data",
+        "P2P disabled",
+        "--tp-size 8 -> 4",
+        "ready after",
+        "Ready=True (ServerReady)",
+        "P2PSafe=False (P2PCorruption)",
+    ] {
+        assert!(text.contains(want), "output lacks {want:?}:\n{text}");
+    }
+    // Check the resulting host as `gpuplane observe` shows it.
+    let host = format!("sim:{}", saved.display());
+    let o = gpuplane(&["observe", "--host", &host, "--output", "json"]);
+    assert_eq!(o.status.code(), Some(0));
+    let st: Value = serde_json::from_slice(&o.stdout).unwrap();
+    for a in [
+        "0000:01:00.0",
+        "0000:11:00.0",
+        "0000:61:00.0",
+        "0000:71:00.0",
+    ] {
+        assert_eq!(st["pciDevices"][a]["driver"], "nvidia", "{a}");
+    }
+    let numa1 = [
+        "0000:81:00.0",
+        "0000:91:00.0",
+        "0000:e1:00.0",
+        "0000:f1:00.0",
+    ];
+    for a in numa1 {
+        assert_eq!(st["pciDevices"][a]["driver"], "vfio-pci", "{a}");
+    }
+    let mapped: Vec<&str> = st["pciMappings"]["pro6000-vm"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| {
+            e["paths"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(mapped, numa1);
+    assert!(
+        st["pciMappings"].get("pro6000").is_none(),
+        "the old all-GPU mapping no longer hands out these GPUs"
+    );
+    let ct = &st["containers"]["129"];
+    assert_eq!(ct["state"], "running");
+    assert_eq!(ct["gpuMounts"]["minors"], serde_json::json!([0, 1, 2, 3]));
+    assert_eq!(
+        ct["gpuMounts"]["control"],
+        serde_json::json!(["ctl", "uvm", "uvm-tools", "caps"])
+    );
+    let unit = st["units"]["lxc-129/sglang-qwen.service"]["file"]
+        .as_str()
+        .unwrap();
+    for flag in [
+        "--tp-size 4",
+        "--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
+        "--disable-custom-all-reduce",
+        "NCCL_P2P_DISABLE=1",
+        "CUDA_VISIBLE_DEVICES=0,1,2,3",
+    ] {
+        assert!(unit.contains(flag), "unit lacks {flag}:\n{unit}");
+    }
+    // Converging again makes zero writes, and plan prints no steps.
+    let o = gpuplane(&["converge", "--host", &host, "--output", "json"]);
+    assert_eq!(o.status.code(), Some(0));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["writes"], 0);
+    assert_eq!(condition(&r, SERVER, "Ready")["status"], "True");
+    let o = gpuplane(&[
+        "plan",
+        "--host",
+        &host,
+        "-f",
+        "examples/kpro6",
+        "--output",
+        "json",
+    ]);
+    let p: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(p["steps"], serde_json::json!([]));
+    let o = gpuplane(&["plan", "--host", &host, "-f", "examples/kpro6"]);
+    assert!(stdout(&o).contains("No changes"), "{}", stdout(&o));
+}
+
+#[test]
+fn converge_json_reports_status_and_writes() {
+    let o = gpuplane(&["converge", "-f", "examples/kpro6", "--output", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(r["writes"].as_u64().unwrap() > 10);
+    assert_eq!(condition(&r, PARTITION, "Ready")["status"], "True");
+    let p2p = condition(&r, SERVER, "P2PSafe");
+    assert_eq!(p2p["status"], "False");
+    assert_eq!(p2p["reason"], "P2PCorruption");
+    assert!(p2p["message"]
+        .as_str()
+        .unwrap()
+        .contains("0000:01:00.0<->0000:11:00.0"));
+    let kinds: Vec<&str> = r["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"stopUnit"));
+    assert_eq!(kinds.last(), Some(&"waitReady"));
+}
+
+#[test]
+fn p2p_enabled_on_the_corrupt_host_is_reported_as_startup_stalled() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(repo().join("examples/kpro6/server.yaml"))
+        .unwrap()
+        .replace("p2p: Auto", "p2p: Enabled")
+        .replace("stallAfterSeconds: 120", "stallAfterSeconds: 60");
+    std::fs::write(dir.path().join("server.yaml"), text).unwrap();
+    std::fs::copy(
+        repo().join("examples/kpro6/partition.yaml"),
+        dir.path().join("partition.yaml"),
+    )
+    .unwrap();
+    let o = gpuplane(&[
+        "converge",
+        "-f",
+        dir.path().to_str().unwrap(),
+        "--output",
+        "json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a stalled server must fail the command"
+    );
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ready = condition(&r, SERVER, "Ready");
+    assert_eq!(ready["status"], "False");
+    assert_eq!(ready["reason"], "StartupStalled");
+    let msg = ready["message"].as_str().unwrap();
+    assert!(
+        msg.contains("phase Launching")
+            && msg.contains("757")
+            && msg.contains("Init torch distributed begin"),
+        "{msg}"
+    );
+    // Reported within stallAfter + one poll.
+    let wait = r["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "waitReady")
+        .unwrap();
+    let detail = wait["detail"].as_str().unwrap();
+    let secs: u64 = detail
+        .split(" for ")
+        .nth(1)
+        .unwrap()
+        .trim_end_matches(" s")
+        .parse()
+        .unwrap();
+    assert!((60..=65).contains(&secs), "{detail}");
+}
+
+#[test]
+fn a_held_gpu_is_refused_and_nothing_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("host.yaml");
+    let mut text = std::fs::read_to_string(repo().join("examples/hosts/kpro6.yaml")).unwrap();
+    text.push_str("holders:\n  - address: \"0000:e1:00.0\"\n    pid: 4242\n    command: nvidia-persistenced\n");
+    std::fs::write(&host, &text).unwrap();
+    let saved = dir.path().join("after.yaml");
+    let hs = format!("sim:{}", host.display());
+    let o = gpuplane(&[
+        "converge",
+        "--host",
+        &hs,
+        "--output",
+        "json",
+        "--save-host",
+        saved.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["writes"], 0);
+    let ready = condition(&r, PARTITION, "Ready");
+    assert_eq!(ready["reason"], "GpuInUse");
+    assert!(ready["message"]
+        .as_str()
+        .unwrap()
+        .contains("pid 4242 (nvidia-persistenced)"));
+    let before = gpuplane(&["observe", "--host", &hs]);
+    let after = gpuplane(&["observe", "--host", &format!("sim:{}", saved.display())]);
+    assert_eq!(
+        stdout(&before),
+        stdout(&after),
+        "a refused converge changes nothing"
+    );
+}
+
+#[test]
+fn dry_run_writes_nothing() {
+    let o = gpuplane(&["converge", "--dry-run", "--output", "json"]);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["writes"], 0);
+    assert_eq!(r["converged"], false);
+}
+
+/// Every file in examples/invalid is a realistic mistake; each must be refused with exit code 2,
+/// nothing changed, and a message naming the field and the fix.
+#[test]
+fn invalid_manifests_are_rejected_with_the_field_and_the_fix() {
+    let expect: &[(&str, &str, &str)] = &[
+        (
+            "abbreviated-extra-arg",
+            "spec.extraArgs[0]",
+            "full names only",
+        ),
+        (
+            "address-not-on-host",
+            "spec.slices[1].gpus.addresses[0]",
+            "GPUs here: 0000:01:00.0",
+        ),
+        (
+            "draft-tokens-not-steps-plus-one",
+            "spec.speculative.numDraftTokens",
+            "set numDraftTokens: 4",
+        ),
+        ("gpu-in-two-slices", "spec.slices[1].gpus", "one slice only"),
+        ("invalid-unit-name", "spec.unit.name", "only ASCII letters"),
+        (
+            "lxc-consumer-on-vfio",
+            "spec.slices[0].driver",
+            "needs driver nvidia",
+        ),
+        ("missing-model-path", "spec.model.path", "is required"),
+        (
+            "nccl-p2p-in-env",
+            "spec.env[0].name",
+            "set spec.p2p: Disabled instead",
+        ),
+        (
+            "numa-node-without-gpus",
+            "spec.slices[1].gpus.numaNode",
+            "GPUs on NUMA nodes {0, 1}",
+        ),
+        (
+            "reasoning-parser-typo",
+            "spec.reasoningParser",
+            "qwen3-thinking",
+        ),
+        (
+            "server-on-vfio-slice",
+            "spec.partitionRef.slice",
+            "needs a slice with driver nvidia",
+        ),
+        (
+            "topk-without-steps",
+            "spec.speculative.numSteps",
+            "set numSteps",
+        ),
+        (
+            "tp-larger-than-slice",
+            "spec.tensorParallelSize",
+            "lower it to at most 4",
+        ),
+        (
+            "two-selectors",
+            "spec.slices[0].gpus",
+            "exactly one of addresses, numaNode or count",
+        ),
+        (
+            "unknown-slice",
+            "spec.partitionRef.slice",
+            "its slices are: inference, confidential-vm",
+        ),
+        (
+            "unknown-speculative-algorithm",
+            "spec.speculative.algorithm",
+            "NEXTN is MTP",
+        ),
+    ];
+    let files: Vec<String> = std::fs::read_dir(repo().join("examples/invalid"))
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .trim_end_matches(".yaml")
+                .to_string()
+        })
+        .collect();
+    assert!(files.len() >= 10);
+    for f in &files {
+        assert!(
+            expect.iter().any(|(n, _, _)| n == f),
+            "examples/invalid/{f}.yaml has no expectation here"
+        );
+    }
+    for (name, field, fix) in expect {
+        let path = format!("examples/invalid/{name}.yaml");
+        let o = gpuplane(&["converge", "-f", &path, "--output", "json"]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+        assert!(o.stdout.is_empty(), "{name}: nothing may be applied");
+        assert!(
+            err.contains("InvalidSpec") && err.contains(field) && err.contains(fix),
+            "{name}: {err}"
+        );
+    }
+}
+
+#[test]
+fn manifest_problems_are_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("x.yaml");
+    std::fs::write(&f, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n").unwrap();
+    let o = gpuplane(&["plan", "-f", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("document 1") && stderr(&o).contains("gpuplane.dev/v1alpha1"),
+        "{}",
+        stderr(&o)
+    );
+    let o = gpuplane(&["plan", "--host", "sim:/nonexistent.yaml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("/nonexistent.yaml"));
+}

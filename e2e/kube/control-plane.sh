@@ -1,0 +1,259 @@
+#!/bin/bash
+# A real, minimal Kubernetes control plane for gpuplane's end-to-end tests: etcd and kube-apiserver
+# (v1.20.2, built by e2e/setup/kube-build.sh) on loopback, TLS, static-token authentication and RBAC
+# authorization. No controller-manager, scheduler or kubelet: enough for CRDs, custom resources,
+# status, server-side apply, watches, events, leases and RBAC.
+#
+# Usage: control-plane.sh COMMAND
+#   start              start etcd and kube-apiserver, wait for /readyz, write the kubeconfigs and
+#                      print the admin kubeconfig path. Fails if RUN already holds a running instance.
+#   stop               stop both and delete RUN
+#   restart-apiserver  stop kube-apiserver and start it again (same flags, certs, tokens, port)
+#   restart-all        stop kube-apiserver and etcd, start both again; etcd keeps its data
+#   stop-apiserver | start-apiserver | stop-etcd | start-etcd
+#                      the individual steps, to keep a component down for a while in a test
+#   status             print which components run (exit 1 if either is down)
+#   env                print $RUN/env (see below)
+#
+# Environment (the same values must be given to every command for one instance):
+#   RUN                       state directory (default /tmp/gpuplane-kube); one instance per RUN
+#   KUBE_APISERVER_PORT       HTTPS port of kube-apiserver (default 26443)
+#   ETCD_PORT                 etcd client port (default 23790); etcd's peer port is ETCD_PEER_PORT
+#                             (default ETCD_PORT+1). Several instances need distinct RUN and ports.
+#   STOP_SIGNAL               signal used to stop components (default TERM; KILL for a crash)
+#   READY_TIMEOUT             seconds to wait for /readyz (default 90)
+#   AGENT_USER, AGENT_GROUPS  identity of the non-admin token (default gpuplane-agent, group
+#                             gpuplane:agents). A ServiceAccount's name, e.g.
+#                             system:serviceaccount:gpuplane-system:gpuplane-agent, makes RBAC
+#                             bindings to that ServiceAccount apply to it.
+#   KUBE_APISERVER_EXTRA_ARGS extra flags for kube-apiserver (word-split)
+#   KUBE_APISERVER, ETCD      binaries (default: $GPUPLANE_E2E_CACHE/kube/bin/kube-apiserver,
+#                             GPUPLANE_E2E_CACHE defaulting to /var/cache/gpuplane-e2e; etcd on PATH)
+#
+# Files in RUN: kubeconfig (admin, group system:masters), agent.kubeconfig (AGENT_USER, no
+# permissions until a test binds some), ca.crt (trust anchor of the serving certificate, also
+# embedded in both kubeconfigs), env (KEY=value lines: KUBE_APISERVER_URL, ADMIN_TOKEN, AGENT_TOKEN,
+# AGENT_USER, KUBECONFIG, AGENT_KUBECONFIG, CA_CERT, ETCD_URL), etcd.log, kube-apiserver.log.
+set -euo pipefail
+
+RUN=$(realpath -m "${RUN:-/tmp/gpuplane-kube}")
+PORT=${KUBE_APISERVER_PORT:-26443}
+EPORT=${ETCD_PORT:-23790}
+EPEER=${ETCD_PEER_PORT:-$((EPORT + 1))}
+SIG=${STOP_SIGNAL:-TERM}
+READY_TIMEOUT=${READY_TIMEOUT:-90}
+AGENT_USER=${AGENT_USER:-gpuplane-agent}
+AGENT_GROUPS=${AGENT_GROUPS:-gpuplane:agents}
+CACHE=${GPUPLANE_E2E_CACHE:-/var/cache/gpuplane-e2e}
+KUBE_APISERVER=${KUBE_APISERVER:-$CACHE/kube/bin/kube-apiserver}
+ETCD=${ETCD:-$(command -v etcd || echo /usr/bin/etcd)}
+URL=https://127.0.0.1:$PORT
+
+log() { printf '[control-plane %s] %s\n' "$RUN" "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+# --- processes -------------------------------------------------------------------------------------
+# pid of a component if it is alive and really ours (its command line names RUN), else nothing.
+pid_of() {
+  local f=$RUN/$1.pid pid
+  [ -f "$f" ] || return 1
+  pid=$(cat "$f")
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$RUN/" || return 1
+  # A zombie is not alive.
+  [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] || return 1
+  echo "$pid"
+}
+
+stop_component() {
+  local name=$1 pid i
+  if pid=$(pid_of "$name"); then
+    kill "-$SIG" "$pid" 2>/dev/null || true
+    for i in $(seq 1 100); do pid_of "$name" >/dev/null || break; sleep 0.1; done
+    if pid_of "$name" >/dev/null; then
+      log "$name ($pid) did not stop on SIG$SIG within 10s; killing it"
+      kill -KILL "$pid" 2>/dev/null || true
+      for i in $(seq 1 50); do pid_of "$name" >/dev/null || break; sleep 0.1; done
+    fi
+  fi
+  rm -f "$RUN/$name.pid"
+}
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Starts "$@" detached (own session, no inherited stdio, so callers that capture our output do not
+# wait for it), logging to $RUN/$name.log.
+spawn() {
+  local name=$1; shift
+  setsid "$@" </dev/null >>"$RUN/$name.log" 2>&1 &
+  echo $! >"$RUN/$name.pid"
+}
+
+# --- one-time setup of RUN -------------------------------------------------------------------------
+init_run() {
+  command -v openssl >/dev/null || die "openssl missing (run e2e/setup/kube-build.sh)"
+  command -v curl >/dev/null || die "curl missing (run e2e/setup/kube-build.sh)"
+  mkdir -p "$RUN"
+  cd "$RUN"
+  [ -f ca.crt ] && [ -f tokens.csv ] && return 0
+  # A private CA and a serving certificate for 127.0.0.1/localhost and the in-cluster names.
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+    -keyout ca.key -out ca.crt -subj "/CN=gpuplane-e2e-ca" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -keyout apiserver.key -out apiserver.csr -subj "/CN=kube-apiserver" 2>/dev/null
+  printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+    "extendedKeyUsage=serverAuth" \
+    "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" \
+    >apiserver.ext
+  openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+    -extfile apiserver.ext -out apiserver.crt 2>/dev/null
+  rm -f apiserver.csr apiserver.ext ca.srl
+  # Service-account token signing key (the apiserver insists on one).
+  openssl genrsa -out sa.key 2048 2>/dev/null
+  # Static tokens: token,user,uid,"group1,group2"
+  ADMIN_TOKEN=$(openssl rand -hex 24)
+  AGENT_TOKEN=$(openssl rand -hex 24)
+  {
+    echo "$ADMIN_TOKEN,gpuplane-e2e-admin,gpuplane-e2e-admin,\"system:masters\""
+    echo "$AGENT_TOKEN,$AGENT_USER,$AGENT_USER,\"$AGENT_GROUPS\""
+  } >tokens.csv
+  chmod 600 tokens.csv ca.key apiserver.key sa.key
+  local ca_data
+  ca_data=$(base64 -w0 ca.crt)
+  write_kubeconfig kubeconfig gpuplane-e2e-admin "$ADMIN_TOKEN" "$ca_data"
+  write_kubeconfig agent.kubeconfig "$AGENT_USER" "$AGENT_TOKEN" "$ca_data"
+  cat >env <<EOF
+KUBE_APISERVER_URL=$URL
+ADMIN_TOKEN=$ADMIN_TOKEN
+AGENT_TOKEN=$AGENT_TOKEN
+AGENT_USER=$AGENT_USER
+KUBECONFIG=$RUN/kubeconfig
+AGENT_KUBECONFIG=$RUN/agent.kubeconfig
+CA_CERT=$RUN/ca.crt
+ETCD_URL=http://127.0.0.1:$EPORT
+EOF
+}
+
+write_kubeconfig() { # file user token ca-data
+  cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: gpuplane-e2e
+  cluster:
+    server: $URL
+    certificate-authority-data: $4
+users:
+- name: $2
+  user:
+    token: $3
+contexts:
+- name: gpuplane-e2e
+  context:
+    cluster: gpuplane-e2e
+    user: $2
+    namespace: default
+current-context: gpuplane-e2e
+EOF
+  chmod 600 "$1"
+}
+
+admin_token() { sed -n 's/^ADMIN_TOKEN=//p' "$RUN/env"; }
+
+# --- etcd ------------------------------------------------------------------------------------------
+start_etcd() {
+  [ -x "$ETCD" ] || die "etcd not found (run e2e/setup/kube-build.sh, which installs etcd-server)"
+  pid_of etcd >/dev/null && { log "etcd already running"; return 0; }
+  port_busy "$EPORT" && die "port $EPORT (etcd client) is in use; set ETCD_PORT"
+  port_busy "$EPEER" && die "port $EPEER (etcd peer) is in use; set ETCD_PEER_PORT"
+  spawn etcd "$ETCD" --name gpuplane-e2e --data-dir "$RUN/etcd-data" \
+    --listen-client-urls "http://127.0.0.1:$EPORT" --advertise-client-urls "http://127.0.0.1:$EPORT" \
+    --listen-peer-urls "http://127.0.0.1:$EPEER" --initial-advertise-peer-urls "http://127.0.0.1:$EPEER" \
+    --initial-cluster "gpuplane-e2e=http://127.0.0.1:$EPEER" --initial-cluster-state new
+  local i
+  for i in $(seq 1 $((READY_TIMEOUT * 5))); do
+    curl -sf "http://127.0.0.1:$EPORT/health" 2>/dev/null | grep -q '"health":"true"' && return 0
+    pid_of etcd >/dev/null || { tail -20 "$RUN/etcd.log" >&2; die "etcd exited (log: $RUN/etcd.log)"; }
+    sleep 0.2
+  done
+  tail -20 "$RUN/etcd.log" >&2
+  die "etcd not healthy after ${READY_TIMEOUT}s (log: $RUN/etcd.log)"
+}
+
+# --- kube-apiserver --------------------------------------------------------------------------------
+start_apiserver() {
+  [ -x "$KUBE_APISERVER" ] || die "$KUBE_APISERVER missing (run e2e/setup/kube-build.sh)"
+  pid_of kube-apiserver >/dev/null && { log "kube-apiserver already running"; return 0; }
+  port_busy "$PORT" && die "port $PORT (kube-apiserver) is in use; set KUBE_APISERVER_PORT"
+  local extra=()
+  # shellcheck disable=SC2206
+  [ -n "${KUBE_APISERVER_EXTRA_ARGS:-}" ] && extra=($KUBE_APISERVER_EXTRA_ARGS)
+  spawn kube-apiserver "$KUBE_APISERVER" \
+    --etcd-servers "http://127.0.0.1:$EPORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$PORT" --insecure-port 0 \
+    --tls-cert-file "$RUN/apiserver.crt" --tls-private-key-file "$RUN/apiserver.key" \
+    --token-auth-file "$RUN/tokens.csv" --authorization-mode RBAC \
+    --service-account-key-file "$RUN/sa.key" --service-account-signing-key-file "$RUN/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc \
+    --service-cluster-ip-range 10.0.0.0/24 \
+    --profiling=false \
+    "${extra[@]}"
+  wait_ready
+}
+
+wait_ready() {
+  local tok i
+  tok=$(admin_token)
+  for i in $(seq 1 $((READY_TIMEOUT * 4))); do
+    [ "$(curl -s --cacert "$RUN/ca.crt" -H "Authorization: Bearer $tok" -o /dev/null -w '%{http_code}' "$URL/readyz" 2>/dev/null)" = 200 ] && return 0
+    pid_of kube-apiserver >/dev/null || { tail -30 "$RUN/kube-apiserver.log" >&2; die "kube-apiserver exited (log: $RUN/kube-apiserver.log)"; }
+    sleep 0.25
+  done
+  curl -s --cacert "$RUN/ca.crt" -H "Authorization: Bearer $tok" "$URL/readyz?verbose" >&2 || true
+  die "kube-apiserver not ready after ${READY_TIMEOUT}s (log: $RUN/kube-apiserver.log)"
+}
+
+# --- commands --------------------------------------------------------------------------------------
+need_run() { [ -f "$RUN/env" ] || die "no control plane in $RUN (run 'start' first)"; }
+
+case "${1:-}" in
+  start)
+    if [ -d "$RUN" ] && { pid_of etcd >/dev/null || pid_of kube-apiserver >/dev/null; }; then
+      die "a control plane already runs in $RUN (stop it first)"
+    fi
+    [ -x "$KUBE_APISERVER" ] || die "$KUBE_APISERVER missing (run e2e/setup/kube-build.sh)"
+    [ -x "$ETCD" ] || die "etcd not found (run e2e/setup/kube-build.sh, which installs etcd-server)"
+    init_run
+    # Leave nothing running behind a failed start (RUN and its logs stay for inspection).
+    started=0
+    trap '[ "$started" = 1 ] || { stop_component kube-apiserver; stop_component etcd; }' EXIT
+    start_etcd
+    start_apiserver
+    started=1
+    log "ready at $URL (etcd http://127.0.0.1:$EPORT)"
+    echo "$RUN/kubeconfig"
+    ;;
+  stop)
+    if [ -d "$RUN" ]; then
+      stop_component kube-apiserver
+      stop_component etcd
+      rm -rf "$RUN"
+    fi
+    ;;
+  restart-apiserver) need_run; stop_component kube-apiserver; start_apiserver ;;
+  restart-all) need_run; stop_component kube-apiserver; stop_component etcd; start_etcd; start_apiserver ;;
+  stop-apiserver) need_run; stop_component kube-apiserver ;;
+  start-apiserver) need_run; start_apiserver ;;
+  stop-etcd) need_run; stop_component etcd ;;
+  start-etcd) need_run; start_etcd ;;
+  status)
+    need_run
+    rc=0
+    for c in etcd kube-apiserver; do
+      if p=$(pid_of "$c"); then echo "$c: running (pid $p)"; else echo "$c: stopped"; rc=1; fi
+    done
+    exit $rc
+    ;;
+  env) need_run; cat "$RUN/env" ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
+esac

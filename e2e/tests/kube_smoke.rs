@@ -1,0 +1,277 @@
+//! Smoke test of the real Kubernetes control plane and gpuplane's CRDs on it.
+//!
+//! Starts etcd + kube-apiserver v1.20.2 (e2e/kube/control-plane.sh) and, with the real kubectl:
+//! installs crds/gpuplane.dev_crds.yaml, applies the kpro6 examples, checks printer columns,
+//! `kubectl explain`, schema validation of PCI addresses, RBAC denial for the agent user, and that
+//! objects survive restarts of kube-apiserver and of etcd.
+//!
+//! Needs the binaries from e2e/setup/kube-build.sh; fails (does not skip) without them.
+
+#[path = "../kube/harness.rs"]
+mod kube_harness;
+
+use kube_harness::{repo_root, ControlPlane};
+use std::time::Instant;
+
+/// Collapses all whitespace runs to one space (kubectl explain re-wraps descriptions).
+fn squash(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn header_columns(table: &str) -> Vec<String> {
+    table
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+fn crd_docs() -> Vec<serde_yaml::Value> {
+    let path = repo_root().join("crds/gpuplane.dev_crds.yaml");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    // Multi-document YAML; split at document markers (serde itself is not a dependency here).
+    text.split("\n---")
+        .map(|doc| doc.trim_start_matches("---"))
+        .map(|doc| serde_yaml::from_str::<serde_yaml::Value>(doc).expect("CRD YAML parses"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+#[test]
+fn kube_smoke() {
+    let t0 = Instant::now();
+    let mut cp = ControlPlane::start("kube-smoke");
+    let root = repo_root();
+    let path = |p: &str| root.join(p).to_string_lossy().into_owned();
+
+    // The server and kubectl both are the v1.20.2 we built (ldflags set): no skew warning.
+    let version = cp.kubectl(&["version", "-o", "json"]).run();
+    assert!(version.success, "kubectl version: {}", version.stderr);
+    let v: serde_json::Value = serde_json::from_str(&version.stdout).expect("version json");
+    assert_eq!(
+        v["clientVersion"]["gitVersion"], "v1.20.2",
+        "{}",
+        version.stdout
+    );
+    assert_eq!(
+        v["serverVersion"]["gitVersion"], "v1.20.2",
+        "{}",
+        version.stdout
+    );
+    assert!(
+        !version.stderr.to_lowercase().contains("warning"),
+        "kubectl warned: {}",
+        version.stderr
+    );
+
+    // --- CRDs ------------------------------------------------------------------------------------
+    let crds = crd_docs();
+    let crd_names: Vec<String> = crds
+        .iter()
+        .map(|d| {
+            d["metadata"]["name"]
+                .as_str()
+                .expect("CRD has metadata.name")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(crd_names.len(), 2, "expected two CRDs, got {crd_names:?}");
+    let applied = cp
+        .kubectl(&["apply", "-f", &path("crds/gpuplane.dev_crds.yaml")])
+        .run();
+    assert!(
+        applied.success,
+        "kube-apiserver v1.20.2 rejected crds/gpuplane.dev_crds.yaml:\n{}{}",
+        applied.stdout, applied.stderr
+    );
+    eprintln!("{}", applied.stdout.trim_end());
+    let mut wait = vec!["wait", "--for", "condition=established", "--timeout=60s"];
+    let crd_refs: Vec<String> = crd_names.iter().map(|n| format!("crd/{n}")).collect();
+    wait.extend(crd_refs.iter().map(String::as_str));
+    cp.kubectl(&wait).ok();
+    // Nothing the server dropped or flagged: NonStructuralSchema etc. would show as conditions.
+    for name in &crd_names {
+        let json = cp.kubectl(&["get", "crd", name, "-o", "json"]).ok();
+        let crd: serde_json::Value = serde_json::from_str(&json).unwrap();
+        for c in crd["status"]["conditions"].as_array().unwrap() {
+            let ty = c["type"].as_str().unwrap_or("");
+            assert!(
+                !(ty == "NonStructuralSchema" && c["status"] == "True"),
+                "CRD {name} has a non-structural schema: {c}"
+            );
+        }
+    }
+
+    // --- Examples and printer columns ------------------------------------------------------------
+    cp.kubectl(&["apply", "-f", &path("examples/kpro6/partition.yaml")])
+        .ok();
+    cp.kubectl(&["apply", "-f", &path("examples/kpro6/server.yaml")])
+        .ok();
+
+    let partitions = cp.kubectl(&["get", "gpupartitions"]).ok();
+    println!("$ kubectl get gpupartitions\n{partitions}");
+    assert_eq!(
+        header_columns(&partitions),
+        ["NAME", "NODE", "SLICES", "READY", "REASON", "AGE"]
+    );
+    let row: Vec<&str> = partitions
+        .lines()
+        .nth(1)
+        .expect("one GpuPartition row")
+        .split_whitespace()
+        .collect();
+    assert_eq!(&row[..2], ["kpro6", "kpro6"], "{partitions}");
+
+    let servers = cp.kubectl(&["get", "inferenceservers", "-A"]).ok();
+    println!("$ kubectl get inferenceservers -A\n{servers}");
+    assert_eq!(
+        header_columns(&servers),
+        [
+            "NAMESPACE",
+            "NAME",
+            "MODEL",
+            "TP",
+            "ENDPOINT",
+            "READY",
+            "REASON",
+            "AGE"
+        ]
+    );
+    let row: Vec<&str> = servers
+        .lines()
+        .nth(1)
+        .expect("one InferenceServer row")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        &row[..4],
+        ["default", "qwen35-122b", "qwen3.5-122b", "4"],
+        "{servers}"
+    );
+
+    // Short names work too.
+    assert!(cp.kubectl(&["get", "gpup"]).ok().contains("kpro6"));
+    assert!(cp.kubectl(&["get", "infs"]).ok().contains("qwen35-122b"));
+
+    // Defaults from the schema were applied by the server (structural defaulting).
+    let obj: serde_json::Value = serde_json::from_str(
+        &cp.kubectl(&["get", "inferenceserver", "qwen35-122b", "-o", "json"])
+            .ok(),
+    )
+    .unwrap();
+    assert_eq!(
+        obj["spec"]["rollback"], "Never",
+        "default not applied: {obj}"
+    );
+    assert_eq!(
+        obj["spec"]["extraArgs"],
+        serde_json::json!([]),
+        "default not applied: {obj}"
+    );
+
+    // --- kubectl explain shows the schema's documentation ----------------------------------------
+    let explain = cp.kubectl(&["explain", "gpupartition.spec.slices"]).ok();
+    println!("$ kubectl explain gpupartition.spec.slices\n{explain}");
+    let gp = crds
+        .iter()
+        .find(|d| d["spec"]["names"]["kind"] == "GpuPartition")
+        .unwrap();
+    let spec_schema = &gp["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    let slices_doc = spec_schema["properties"]["slices"]["description"]
+        .as_str()
+        .unwrap();
+    let item_doc = spec_schema["properties"]["slices"]["items"]["description"]
+        .as_str()
+        .unwrap();
+    let explained = squash(&explain);
+    assert!(
+        explained.contains(&squash(slices_doc)),
+        "explain lacks {slices_doc:?}:\n{explain}"
+    );
+    assert!(
+        explained.contains(&squash(item_doc)),
+        "explain lacks {item_doc:?}:\n{explain}"
+    );
+    for field in ["consumer", "driver", "gpus", "name"] {
+        assert!(
+            explain.contains(field),
+            "explain lacks field {field}:\n{explain}"
+        );
+    }
+
+    // --- Schema validation: PCI address pattern --------------------------------------------------
+    let partition = |name: &str, address: &str| {
+        format!(
+            "apiVersion: gpuplane.dev/v1alpha1\nkind: GpuPartition\nmetadata:\n  name: {name}\n\
+             spec:\n  nodeName: {name}\n  slices:\n  - name: vm\n    driver: vfio-pci\n    \
+             gpus:\n      addresses: [\"{address}\"]\n"
+        )
+    };
+    // A well-formed address passes (so the rejection below is the pattern's doing) ...
+    cp.kubectl(&["create", "--dry-run=server", "-f", "-"])
+        .stdin(&partition("good", "0000:01:00.0"))
+        .ok();
+    // ... a short bus number does not.
+    let rejected = cp
+        .kubectl(&["create", "-f", "-"])
+        .stdin(&partition("bad", "0000:1:00.0"))
+        .fails();
+    println!("$ kubectl create -f - (addresses: [\"0000:1:00.0\"])\n{rejected}");
+    assert!(rejected.contains("is invalid"), "{rejected}");
+    assert!(rejected.contains("0000:1:00.0"), "{rejected}");
+    assert!(
+        rejected.contains("addresses") && rejected.contains("should match"),
+        "{rejected}"
+    );
+    assert!(cp
+        .kubectl(&["get", "gpupartition", "bad"])
+        .fails()
+        .contains("NotFound"));
+
+    // --- RBAC: the agent user is authenticated but has no permissions yet ------------------------
+    let denied = cp.kubectl_agent(&["get", "gpupartitions"]).fails();
+    println!("$ kubectl --kubeconfig agent.kubeconfig get gpupartitions\n{denied}");
+    let agent_user = &cp.env["AGENT_USER"];
+    assert!(
+        denied.contains("(Forbidden)"),
+        "expected 403 Forbidden, got: {denied}"
+    );
+    assert!(
+        denied.contains(&format!(
+            "User \"{agent_user}\" cannot list resource \"gpupartitions\""
+        )),
+        "{denied}"
+    );
+    // Forbidden, not Unauthorized: the token is known (a SelfSubjectAccessReview works).
+    let can_i = cp
+        .kubectl_agent(&["auth", "can-i", "list", "gpupartitions.gpuplane.dev"])
+        .run();
+    assert_eq!(
+        can_i.stdout.trim(),
+        "no",
+        "{}{}",
+        can_i.stdout,
+        can_i.stderr
+    );
+    assert_eq!(
+        cp.kubectl(&["auth", "can-i", "list", "gpupartitions.gpuplane.dev"])
+            .ok()
+            .trim(),
+        "yes"
+    );
+
+    // --- Restarts keep the data ------------------------------------------------------------------
+    cp.control("restart-apiserver");
+    assert!(cp.kubectl(&["get", "gpupartitions"]).ok().contains("kpro6"));
+    cp.control("restart-all");
+    assert!(cp
+        .kubectl(&["get", "inferenceservers", "-A"])
+        .ok()
+        .contains("qwen35-122b"));
+
+    cp.stop();
+    eprintln!("[kube_smoke] done in {:.1}s", t0.elapsed().as_secs_f64());
+}

@@ -1,0 +1,208 @@
+//! Smoke test of the emulated GPU host (e2e/vm/run.sh): boots Debian's kernel under qemu (TCG,
+//! q35 + intel-iommu) and checks, from inside the guest, what the agent will rely on: four
+//! display-class stand-in GPUs (bochs-display, vendor 0x1234) spread over two NUMA nodes, each
+//! alone in its IOMMU group, one more behind a PCIe-to-PCI bridge sharing its group with an e1000
+//! (a "group companion"), group type DMA-FQ by default and identity with `iommu=pt`, and a real
+//! rebind to vfio-pci.
+//!
+//! Needs the VM set-up; without it the test fails (on purpose) and says how to make it:
+//!   e2e/setup/install-vm-deps.sh && e2e/vm/build-image.sh
+//! Run: cargo test -p gpuplane-e2e --test vm_smoke -- --nocapture   (two boots, ~1-2 min)
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+const HINT: &str = "the VM test set-up is missing: run e2e/setup/install-vm-deps.sh and then \
+                    e2e/vm/build-image.sh (as root)";
+
+/// Prints one `DEV` line per PCI device and one `GROUP` line per IOMMU group; with VFIO=1 also
+/// moves one stand-in GPU to vfio-pci the way the agent will (driver_override, unbind,
+/// drivers_probe) and prints `VFIO` lines about the result.
+const CHECK_SCRIPT: &str = r#"#!/bin/sh
+set -u
+dev_line() {
+  d=/sys/bus/pci/devices/$1
+  drv=-; [ -e "$d/driver" ] && drv=$(basename "$(readlink "$d/driver")")
+  grp=-; typ=-
+  if [ -e "$d/iommu_group" ]; then
+    grp=$(basename "$(readlink "$d/iommu_group")"); typ=$(cat "$d/iommu_group/type")
+  fi
+  echo "DEV $1 $(cat "$d/vendor") $(cat "$d/device") $(cat "$d/class") $(cat "$d/numa_node") $drv $grp $typ"
+}
+for d in /sys/bus/pci/devices/*; do dev_line "${d##*/}"; done
+for g in /sys/kernel/iommu_groups/*; do
+  echo "GROUP ${g##*/} $(cat "$g/type") $(ls "$g/devices" | tr '\n' ' ')"
+done
+[ "$VFIO" = 1 ] || exit 0
+modprobe vfio-pci || { echo "VFIO modprobe-failed"; exit 3; }
+t=""
+for d in /sys/bus/pci/devices/*; do
+  [ "$(cat "$d/vendor")" = 0x1234 ] && [ "$(cat "$d/class")" = 0x038000 ] || continue
+  [ "$(ls "$d/iommu_group/devices" | wc -l)" = 1 ] || continue
+  t=${d##*/}
+done
+[ -n "$t" ] || { echo "VFIO no-target"; exit 3; }
+d=/sys/bus/pci/devices/$t
+g=$(basename "$(readlink "$d/iommu_group")")
+echo "VFIO target $t $g"
+echo vfio-pci > "$d/driver_override"
+[ -e "$d/driver" ] && echo "$t" > "$d/driver/unbind"
+echo "$t" > /sys/bus/pci/drivers_probe
+echo "VFIO driver $(basename "$(readlink "$d/driver")")"
+[ -c "/dev/vfio/$g" ] && echo "VFIO devnode /dev/vfio/$g"
+echo "VFIO ls $(ls /dev/vfio | tr '\n' ' ')"
+"#;
+
+#[derive(Debug, Clone)]
+struct Dev {
+    bdf: String,
+    vendor: String,
+    device: String,
+    class: String,
+    numa: i32,
+    driver: String,
+    group: String,
+    group_type: String,
+}
+
+fn e2e_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn cache_dir() -> PathBuf {
+    std::env::var_os("GPUPLANE_E2E_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/gpuplane-e2e"))
+}
+
+fn in_path(prog: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+        .unwrap_or(false)
+}
+
+/// Fails (does not skip) when the VM set-up is missing.
+fn preflight() {
+    assert!(in_path("qemu-system-x86_64"), "qemu-system-x86_64 not found in PATH; {HINT}");
+    for f in ["base.img", "vmlinuz", "initrd.img", "stamp"] {
+        let p = cache_dir().join(f);
+        assert!(p.is_file(), "{} missing; {HINT}", p.display());
+    }
+}
+
+/// Boots the VM once with CHECK_SCRIPT; returns its output. Panics on any failure.
+fn boot(label: &str, kargs: &str, vfio: bool, tmp: &Path) -> String {
+    let script = tmp.join(format!("check-{label}.sh"));
+    let body = CHECK_SCRIPT.replacen("set -u\n", &format!("set -u\nVFIO={}\n", vfio as u8), 1);
+    std::fs::write(&script, body).unwrap();
+    let started = Instant::now();
+    let out = Command::new(e2e_dir().join("vm/run.sh"))
+        .arg(&script)
+        .env("KARGS", kargs)
+        .output()
+        .expect("cannot start e2e/vm/run.sh");
+    let secs = started.elapsed().as_secs_f64();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    eprintln!("--- boot {label} (KARGS={kargs:?}): {secs:.1}s wall, exit {:?}", out.status.code());
+    eprint!("{stdout}");
+    if !stderr.is_empty() {
+        eprintln!("--- stderr\n{stderr}");
+    }
+    if out.status.code() == Some(2) {
+        panic!("run.sh refused to run ({}); {HINT}", stderr.trim());
+    }
+    assert!(out.status.success(), "boot {label}: run.sh exited {:?}\n{stderr}", out.status.code());
+    stdout
+}
+
+fn parse_devs(out: &str) -> Vec<Dev> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("DEV "))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 8, "bad DEV line: {l}");
+            Dev {
+                bdf: f[0].into(),
+                vendor: f[1].into(),
+                device: f[2].into(),
+                class: f[3].into(),
+                numa: f[4].parse().unwrap_or_else(|_| panic!("bad numa_node in {l}")),
+                driver: f[5].into(),
+                group: f[6].into(),
+                group_type: f[7].into(),
+            }
+        })
+        .collect()
+}
+
+/// Checks the PCI/IOMMU layout every boot must show; returns the four stand-in GPUs.
+fn check_layout(devs: &[Dev], want_type: &str) -> Vec<Dev> {
+    let mut members: BTreeMap<&str, Vec<&Dev>> = BTreeMap::new();
+    for d in devs.iter().filter(|d| d.group != "-") {
+        members.entry(d.group.as_str()).or_default().push(d);
+    }
+    assert!(!members.is_empty(), "no IOMMU groups at all: {devs:#?}");
+    for d in devs {
+        assert_ne!(d.group, "-", "device {} has no IOMMU group", d.bdf);
+        assert_eq!(d.group_type, want_type, "IOMMU group type of {}", d.bdf);
+    }
+    let display: Vec<&Dev> =
+        devs.iter().filter(|d| d.vendor == "0x1234" && d.class == "0x038000").collect();
+    let alone: Vec<Dev> = display
+        .iter()
+        .filter(|d| members[d.group.as_str()].len() == 1)
+        .map(|d| (*d).clone())
+        .collect();
+    assert_eq!(alone.len(), 4, "want 4 display-class 0x1234 devices alone in their group: {display:#?}");
+    for d in &alone {
+        assert_eq!(d.device, "0x1111", "bochs-display device id at {}", d.bdf);
+        assert_eq!(d.driver, "bochs-drm", "driver of {}", d.bdf);
+    }
+    let on = |n: i32| alone.iter().filter(|d| d.numa == n).count();
+    assert_eq!((on(0), on(1)), (2, 2), "NUMA spread of the stand-in GPUs: {alone:#?}");
+    let groups: BTreeSet<&str> = alone.iter().map(|d| d.group.as_str()).collect();
+    assert_eq!(groups.len(), 4, "stand-in GPUs must be in distinct IOMMU groups");
+
+    // The companion pair: one more display device sharing its group with an e1000 (8086:100e).
+    let shared: Vec<&&Dev> = display.iter().filter(|d| members[d.group.as_str()].len() > 1).collect();
+    assert_eq!(shared.len(), 1, "want one display device with group companions: {display:#?}");
+    let companions = &members[shared[0].group.as_str()];
+    assert!(
+        companions.iter().any(|c| c.vendor == "0x8086" && c.device == "0x100e" && c.class == "0x020000"),
+        "the e1000 must share group {} with {}: {companions:#?}",
+        shared[0].group,
+        shared[0].bdf
+    );
+    alone
+}
+
+#[test]
+fn vm_gpu_host_layout_iommu_and_vfio() {
+    preflight();
+    let tmp = std::env::temp_dir().join(format!("gpuplane-vm-smoke-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+
+    // Boot 1: default kernel args (intel_iommu=on): DMA-FQ groups, then a rebind to vfio-pci.
+    let out = boot("dma", "", true, &tmp);
+    let devs = parse_devs(&out);
+    let gpus = check_layout(&devs, "DMA-FQ");
+    let vfio: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("VFIO ")).collect();
+    let target = vfio
+        .iter()
+        .find_map(|l| l.strip_prefix("target "))
+        .unwrap_or_else(|| panic!("no VFIO target reported: {vfio:?}"));
+    let (bdf, group) = target.split_once(' ').unwrap();
+    assert!(gpus.iter().any(|g| g.bdf == bdf && g.group == group), "target {target} is a stand-in GPU");
+    assert!(vfio.contains(&"driver vfio-pci"), "driver link did not move to vfio-pci: {vfio:?}");
+    let node = format!("devnode /dev/vfio/{group}");
+    assert!(vfio.contains(&node.as_str()), "/dev/vfio/{group} not created: {vfio:?}");
+
+    // Boot 2: iommu=pt: the same layout, identity domains.
+    let out = boot("pt", "iommu=pt", false, &tmp);
+    check_layout(&parse_devs(&out), "identity");
+
+    let _ = std::fs::remove_dir_all(&tmp);
+}

@@ -1,0 +1,169 @@
+#!/bin/bash
+# Boots the emulated GPU host once with a script to run, and prints what the script printed.
+#
+#   run.sh SCRIPT [FILE...]
+#
+# SCRIPT is installed as /usr/local/bin/check.sh and each FILE as /usr/local/bin/<basename>
+# (all mode 0755) in a private copy of the base image built by build-image.sh. The guest
+# (Debian's kernel, systemd as PID 1) runs check.sh once after reaching multi-user.target and powers
+# off. run.sh prints the script's stdout+stderr on its stdout, unchanged, and exits with the
+# script's exit status.
+#
+# The machine (qemu TCG, q35 + intel-iommu with interrupt remapping, 2 vCPUs, 2 NUMA nodes):
+#   pxb-pcie "pxb0" numa_node=0 (buses 0x40..)
+#     pcie-root-port rp0a  -> bochs-display            stand-in GPU, own IOMMU group
+#     pcie-root-port rp0b  -> bochs-display            stand-in GPU, own IOMMU group
+#     pcie-root-port rp0c  -> pcie-pci-bridge br0      devices behind it share one IOMMU group:
+#                               slot 1: bochs-display  stand-in GPU with a group companion
+#                               slot 2: e1000          the companion (class 0x0200)
+#   pxb-pcie "pxb1" numa_node=1 (buses 0x80..)
+#     pcie-root-port rp1a  -> bochs-display            stand-in GPU, own IOMMU group
+#     pcie-root-port rp1b  -> bochs-display            stand-in GPU, own IOMMU group
+#   pcie.0: virtio-blk root disk (numa_node -1), and a virtio-net NIC with VM_NET=user.
+# bochs-display is vendor:device 1234:1111, class 0x038000, driven by the "bochs" DRM driver.
+# Kernel args always include intel_iommu=on (groups of type DMA-FQ); KARGS=iommu=pt gives identity.
+#
+# Environment:
+#   KARGS               extra kernel command line (e.g. "iommu=pt")
+#   VM_TIMEOUT          seconds before the VM is killed (default 300)
+#   VM_MEM              guest memory in MiB, split evenly over the two nodes (default 1536)
+#   VM_NET=user         add a user-mode NIC; the guest gets 10.0.2.15, the host is 10.0.2.2 ("host")
+#   VM_QEMU_ARGS        extra qemu arguments (word-split)
+#   VM_QUIET=1          do not print the VM's wall time on stderr
+#   VM_KEEP=1           keep the work dir (disk image, console.log) even on success
+#   GPUPLANE_E2E_CACHE  where build-image.sh put the image (default /var/cache/gpuplane-e2e)
+# Exit status: the script's; 124 if the VM timed out; 125 if the VM ended without reporting
+# (the console log's tail then goes to stderr and the work dir is kept); 2 for usage/setup errors.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+if [ $# -lt 1 ]; then
+  echo "usage: $0 SCRIPT [FILE...]" >&2
+  exit 2
+fi
+SCRIPT=$1; shift
+for f in "$SCRIPT" "$@"; do
+  [ -f "$f" ] || { echo "run.sh: no such file: $f" >&2; exit 2; }
+done
+
+QEMU=qemu-system-x86_64
+command -v $QEMU >/dev/null || { echo "run.sh: $QEMU not found; $E2E_HINT" >&2; exit 2; }
+command -v debugfs >/dev/null || { echo "run.sh: debugfs not found; $E2E_HINT" >&2; exit 2; }
+for f in base.img vmlinuz initrd.img stamp; do
+  [ -f "$E2E_CACHE/$f" ] || { echo "run.sh: $E2E_CACHE/$f missing; $E2E_HINT" >&2; exit 2; }
+done
+case "$(cat "$E2E_CACHE/stamp")" in
+  "script_sha=$(e2e_script_sha) "*) ;;
+  *) echo "run.sh: $E2E_CACHE/base.img is stale (build-image.sh changed); $E2E_HINT" >&2; exit 2 ;;
+esac
+
+W=$(mktemp -d "${TMPDIR:-/tmp}/gpuplane-vm.XXXXXX")
+qpid=""
+on_signal() {
+  [ -n "$qpid" ] && kill "$qpid" 2>/dev/null
+  rm -f "$W/disk.img"
+  exit 130
+}
+trap on_signal INT TERM
+
+# Private copy of the image with the script and files written in (no mount, no root needed).
+cp --sparse=always "$E2E_CACHE/base.img" "$W/disk.img"
+{
+  inject() {  # src dst
+    echo "rm $2"
+    echo "write $1 $2"
+    echo "set_inode_field $2 mode 0100755"
+    echo "set_inode_field $2 uid 0"
+    echo "set_inode_field $2 gid 0"
+  }
+  inject "$(realpath "$SCRIPT")" /usr/local/bin/check.sh
+  for f in "$@"; do inject "$(realpath "$f")" "/usr/local/bin/$(basename "$f")"; done
+} >"$W/debugfs.cmds"
+debugfs -w -f "$W/debugfs.cmds" "$W/disk.img" >"$W/debugfs.log" 2>&1
+for f in check.sh $(for f in "$@"; do basename "$f"; done); do
+  if ! debugfs -R "stat /usr/local/bin/$f" "$W/disk.img" 2>/dev/null | grep -q 'Mode:  0755'; then
+    cat "$W/debugfs.log" >&2
+    echo "run.sh: could not write /usr/local/bin/$f into the image (work dir $W)" >&2
+    exit 2
+  fi
+done
+
+# The machine.
+mem=${VM_MEM:-1536}
+half=$(( mem / 2 ))
+dev=(
+  -device pxb-pcie,id=pxb0,bus_nr=0x40,numa_node=0,bus=pcie.0
+  -device pcie-root-port,id=rp0a,bus=pxb0,chassis=1,slot=1
+  -device bochs-display,bus=rp0a
+  -device pcie-root-port,id=rp0b,bus=pxb0,chassis=2,slot=2
+  -device bochs-display,bus=rp0b
+  -device pcie-root-port,id=rp0c,bus=pxb0,chassis=3,slot=3
+  -device pcie-pci-bridge,id=br0,bus=rp0c
+  -device bochs-display,bus=br0,addr=1
+  -device e1000,bus=br0,addr=2,netdev=nd-none
+  -device pxb-pcie,id=pxb1,bus_nr=0x80,numa_node=1,bus=pcie.0
+  -device pcie-root-port,id=rp1a,bus=pxb1,chassis=11,slot=1
+  -device bochs-display,bus=rp1a
+  -device pcie-root-port,id=rp1b,bus=pxb1,chassis=12,slot=2
+  -device bochs-display,bus=rp1b
+)
+net=(-netdev hubport,id=nd-none,hubid=9)   # the e1000 is a companion device, not a network
+kargs="console=ttyS0 root=/dev/vda rw quiet intel_iommu=on panic=-1 systemd.show_status=0"
+if [ "${VM_NET:-}" = user ]; then
+  net+=(-netdev user,id=nd-user -device virtio-net-pci,netdev=nd-user,bus=pcie.0)
+  kargs="$kargs gpuplane.net=1"
+fi
+
+start=$(date +%s%N)
+# shellcheck disable=SC2086
+timeout --kill-after=10 "${VM_TIMEOUT:-300}" $QEMU \
+  -nodefaults -display none -no-reboot \
+  -accel tcg -M q35,kernel-irqchip=split -smp 2 -m "$mem" \
+  -object memory-backend-ram,id=m0,size=${half}M -object memory-backend-ram,id=m1,size=$(( mem - half ))M \
+  -numa node,nodeid=0,cpus=0,memdev=m0 -numa node,nodeid=1,cpus=1,memdev=m1 \
+  -device intel-iommu,intremap=on \
+  "${dev[@]}" "${net[@]}" \
+  -drive file="$W/disk.img",if=none,id=root,format=raw \
+  -device virtio-blk-pci,drive=root,bus=pcie.0 \
+  -chardev file,id=con,path="$W/console.log" -serial chardev:con \
+  -chardev file,id=res,path="$W/result.log" -device isa-serial,chardev=res,index=1 \
+  -kernel "$E2E_CACHE/vmlinuz" -initrd "$E2E_CACHE/initrd.img" \
+  -append "$kargs ${KARGS:-}" \
+  ${VM_QEMU_ARGS:-} >"$W/qemu.log" 2>&1 &
+qpid=$!
+qrc=0
+wait $qpid || qrc=$?
+qpid=""
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+secs=$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))
+echo "$secs" >"$W/wall_seconds"
+[ "${VM_QUIET:-}" = 1 ] || echo "run.sh: VM ran ${secs}s (boot, script, power-off)" >&2
+
+touch "$W/result.log"
+sed 's/\r$//' "$W/result.log" >"$W/result.txt"
+end_line=$(grep -n '^@@END@@ rc=[0-9]*$' "$W/result.txt" | tail -1 || true)
+if grep -q '^@@BEGIN@@$' "$W/result.txt" && [ -n "$end_line" ]; then
+  begin=$(grep -n '^@@BEGIN@@$' "$W/result.txt" | head -1 | cut -d: -f1)
+  end=${end_line%%:*}
+  rc=${end_line##*rc=}
+  sed -n "$((begin + 1)),$((end - 1))p" "$W/result.txt"
+  if [ "${VM_KEEP:-}" = 1 ]; then
+    echo "run.sh: work dir kept: $W" >&2
+  else
+    rm -rf "$W"
+  fi
+  exit "$rc"
+fi
+
+rm -f "$W/disk.img"
+{
+  echo "run.sh: the VM ended without reporting a result (qemu exit $qrc after ${secs}s)."
+  if [ $qrc = 124 ] || [ $qrc = 137 ]; then
+    echo "run.sh: timed out after ${VM_TIMEOUT:-300}s (set VM_TIMEOUT to wait longer)"
+  fi
+  echo "---- qemu.log"; tail -20 "$W/qemu.log"
+  echo "---- last 60 lines of $W/console.log"; tail -60 "$W/console.log" | tr -d '\r'
+  echo "---- partial result ($W/result.txt)"; tail -20 "$W/result.txt"
+} >&2
+if [ $qrc = 124 ] || [ $qrc = 137 ]; then exit 124; fi
+exit 125
