@@ -48,8 +48,9 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-have_version() { # $1 = binary, $2... = args that print the version
-  [ -x "$1" ] && "$@" 2>/dev/null | grep -q "$KUBE_VERSION"
+have_version() { # binary args-that-print-the-version...
+  local out
+  [ -x "$1" ] && out=$("$@" 2>/dev/null) && [[ $out == *"$KUBE_VERSION"* ]]
 }
 
 print_paths() {
@@ -61,8 +62,8 @@ print_paths() {
 apt_install "${RUNTIME_PKGS[@]}"
 
 if [ "${KUBE_BUILD_FORCE:-0}" != 1 ] &&
-   have_version "$BIN/kube-apiserver" "$BIN/kube-apiserver" --version &&
-   have_version "$BIN/kubectl" "$BIN/kubectl" version --client --short; then
+   have_version "$BIN/kube-apiserver" --version &&
+   have_version "$BIN/kubectl" version --client --short; then
   log "cached build found"
   print_paths
   exit 0
@@ -98,7 +99,8 @@ if [ ! -f "$TREE/.unpacked" ]; then
   if ! ls kubernetes_*.orig.tar.gz >/dev/null 2>&1; then
     log "downloading Debian source package 'kubernetes'"
     # --download-only: no dpkg-source needed; we only use the upstream tarball.
-    apt-get source --download-only kubernetes >/dev/null
+    apt-get source --download-only kubernetes 2>&1 >/dev/null | grep -v 'unsandboxed as root' >&2 || true
+    ls kubernetes_*.orig.tar.gz >/dev/null 2>&1 || { log "apt-get source kubernetes failed"; exit 1; }
   fi
   rm -rf "$TREE"
   log "unpacking $(ls kubernetes_*.orig.tar.gz)"
@@ -121,6 +123,20 @@ if [ ! -f vendor/github.com/modern-go/reflect2/go_above_118.go ]; then
   rm -rf vendor/github.com/modern-go/reflect2
   cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 vendor/github.com/modern-go/reflect2
 fi
+
+# The OpenAPI type validator (vendored twice: go-openapi/validate and kube-openapi's fork) treats a
+# value equal to its type's zero value as JSON null: `reflect.DeepEqual(reflect.Zero(t),
+# reflect.ValueOf(data))`. With the Go 1.15 that upstream built 1.20 with, the two reflect.Values never
+# compared equal, so only a real null failed. Since Go 1.19, reflect.Zero and an interface holding ""
+# both point at runtime.zeroVal, so every empty string fails `type: string` ("... in body must be of
+# type string: "null"") in custom resources and in CRD defaults. Restore the original behaviour.
+for f in vendor/github.com/go-openapi/validate/type.go vendor/k8s.io/kube-openapi/pkg/validation/validate/type.go; do
+  [ -f "$f" ] || continue
+  if grep -q 'reflect.DeepEqual(reflect.Zero(reflect.TypeOf(data)), reflect.ValueOf(data))' "$f"; then
+    log "patching $f (empty strings are not null)"
+    sed -i 's/if data == nil || reflect.DeepEqual(reflect.Zero(reflect.TypeOf(data)), reflect.ValueOf(data)) {/if data == nil {/' "$f"
+  fi
+done
 
 # The release tarball does not contain the generated OpenAPI definitions the apiserver links in
 # (upstream's build generates them). Generate them with the vendored openapi-gen over every package
@@ -150,9 +166,9 @@ mkdir -p "$BIN/.new"
 go build -ldflags "$ldflags" -o "$BIN/.new/" ./cmd/kube-apiserver ./cmd/kubectl
 mv -f "$BIN/.new/kube-apiserver" "$BIN/.new/kubectl" "$BIN/" && rmdir "$BIN/.new"
 
-have_version "$BIN/kube-apiserver" "$BIN/kube-apiserver" --version ||
+have_version "$BIN/kube-apiserver" --version ||
   { log "built kube-apiserver does not report $KUBE_VERSION"; exit 1; }
-have_version "$BIN/kubectl" "$BIN/kubectl" version --client --short ||
+have_version "$BIN/kubectl" version --client --short ||
   { log "built kubectl does not report $KUBE_VERSION"; exit 1; }
 
 if [ "${KUBE_BUILD_KEEP:-0}" != 1 ]; then

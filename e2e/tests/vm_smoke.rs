@@ -85,7 +85,10 @@ fn in_path(prog: &str) -> bool {
 
 /// Fails (does not skip) when the VM set-up is missing.
 fn preflight() {
-    assert!(in_path("qemu-system-x86_64"), "qemu-system-x86_64 not found in PATH; {HINT}");
+    assert!(
+        in_path("qemu-system-x86_64"),
+        "qemu-system-x86_64 not found in PATH; {HINT}"
+    );
     for f in ["base.img", "vmlinuz", "initrd.img", "stamp"] {
         let p = cache_dir().join(f);
         assert!(p.is_file(), "{} missing; {HINT}", p.display());
@@ -106,7 +109,10 @@ fn boot(label: &str, kargs: &str, vfio: bool, tmp: &Path) -> String {
     let secs = started.elapsed().as_secs_f64();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    eprintln!("--- boot {label} (KARGS={kargs:?}): {secs:.1}s wall, exit {:?}", out.status.code());
+    eprintln!(
+        "--- boot {label} (KARGS={kargs:?}): {secs:.1}s wall, exit {:?}",
+        out.status.code()
+    );
     eprint!("{stdout}");
     if !stderr.is_empty() {
         eprintln!("--- stderr\n{stderr}");
@@ -114,7 +120,11 @@ fn boot(label: &str, kargs: &str, vfio: bool, tmp: &Path) -> String {
     if out.status.code() == Some(2) {
         panic!("run.sh refused to run ({}); {HINT}", stderr.trim());
     }
-    assert!(out.status.success(), "boot {label}: run.sh exited {:?}\n{stderr}", out.status.code());
+    assert!(
+        out.status.success(),
+        "boot {label}: run.sh exited {:?}\n{stderr}",
+        out.status.code()
+    );
     stdout
 }
 
@@ -129,7 +139,9 @@ fn parse_devs(out: &str) -> Vec<Dev> {
                 vendor: f[1].into(),
                 device: f[2].into(),
                 class: f[3].into(),
-                numa: f[4].parse().unwrap_or_else(|_| panic!("bad numa_node in {l}")),
+                numa: f[4]
+                    .parse()
+                    .unwrap_or_else(|_| panic!("bad numa_node in {l}")),
                 driver: f[5].into(),
                 group: f[6].into(),
                 group_type: f[7].into(),
@@ -149,29 +161,52 @@ fn check_layout(devs: &[Dev], want_type: &str) -> Vec<Dev> {
         assert_ne!(d.group, "-", "device {} has no IOMMU group", d.bdf);
         assert_eq!(d.group_type, want_type, "IOMMU group type of {}", d.bdf);
     }
-    let display: Vec<&Dev> =
-        devs.iter().filter(|d| d.vendor == "0x1234" && d.class == "0x038000").collect();
+    let display: Vec<&Dev> = devs
+        .iter()
+        .filter(|d| d.vendor == "0x1234" && d.class == "0x038000")
+        .collect();
     let alone: Vec<Dev> = display
         .iter()
         .filter(|d| members[d.group.as_str()].len() == 1)
         .map(|d| (*d).clone())
         .collect();
-    assert_eq!(alone.len(), 4, "want 4 display-class 0x1234 devices alone in their group: {display:#?}");
+    assert_eq!(
+        alone.len(),
+        4,
+        "want 4 display-class 0x1234 devices alone in their group: {display:#?}"
+    );
     for d in &alone {
         assert_eq!(d.device, "0x1111", "bochs-display device id at {}", d.bdf);
         assert_eq!(d.driver, "bochs-drm", "driver of {}", d.bdf);
     }
     let on = |n: i32| alone.iter().filter(|d| d.numa == n).count();
-    assert_eq!((on(0), on(1)), (2, 2), "NUMA spread of the stand-in GPUs: {alone:#?}");
+    assert_eq!(
+        (on(0), on(1)),
+        (2, 2),
+        "NUMA spread of the stand-in GPUs: {alone:#?}"
+    );
     let groups: BTreeSet<&str> = alone.iter().map(|d| d.group.as_str()).collect();
-    assert_eq!(groups.len(), 4, "stand-in GPUs must be in distinct IOMMU groups");
+    assert_eq!(
+        groups.len(),
+        4,
+        "stand-in GPUs must be in distinct IOMMU groups"
+    );
 
     // The companion pair: one more display device sharing its group with an e1000 (8086:100e).
-    let shared: Vec<&&Dev> = display.iter().filter(|d| members[d.group.as_str()].len() > 1).collect();
-    assert_eq!(shared.len(), 1, "want one display device with group companions: {display:#?}");
+    let shared: Vec<&&Dev> = display
+        .iter()
+        .filter(|d| members[d.group.as_str()].len() > 1)
+        .collect();
+    assert_eq!(
+        shared.len(),
+        1,
+        "want one display device with group companions: {display:#?}"
+    );
     let companions = &members[shared[0].group.as_str()];
     assert!(
-        companions.iter().any(|c| c.vendor == "0x8086" && c.device == "0x100e" && c.class == "0x020000"),
+        companions
+            .iter()
+            .any(|c| c.vendor == "0x8086" && c.device == "0x100e" && c.class == "0x020000"),
         "the e1000 must share group {} with {}: {companions:#?}",
         shared[0].group,
         shared[0].bdf
@@ -189,16 +224,28 @@ fn vm_gpu_host_layout_iommu_and_vfio() {
     let out = boot("dma", "", true, &tmp);
     let devs = parse_devs(&out);
     let gpus = check_layout(&devs, "DMA-FQ");
-    let vfio: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("VFIO ")).collect();
+    let vfio: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("VFIO "))
+        .collect();
     let target = vfio
         .iter()
         .find_map(|l| l.strip_prefix("target "))
         .unwrap_or_else(|| panic!("no VFIO target reported: {vfio:?}"));
     let (bdf, group) = target.split_once(' ').unwrap();
-    assert!(gpus.iter().any(|g| g.bdf == bdf && g.group == group), "target {target} is a stand-in GPU");
-    assert!(vfio.contains(&"driver vfio-pci"), "driver link did not move to vfio-pci: {vfio:?}");
+    assert!(
+        gpus.iter().any(|g| g.bdf == bdf && g.group == group),
+        "target {target} is a stand-in GPU"
+    );
+    assert!(
+        vfio.contains(&"driver vfio-pci"),
+        "driver link did not move to vfio-pci: {vfio:?}"
+    );
     let node = format!("devnode /dev/vfio/{group}");
-    assert!(vfio.contains(&node.as_str()), "/dev/vfio/{group} not created: {vfio:?}");
+    assert!(
+        vfio.contains(&node.as_str()),
+        "/dev/vfio/{group} not created: {vfio:?}"
+    );
 
     // Boot 2: iommu=pt: the same layout, identity domains.
     let out = boot("pt", "iommu=pt", false, &tmp);

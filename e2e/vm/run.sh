@@ -110,7 +110,7 @@ dev=(
 net=(-netdev hubport,id=nd-none,hubid=9)   # the e1000 is a companion device, not a network
 kargs="console=ttyS0 root=/dev/vda rw quiet intel_iommu=on panic=-1 systemd.show_status=0"
 if [ "${VM_NET:-}" = user ]; then
-  net+=(-netdev user,id=nd-user -device virtio-net-pci,netdev=nd-user,bus=pcie.0)
+  net+=(-netdev user,id=nd-user -device virtio-net-pci,netdev=nd-user,bus=pcie.0,addr=0x4)
   kargs="$kargs gpuplane.net=1"
 fi
 
@@ -124,7 +124,7 @@ timeout --kill-after=10 "${VM_TIMEOUT:-300}" $QEMU \
   -device intel-iommu,intremap=on \
   "${dev[@]}" "${net[@]}" \
   -drive file="$W/disk.img",if=none,id=root,format=raw \
-  -device virtio-blk-pci,drive=root,bus=pcie.0 \
+  -device virtio-blk-pci,drive=root,bus=pcie.0,addr=0x3 \
   -chardev file,id=con,path="$W/console.log" -serial chardev:con \
   -chardev file,id=res,path="$W/result.log" -device isa-serial,chardev=res,index=1 \
   -kernel "$E2E_CACHE/vmlinuz" -initrd "$E2E_CACHE/initrd.img" \

@@ -66,6 +66,12 @@ pub struct HostArgs {
     /// Vendor ID (hex, no 0x) of the devices treated as GPUs (display class 03xx).
     #[arg(long, default_value = "10de")]
     pub gpu_vendor: String,
+    /// With `--host local`: read and write host paths under this directory instead of `/`.
+    #[arg(long, default_value = "/")]
+    pub host_root: PathBuf,
+    /// With `--host local`: the node name (default: /etc/hostname).
+    #[arg(long)]
+    pub node_name: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -104,16 +110,24 @@ fn input_error(message: impl Into<String>) -> Failure {
 }
 
 /// Opens the host backend named by `--host`.
-pub fn open_host(spec: &str) -> Result<Box<dyn Host>, Failure> {
+pub fn open_host(args: &HostArgs) -> Result<Box<dyn Host>, Failure> {
+    let spec = args.host.as_str();
+    if spec == "local" {
+        let mut h = crate::host::local::LocalHost::new(&args.host_root, &args.gpu_vendor);
+        h.node_name = args.node_name.clone();
+        return Ok(Box::new(h));
+    }
     match spec.split_once(':') {
         Some(("sim", "embedded")) => Ok(Box::new(
-            SimHost::from_yaml(crate::EMBEDDED_HOST, "embedded examples/hosts/kpro6.yaml").map_err(|e| input_error(e.to_string()))?,
+            SimHost::from_yaml(crate::EMBEDDED_HOST, "embedded examples/hosts/kpro6.yaml")
+                .map_err(|e| input_error(e.to_string()))?,
         )),
-        Some(("sim", path)) => Ok(Box::new(SimHost::load(path).map_err(|e| input_error(e.to_string()))?)),
-        None if spec == "local" => Err(input_error(
-            "--host local: the real host backend is not part of this build yet; use --host sim:FILE",
+        Some(("sim", path)) => Ok(Box::new(
+            SimHost::load(path).map_err(|e| input_error(e.to_string()))?,
         )),
-        _ => Err(input_error(format!("--host {spec:?}: use sim:FILE, sim:embedded or local"))),
+        _ => Err(input_error(format!(
+            "--host {spec:?}: use sim:FILE, sim:embedded or local"
+        ))),
     }
 }
 
@@ -222,7 +236,7 @@ pub fn run(cli: Cli) -> i32 {
 fn dispatch(cli: Cli) -> Result<i32, Failure> {
     match cli.command {
         Command::Observe { host, output } => {
-            let mut h = open_host(&host.host)?;
+            let mut h = open_host(&host)?;
             let st = h.observe().map_err(|e| Failure {
                 code: 1,
                 message: e.to_string(),
@@ -243,7 +257,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             Ok(0)
         }
         Command::Plan { input, output } => {
-            let mut h = open_host(&input.host.host)?;
+            let mut h = open_host(&input.host)?;
             let desired = load_desired(&input, h.as_mut())?;
             let st = h.observe().map_err(|e| Failure {
                 code: 1,
@@ -259,7 +273,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             save_host,
             dry_run,
         } => {
-            let mut h = open_host(&input.host.host)?;
+            let mut h = open_host(&input.host)?;
             let desired = load_desired(&input, h.as_mut())?;
             let report = {
                 let mut door = Door::new(h.as_mut()).dry_run(dry_run);

@@ -4,6 +4,7 @@
 //! know nothing of Kubernetes. All host writes reach a backend through
 //! [`crate::apply::Door`], the one place that counts, logs and dry-runs them.
 
+pub mod local;
 pub mod model;
 pub mod sim;
 
@@ -43,6 +44,8 @@ pub trait Host {
     fn sleep(&mut self, secs: u64);
     /// Seconds on the host's clock.
     fn now(&self) -> u64;
+    /// Names the units to observe (the agent's servers); backends that see all units ignore it.
+    fn watch_units(&mut self, _units: &[model::UnitRef]) {}
     /// The host as a description file that can be loaded again (`--save-host`), if the backend can.
     fn save(&self) -> Option<Result<String, HostError>> {
         None

@@ -4,4 +4,5 @@
 
 pub mod command;
 pub mod flags;
+pub mod log;
 pub mod speculative;

@@ -1,0 +1,137 @@
+//! Atomic edits of files other programs also edit, under the locks Proxmox uses.
+//!
+//! Proxmox's own writer (`file_set_contents`) writes `<file>.tmp.<pid>` with O_EXCL in the same
+//! directory, never chmods it (pmxcfs allows only 0600/0640), and renames it over the target;
+//! rename is atomic on pmxcfs. Guest configs are serialized by a node-local flock
+//! (`/run/lock/lxc/pve-config-<vmid>.lock`), shared files such as `mapping/pci.cfg` by a
+//! cluster-wide cfs lock (a directory `/etc/pve/priv/lock/file-<name>`). We do the same.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Writes `content` to `path` atomically (temp file in the same directory + rename).
+pub fn write_atomic(path: &Path, content: &str) -> Result<(), String> {
+    if content.len() > 1024 * 1024 {
+        return Err(format!(
+            "{} would exceed pmxcfs's 1 MiB file limit",
+            path.display()
+        ));
+    }
+    let tmp = path.with_file_name(format!(
+        "{}.tmp.{}",
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+    let res = f.write_all(content.as_bytes()).and_then(|_| f.flush());
+    drop(f);
+    if let Err(e) = res {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!("cannot write {}: {e}", tmp.display()));
+    }
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot rename {} to {}: {e}", tmp.display(), path.display())
+    })
+}
+
+/// Holds an exclusive flock on `lock_path` (created if missing) while `f` runs.
+pub fn with_flock<T>(
+    lock_path: &Path,
+    timeout: Duration,
+    f: impl FnOnce() -> Result<T, String>,
+) -> Result<T, String> {
+    if let Some(dir) = lock_path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(lock_path)
+        .map_err(|e| format!("cannot open lock {}: {e}", lock_path.display()))?;
+    let start = Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < timeout => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(e) => return Err(format!("can't lock file '{}' - {e}", lock_path.display())),
+        }
+    }
+    let r = f();
+    let _ = file.unlock();
+    r
+}
+
+/// Holds a pmxcfs cluster lock (`mkdir <lock_dir>`) while `f` runs.
+pub fn with_cfs_lock<T>(
+    lock_dir: &Path,
+    timeout: Duration,
+    f: impl FnOnce() -> Result<T, String>,
+) -> Result<T, String> {
+    if let Some(parent) = lock_dir.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    let start = Instant::now();
+    loop {
+        match std::fs::create_dir(lock_dir) {
+            Ok(()) => break,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AlreadyExists && start.elapsed() < timeout =>
+            {
+                std::thread::sleep(Duration::from_millis(200))
+            }
+            Err(e) => return Err(format!("cfs-lock '{}' error: {e}", lock_dir.display())),
+        }
+    }
+    let r = f();
+    let _ = std::fs::remove_dir(lock_dir);
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temp() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("129.conf");
+        std::fs::write(&p, "old").unwrap();
+        write_atomic(&p, "new\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "new\n");
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn locks_exclude_each_other() {
+        let d = tempfile::tempdir().unwrap();
+        let lock = d.path().join("priv/lock/file-mapping_pci_cfg");
+        let r = with_cfs_lock(&lock, Duration::from_secs(1), || {
+            assert!(lock.is_dir());
+            with_cfs_lock(&lock, Duration::from_millis(300), || Ok(())).map(|_| ())
+        });
+        assert!(r.unwrap_err().contains("cfs-lock"));
+        assert!(!lock.exists(), "released after use");
+        let fl = d.path().join("pve-config-129.lock");
+        let held = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&fl)
+            .unwrap();
+        held.lock().unwrap();
+        let e = with_flock(&fl, Duration::from_millis(300), || Ok(())).unwrap_err();
+        assert!(e.contains("can't lock"), "{e}");
+        held.unlock().unwrap();
+        assert!(with_flock(&fl, Duration::from_millis(300), || Ok(1)).is_ok());
+    }
+}

@@ -1,0 +1,180 @@
+//! IOMMU state: kernel command line options, group domain types, and faults from the kernel log.
+
+use super::Root;
+use crate::host::model::IommuState;
+use std::collections::BTreeMap;
+
+/// Options that decide the IOMMU mode.
+pub fn cmdline_options(cmdline: &str) -> Vec<String> {
+    cmdline
+        .split_whitespace()
+        .filter(|w| {
+            w.starts_with("iommu=")
+                || w.starts_with("intel_iommu=")
+                || w.starts_with("amd_iommu=")
+                || w.starts_with("iommu.")
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Problems with the options that a user should hear about.
+pub fn cmdline_warnings(opts: &[String]) -> Vec<String> {
+    let mut w = Vec::new();
+    for o in opts {
+        if o == "amd_iommu=on" {
+            w.push("amd_iommu=on is not a valid option (the AMD IOMMU is on by default; amd_iommu=off disables it); it is ignored by the kernel".into());
+        }
+    }
+    w
+}
+
+/// Parses kernel log lines: the default domain type and `IO_PAGE_FAULT`/DMAR faults per device.
+pub fn parse_log(lines: &str, state: &mut IommuState) {
+    for line in lines.lines() {
+        if let Some(rest) = line.split("iommu: Default domain type: ").nth(1) {
+            state.default_domain_type = Some(rest.trim().to_string());
+        }
+        if line.contains("IO_PAGE_FAULT") {
+            // Older kernels: `device=0000:01:00.0` inside the brackets; newer ones prefix the
+            // line with the device (`vfio-pci 0000:81:00.0: AMD-Vi: Event logged [...]`).
+            let dev = line
+                .split("device=")
+                .nth(1)
+                .and_then(|s| s.split([' ', ']']).next())
+                .map(str::to_string)
+                .or_else(|| {
+                    line.split_whitespace()
+                        .map(|w| w.trim_end_matches(':'))
+                        .find(|w| is_address(w))
+                        .map(str::to_string)
+                });
+            if let Some(dev) = dev {
+                *state.page_faults.entry(full_address(&dev)).or_default() += 1;
+            }
+        }
+        if line.contains("DMAR:") && line.contains("Request device [") {
+            if let Some(dev) = line
+                .split("Request device [")
+                .nth(1)
+                .and_then(|s| s.split(']').next())
+            {
+                *state.page_faults.entry(full_address(dev)).or_default() += 1;
+            }
+        }
+        if line.contains("SEV-SNP") && (line.contains("enabled") || line.contains("SNP: ")) {
+            state.sev_snp = true;
+        }
+    }
+}
+
+fn is_address(w: &str) -> bool {
+    let b = w.as_bytes();
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && w.chars()
+            .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+}
+
+fn full_address(dev: &str) -> String {
+    let d = dev.to_ascii_lowercase();
+    if d.matches(':').count() == 1 {
+        format!("0000:{d}")
+    } else {
+        d
+    }
+}
+
+/// Reads the kernel log: `/dev/kmsg` without blocking on the real host, or a plain file under a test root.
+pub fn kernel_log(root: &Root) -> String {
+    if !root.is_real() {
+        return root.read("/dev/kmsg").unwrap_or_default();
+    }
+    read_kmsg().unwrap_or_default()
+}
+
+fn read_kmsg() -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(0o4000 /* O_NONBLOCK */)
+        .open("/dev/kmsg")
+        .ok()?;
+    let mut out = String::new();
+    let mut buf = vec![0u8; 8192];
+    // Each read returns one record; EAGAIN ends the buffer. EPIPE means a record was overwritten.
+    for _ in 0..100_000 {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let rec = String::from_utf8_lossy(&buf[..n]);
+                if let Some((_, msg)) = rec.split_once(';') {
+                    out.push_str(msg.lines().next().unwrap_or(""));
+                    out.push('\n');
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(32) => continue,
+            Err(_) => break,
+        }
+    }
+    Some(out)
+}
+
+/// The whole IOMMU summary.
+pub fn observe(root: &Root) -> IommuState {
+    let cmdline = root.read("/proc/cmdline").unwrap_or_default();
+    let mut st = IommuState {
+        cmdline: cmdline_options(&cmdline),
+        ..IommuState::default()
+    };
+    let mut types = BTreeMap::new();
+    for g in root.list("/sys/kernel/iommu_groups") {
+        if let (Ok(n), Some(t)) = (
+            g.parse::<u32>(),
+            root.read(&format!("/sys/kernel/iommu_groups/{g}/type")),
+        ) {
+            types.insert(n, t.trim().to_string());
+        }
+    }
+    st.group_types = types;
+    parse_log(&kernel_log(root), &mut st);
+    if root
+        .read("/sys/module/kvm_amd/parameters/sev_snp")
+        .is_some_and(|v| v.trim() == "Y" || v.trim() == "1")
+    {
+        st.sev_snp = true;
+    }
+    st
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_and_warnings() {
+        let o = cmdline_options("BOOT_IMAGE=/vmlinuz root=/dev/sda1 amd_iommu=on iommu=pt quiet");
+        assert_eq!(o, vec!["amd_iommu=on", "iommu=pt"]);
+        assert!(cmdline_warnings(&o)[0].contains("not a valid option"));
+    }
+
+    #[test]
+    fn faults_are_attributed_to_devices() {
+        let mut st = IommuState::default();
+        parse_log(
+            "iommu: Default domain type: Translated\n\
+             AMD-Vi: Event logged [IO_PAGE_FAULT device=0000:01:00.0 domain=0x000e address=0x7f000 flags=0x0020]\n\
+             vfio-pci 0000:81:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0010 address=0x1000 flags=0x0000]\n\
+             AMD-Vi: Event logged [IO_PAGE_FAULT device=01:00.0 domain=0x000e address=0x7f040 flags=0x0020]\n\
+             DMAR: [DMA Read NO_PASID] Request device [11:00.0] fault addr 0x1000 [fault reason 0x06] PTE Read access is not set\n",
+            &mut st,
+        );
+        assert_eq!(st.default_domain_type.as_deref(), Some("Translated"));
+        assert_eq!(st.page_faults.get("0000:01:00.0"), Some(&2));
+        assert_eq!(st.page_faults.get("0000:11:00.0"), Some(&1));
+        assert_eq!(st.page_faults.get("0000:81:00.0"), Some(&1));
+    }
+}

@@ -1,0 +1,379 @@
+//! The real host backend: sysfs, /proc, /etc/pve, systemd, pct.
+//!
+//! Every path is read under a configurable root (`--host-root DIR`), so observation can be
+//! tested against captured files; commands (`pct`, `qm`, `systemctl`, `journalctl`, `modprobe`,
+//! `nvidia-smi`) are found on PATH or named by `GPUPLANE_<TOOL>` environment variables (tests
+//! use a recording stand-in for `pct`). Every write happens in [`LocalHost::apply`], which the
+//! [`crate::apply::Door`] calls, each under a deadline.
+//!
+//! # Guarantees
+//! - A GPU is never unbound while a process holds one of its device nodes: holders are scanned
+//!   again right before the write, and the step fails with their names.
+//! - Rebinding uses `driver_override` + `unbind` + `drivers_probe`, never `new_id`, and the
+//!   `driver` link is re-read afterwards: a probe that bound nothing is an error.
+//! - Proxmox files are edited in place of only our lines, atomically, under Proxmox's locks.
+
+pub mod exec;
+mod files;
+pub mod holders;
+pub mod iommu;
+pub mod pci;
+mod probe;
+mod pve;
+mod server;
+mod systemd;
+
+use super::model::*;
+use super::{Host, HostError, StepOutcome};
+use crate::plan::Step;
+use crate::proxmox::lxc_conf::{DesiredGpuMounts, LxcConfig, MountStyle};
+use crate::proxmox::pci_cfg::PciCfg;
+use pci::GpuFilter;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Paths under a root directory (`/` on a real host).
+#[derive(Debug, Clone)]
+pub struct Root(pub PathBuf);
+
+impl Root {
+    /// `abs` (an absolute host path) under the root.
+    pub fn path(&self, abs: &str) -> PathBuf {
+        self.0.join(abs.trim_start_matches('/'))
+    }
+    pub fn read(&self, abs: &str) -> Option<String> {
+        std::fs::read_to_string(self.path(abs)).ok()
+    }
+    /// Entry names of a directory, sorted; empty when missing.
+    pub fn list(&self, abs: &str) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.path(abs))
+            .map(|rd| {
+                rd.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+    /// Whether this is the real root (so /proc is this machine's and /dev/kmsg a device).
+    pub fn is_real(&self) -> bool {
+        self.0 == Path::new("/")
+    }
+}
+
+/// External programs the backend runs.
+#[derive(Debug, Clone)]
+pub struct Tools {
+    pub pct: String,
+    pub qm: String,
+    pub systemctl: String,
+    pub journalctl: String,
+    pub modprobe: String,
+    pub nvidia_smi: String,
+}
+
+impl Tools {
+    /// Program names from `GPUPLANE_PCT`, `GPUPLANE_QM`, ... or their usual names.
+    pub fn from_env() -> Tools {
+        let t =
+            |var: &str, default: &str| std::env::var(var).unwrap_or_else(|_| default.to_string());
+        Tools {
+            pct: t("GPUPLANE_PCT", "pct"),
+            qm: t("GPUPLANE_QM", "qm"),
+            systemctl: t("GPUPLANE_SYSTEMCTL", "systemctl"),
+            journalctl: t("GPUPLANE_JOURNALCTL", "journalctl"),
+            modprobe: t("GPUPLANE_MODPROBE", "modprobe"),
+            nvidia_smi: t("GPUPLANE_NVIDIA_SMI", "nvidia-smi"),
+        }
+    }
+}
+
+/// The real host.
+pub struct LocalHost {
+    pub root: Root,
+    pub filter: GpuFilter,
+    pub tools: Tools,
+    /// The agent's own state (P2P probe cache): `/var/lib/gpuplane` under the root.
+    pub state_dir: PathBuf,
+    /// Deadline of each sysfs write.
+    pub write_timeout: Duration,
+    /// Deadline of each command.
+    pub command_timeout: Duration,
+    /// Units to observe (the agent's servers).
+    pub units: Vec<UnitRef>,
+    /// Node name, from `/etc/hostname` unless given.
+    pub node_name: Option<String>,
+}
+
+impl LocalHost {
+    pub fn new(root: &Path, gpu_vendor: &str) -> LocalHost {
+        let root = Root(root.to_path_buf());
+        LocalHost {
+            state_dir: root.path("/var/lib/gpuplane"),
+            root,
+            filter: GpuFilter {
+                vendor: gpu_vendor.to_string(),
+                class_prefix: "03".into(),
+            },
+            tools: Tools::from_env(),
+            write_timeout: Duration::from_secs(30),
+            command_timeout: Duration::from_secs(120),
+            units: vec![],
+            node_name: None,
+        }
+    }
+
+    pub(crate) fn cmd(&self, argv: &[&str]) -> Result<exec::CmdOutput, String> {
+        let v: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        exec::run(&v, self.command_timeout)
+    }
+
+    fn node(&self) -> String {
+        self.node_name.clone().unwrap_or_else(|| {
+            self.root
+                .read("/etc/hostname")
+                .map(|s| s.trim().split('.').next().unwrap_or("").to_string())
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "localhost".into())
+        })
+    }
+
+    fn sysfs(&self, abs: &str, value: &str) -> Result<(), String> {
+        exec::sysfs_write(&self.root.path(abs), value, self.write_timeout)
+    }
+
+    fn observe_state(&self) -> Result<HostState, String> {
+        let mut devices = pci::scan(&self.root, &self.filter);
+        for (addr, hs) in holders::scan(&self.root, &devices) {
+            if let Some(d) = devices.get_mut(&addr) {
+                d.holders = hs;
+            }
+        }
+        let mut st = HostState {
+            node_name: self.node(),
+            pci_devices: devices,
+            pci_drivers: pci::drivers(&self.root),
+            iommu: iommu::observe(&self.root),
+            nvidia: NvidiaState {
+                module_version: self
+                    .root
+                    .read("/sys/module/nvidia/version")
+                    .map(|s| s.trim().to_string())
+                    .or_else(|| {
+                        self.root
+                            .read("/proc/driver/nvidia/version")
+                            .and_then(|t| module_version(&t))
+                    }),
+                uvm_major: self
+                    .root
+                    .read("/proc/devices")
+                    .and_then(|t| uvm_major(&t))
+                    .unwrap_or(NvidiaState::default().uvm_major),
+            },
+            ..HostState::default()
+        };
+        if self.root.path("/etc/pve").is_dir() {
+            st.containers = pve::containers(self)?;
+            st.vms = pve::vms(self)?;
+            st.pci_mappings = pve::mappings(self, &st.node_name);
+        }
+        for r in &self.units {
+            let running_container = match r.location {
+                Location::Host => true,
+                Location::Container(v) => st
+                    .containers
+                    .get(&v)
+                    .is_some_and(|c| c.state == RunState::Running),
+            };
+            let mut u = if running_container {
+                self.observe_unit(r)
+            } else {
+                Unit {
+                    active_state: "inactive".into(),
+                    sub_state: "dead".into(),
+                    ..Unit::default()
+                }
+            };
+            u.server = self.observe_server(r, &u);
+            st.units.insert(r.key(), u);
+        }
+        st.p2p_probes = probe::load_cache(&self.state_dir);
+        Ok(st)
+    }
+
+    fn step(&mut self, step: &Step) -> Result<Option<String>, String> {
+        match step {
+            Step::StopUnit { unit } => self.unit_action(unit, "stop")?,
+            Step::StartUnit { unit, restart } => {
+                self.unit_action(unit, if *restart { "restart" } else { "start" })?
+            }
+            Step::DaemonReload { location } => self.daemon_reload(*location)?,
+            Step::WriteUnit { unit, content } => self.write_unit(unit, content)?,
+            Step::StopContainer { vmid } => self.pct_simple("stop", *vmid)?,
+            Step::StartContainer { vmid } => self.pct_simple("start", *vmid)?,
+            Step::LoadDriver { driver } => {
+                let o = self.cmd(&[&self.tools.modprobe, driver])?;
+                if !o.ok() {
+                    return Err(format!("modprobe {driver}: {}", o.stderr.trim()));
+                }
+            }
+            Step::SetDriverOverride { address, driver } => {
+                // An empty write (a newline) clears the override.
+                let v = driver.clone().unwrap_or_else(|| "\n".into());
+                self.sysfs(
+                    &format!("/sys/bus/pci/devices/{address}/driver_override"),
+                    &v,
+                )?;
+            }
+            Step::Unbind { address, driver } => {
+                let dev = pci::read_device(&self.root, address)
+                    .ok_or_else(|| format!("no PCI device {address}"))?;
+                if dev.driver.as_deref() != Some(driver.as_str()) {
+                    return Ok(None);
+                }
+                let mut one = std::collections::BTreeMap::new();
+                one.insert(address.clone(), dev);
+                let hs = holders::scan(&self.root, &one);
+                if let Some(h) = hs.get(address).filter(|h| !h.is_empty()) {
+                    let names: Vec<String> = h.iter().map(|h| h.to_string()).collect();
+                    return Err(format!(
+                        "GpuInUse: {address} is held by {}; not unbinding",
+                        names.join(", ")
+                    ));
+                }
+                self.sysfs(
+                    &format!("/sys/bus/pci/devices/{address}/driver/unbind"),
+                    address,
+                )?;
+            }
+            Step::Probe { address } => {
+                self.sysfs("/sys/bus/pci/drivers_probe", address)?;
+                let dev = pci::read_device(&self.root, address)
+                    .ok_or_else(|| format!("no PCI device {address}"))?;
+                // drivers_probe reports success even when no driver took the device.
+                if let Some(want) = &dev.driver_override {
+                    if dev.driver.as_deref() != Some(want.as_str()) {
+                        return Err(format!(
+                            "probe of {address} bound {} instead of {want}",
+                            dev.driver.as_deref().unwrap_or("no driver")
+                        ));
+                    }
+                }
+            }
+            Step::SetContainerGpus { vmid, minors } => {
+                let uvm = self
+                    .root
+                    .read("/proc/devices")
+                    .and_then(|t| uvm_major(&t))
+                    .unwrap_or(NvidiaState::default().uvm_major);
+                let path = self.root.path(&format!("/etc/pve/lxc/{vmid}.conf"));
+                let lock = self
+                    .root
+                    .path(&format!("/run/lock/lxc/pve-config-{vmid}.lock"));
+                files::with_flock(&lock, Duration::from_secs(10), || {
+                    let text = std::fs::read_to_string(&path)
+                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                    let mut cfg = LxcConfig::parse(&text);
+                    let desired = DesiredGpuMounts {
+                        minors: minors.clone(),
+                        uvm_major: uvm,
+                        default_style: MountStyle::MountEntry,
+                    };
+                    if cfg.set_gpu_mounts(&desired) {
+                        files::write_atomic(&path, &cfg.render())?;
+                    }
+                    Ok(())
+                })?;
+            }
+            Step::SetPciMapping { mapping, entries } => {
+                let node = self.node();
+                let path = self.root.path("/etc/pve/mapping/pci.cfg");
+                let lock = self.root.path("/etc/pve/priv/lock/file-mapping_pci_cfg");
+                files::with_cfs_lock(&lock, Duration::from_secs(10), || {
+                    let text = std::fs::read_to_string(&path).unwrap_or_default();
+                    let mut cfg = PciCfg::parse(&text);
+                    if cfg
+                        .try_set_node_entries(mapping, &node, entries)
+                        .map_err(|e| e.to_string())?
+                    {
+                        if let Some(dir) = path.parent() {
+                            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+                        }
+                        files::write_atomic(&path, &cfg.render())?;
+                    }
+                    Ok(())
+                })?;
+            }
+            Step::ProbeP2p {
+                location,
+                python,
+                gpus,
+                cuda_indices,
+            } => {
+                return self
+                    .run_probe(*location, python, gpus, cuda_indices)
+                    .map(Some);
+            }
+            Step::WaitReady { .. } => {}
+        }
+        Ok(None)
+    }
+
+    fn pct_simple(&self, action: &str, vmid: u32) -> Result<(), String> {
+        let o = self.cmd(&[&self.tools.pct, action, &vmid.to_string()])?;
+        if !o.ok() {
+            return Err(format!("pct {action} {vmid}: {}", o.stderr.trim()));
+        }
+        Ok(())
+    }
+}
+
+/// `NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ...` -> `580.159.04`.
+pub fn module_version(text: &str) -> Option<String> {
+    let line = text.lines().find(|l| l.starts_with("NVRM version:"))?;
+    let after = line.split("Kernel Module").nth(1)?;
+    after.split_whitespace().next().map(str::to_string)
+}
+
+/// The `nvidia-uvm` major from `/proc/devices`.
+pub fn uvm_major(text: &str) -> Option<u32> {
+    text.lines().find_map(|l| {
+        let (num, name) = l.trim().split_once(' ')?;
+        (name.trim() == "nvidia-uvm")
+            .then(|| num.parse().ok())
+            .flatten()
+    })
+}
+
+impl Host for LocalHost {
+    fn observe(&mut self) -> Result<HostState, HostError> {
+        self.observe_state().map_err(HostError::Other)
+    }
+
+    fn apply(&mut self, step: &Step) -> Result<StepOutcome, HostError> {
+        self.step(step)
+            .map(|detail| StepOutcome { detail })
+            .map_err(|message| HostError::Step {
+                step: step.to_string(),
+                message,
+            })
+    }
+
+    fn sleep(&mut self, secs: u64) {
+        std::thread::sleep(Duration::from_secs(secs));
+    }
+
+    fn now(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    }
+
+    fn watch_units(&mut self, units: &[UnitRef]) {
+        self.units = units.to_vec();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,108 @@
+//! PCI devices from sysfs: the GPUs the filter selects and every device sharing their IOMMU groups.
+
+use super::Root;
+use crate::host::model::PciDevice;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Which devices are GPUs: PCI class prefix (hex, `03` = display) and vendor.
+#[derive(Debug, Clone)]
+pub struct GpuFilter {
+    pub vendor: String,
+    pub class_prefix: String,
+}
+
+fn read_hex(root: &Root, dev: &str, attr: &str) -> Option<String> {
+    let v = root.read(&format!("/sys/bus/pci/devices/{dev}/{attr}"))?;
+    Some(v.trim().trim_start_matches("0x").to_ascii_lowercase())
+}
+
+fn link_name(root: &Root, path: &str) -> Option<String> {
+    std::fs::read_link(root.path(path))
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+}
+
+/// Reads one device.
+pub fn read_device(root: &Root, addr: &str) -> Option<PciDevice> {
+    let base = format!("/sys/bus/pci/devices/{addr}");
+    let vendor = read_hex(root, addr, "vendor")?;
+    let device = read_hex(root, addr, "device").unwrap_or_default();
+    let class = read_hex(root, addr, "class").unwrap_or_default();
+    let subsystem = match (
+        read_hex(root, addr, "subsystem_vendor"),
+        read_hex(root, addr, "subsystem_device"),
+    ) {
+        (Some(v), Some(d)) if v != "0000" || d != "0000" => Some(format!("{v}:{d}")),
+        _ => None,
+    };
+    let numa_node = root
+        .read(&format!("{base}/numa_node"))
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(-1);
+    let iommu_group = link_name(root, &format!("{base}/iommu_group")).and_then(|g| g.parse().ok());
+    let driver = link_name(root, &format!("{base}/driver"));
+    let driver_override = root
+        .read(&format!("{base}/driver_override"))
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty() && s != "(null)");
+    let nvidia_minor = root
+        .read(&format!("/proc/driver/nvidia/gpus/{addr}/information"))
+        .and_then(|t| parse_minor(&t));
+    Some(PciDevice {
+        address: addr.to_string(),
+        vendor,
+        device,
+        class,
+        subsystem,
+        numa_node,
+        iommu_group,
+        driver,
+        driver_override,
+        nvidia_minor,
+        holders: vec![],
+    })
+}
+
+/// `Device Minor: \t 0` from `/proc/driver/nvidia/gpus/<addr>/information`.
+pub fn parse_minor(info: &str) -> Option<u32> {
+    info.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == "Device Minor")
+            .then(|| v.trim().parse().ok())
+            .flatten()
+    })
+}
+
+/// All GPUs and their IOMMU-group companions, by address.
+pub fn scan(root: &Root, filter: &GpuFilter) -> BTreeMap<String, PciDevice> {
+    let mut out = BTreeMap::new();
+    let addrs = root.list("/sys/bus/pci/devices");
+    let mut groups = BTreeSet::new();
+    for a in &addrs {
+        if let Some(d) = read_device(root, a) {
+            if d.vendor == filter.vendor && d.class.starts_with(&filter.class_prefix) {
+                if let Some(g) = d.iommu_group {
+                    groups.insert(g);
+                }
+                out.insert(a.clone(), d);
+            }
+        }
+    }
+    // Companions: every other device in a GPU's IOMMU group (the GPU's audio function, or a
+    // device behind the same bridge), so the planner can move or refuse them together.
+    for g in groups {
+        for a in root.list(&format!("/sys/kernel/iommu_groups/{g}/devices")) {
+            if let std::collections::btree_map::Entry::Vacant(e) = out.entry(a.clone()) {
+                if let Some(d) = read_device(root, &a) {
+                    e.insert(d);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Registered PCI drivers.
+pub fn drivers(root: &Root) -> BTreeSet<String> {
+    root.list("/sys/bus/pci/drivers").into_iter().collect()
+}

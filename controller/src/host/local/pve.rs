@@ -1,0 +1,125 @@
+//! Proxmox: containers (`/etc/pve/lxc/*.conf` + `pct`), VMs (`/etc/pve/qemu-server/*.conf` +
+//! `qm status`) and PCI mappings (`/etc/pve/mapping/pci.cfg`).
+
+use super::{LocalHost, Root};
+use crate::host::model::{Container, RunState, Vm};
+use crate::proxmox::lxc_conf::LxcConfig;
+use crate::proxmox::pci_cfg::{MapEntry, PciCfg};
+use std::collections::BTreeMap;
+
+fn vmids(root: &Root, dir: &str) -> Vec<u32> {
+    let mut v: Vec<u32> = root
+        .list(dir)
+        .into_iter()
+        .filter_map(|f| f.strip_suffix(".conf").and_then(|n| n.parse().ok()))
+        .collect();
+    v.sort();
+    v
+}
+
+fn state_of(out: Result<super::exec::CmdOutput, String>) -> Result<RunState, String> {
+    let o = out?;
+    if !o.ok() {
+        return Err(o.stderr.trim().to_string());
+    }
+    Ok(if o.stdout.contains("status: running") {
+        RunState::Running
+    } else {
+        RunState::Stopped
+    })
+}
+
+/// Containers with their GPU lines and state.
+pub fn containers(h: &LocalHost) -> Result<BTreeMap<u32, Container>, String> {
+    let mut out = BTreeMap::new();
+    for vmid in vmids(&h.root, "/etc/pve/lxc") {
+        let text = h
+            .root
+            .read(&format!("/etc/pve/lxc/{vmid}.conf"))
+            .unwrap_or_default();
+        let state = state_of(h.cmd(&[&h.tools.pct, "status", &vmid.to_string()]))
+            .map_err(|e| format!("pct status {vmid}: {e}"))?;
+        let nvidia_userspace_version = if state == RunState::Running {
+            userspace_version(h, vmid)
+        } else {
+            None
+        };
+        out.insert(
+            vmid,
+            Container {
+                vmid,
+                state,
+                gpu_mounts: LxcConfig::parse(&text).gpu_mounts(),
+                nvidia_userspace_version,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// The NVIDIA userspace version inside a running container, from its `libnvidia-ml.so.<version>`.
+fn userspace_version(h: &LocalHost, vmid: u32) -> Option<String> {
+    let o = h
+        .cmd(&[
+            &h.tools.pct,
+            "exec",
+            &vmid.to_string(),
+            "--",
+            "ls",
+            "/usr/lib/x86_64-linux-gnu",
+        ])
+        .ok()?;
+    o.stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("libnvidia-ml.so."))
+        .find(|v| v.matches('.').count() >= 1)
+        .map(str::to_string)
+}
+
+/// VMs and the mappings their `hostpciN` lines use.
+pub fn vms(h: &LocalHost) -> Result<BTreeMap<u32, Vm>, String> {
+    let mut out = BTreeMap::new();
+    for vmid in vmids(&h.root, "/etc/pve/qemu-server") {
+        let text = h
+            .root
+            .read(&format!("/etc/pve/qemu-server/{vmid}.conf"))
+            .unwrap_or_default();
+        // Only the main section (before the first [snapshot] header) describes the VM now.
+        let mappings = text
+            .lines()
+            .take_while(|l| !l.starts_with('['))
+            .filter(|l| l.starts_with("hostpci"))
+            .filter_map(|l| l.split_once(':').map(|(_, v)| v.trim()))
+            .flat_map(|v| v.split(','))
+            .filter_map(|kv| kv.strip_prefix("mapping="))
+            .map(str::to_string)
+            .collect();
+        let state = state_of(h.cmd(&[&h.tools.qm, "status", &vmid.to_string()]))
+            .unwrap_or(RunState::Stopped);
+        out.insert(
+            vmid,
+            Vm {
+                vmid,
+                state,
+                pci_mappings: mappings,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// This node's map entries by mapping.
+pub fn mappings(h: &LocalHost, node: &str) -> BTreeMap<String, Vec<MapEntry>> {
+    let text = h.root.read("/etc/pve/mapping/pci.cfg").unwrap_or_default();
+    PciCfg::parse(&text)
+        .mappings()
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                k,
+                v.into_iter().filter(|e| e.node == node).collect::<Vec<_>>(),
+            )
+        })
+        .filter(|(_, v)| !v.is_empty())
+        .collect()
+}

@@ -1,0 +1,160 @@
+//! systemd units on the host or inside an LXC container, through `systemctl`.
+//!
+//! The `systemctl` command line is used rather than systemd's D-Bus API because the same calls
+//! work unchanged inside a container through `pct exec <vmid> -- systemctl ...` (the container
+//! has its own systemd and bus), and because their output is what an operator would check by
+//! hand. Unit files are replaced atomically (temp file + rename).
+
+use super::LocalHost;
+use crate::host::model::{Location, Unit, UnitRef};
+
+const UNIT_DIR: &str = "/etc/systemd/system";
+
+impl LocalHost {
+    /// Runs a command at a location: directly on the host, or through `pct exec`.
+    pub(super) fn at(
+        &self,
+        loc: Location,
+        argv: &[&str],
+    ) -> Result<super::exec::CmdOutput, String> {
+        match loc {
+            Location::Host => self.cmd(argv),
+            Location::Container(v) => {
+                let vmid = v.to_string();
+                let mut a: Vec<&str> = vec![&self.tools.pct, "exec", &vmid, "--"];
+                a.extend_from_slice(argv);
+                self.cmd(&a)
+            }
+        }
+    }
+
+    fn systemctl(&self, loc: Location, args: &[&str]) -> Result<String, String> {
+        let mut a = vec![self.tools.systemctl.as_str()];
+        a.extend_from_slice(args);
+        let o = self.at(loc, &a)?;
+        if !o.ok() {
+            return Err(format!("systemctl {}: {}", args.join(" "), o.stderr.trim()));
+        }
+        Ok(o.stdout)
+    }
+
+    /// Observes one unit. A unit in a stopped container reads as inactive with no file.
+    pub(super) fn observe_unit(&self, r: &UnitRef) -> Unit {
+        let mut u = Unit {
+            active_state: "inactive".into(),
+            sub_state: "dead".into(),
+            ..Unit::default()
+        };
+        let path = format!("{UNIT_DIR}/{}", r.name);
+        u.file = match r.location {
+            Location::Host => self.root.read(&path),
+            Location::Container(_) => self
+                .at(r.location, &["cat", &path])
+                .ok()
+                .filter(|o| o.ok())
+                .map(|o| o.stdout),
+        };
+        let props = self.systemctl(
+            r.location,
+            &[
+                "show",
+                &r.name,
+                "--timestamp=unix",
+                "-p",
+                "ActiveState,SubState,NeedDaemonReload,ExecMainStatus,ExecMainStartTimestamp,Result",
+            ],
+        );
+        let Ok(props) = props else { return u };
+        let get = |k: &str| {
+            props
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{k}=")))
+                .unwrap_or("")
+                .to_string()
+        };
+        u.active_state = get("ActiveState");
+        u.sub_state = get("SubState");
+        u.needs_reload = get("NeedDaemonReload") == "yes";
+        if u.active_state == "failed" {
+            u.exit_status = get("ExecMainStatus").parse().ok();
+        }
+        let started: Option<i64> = get("ExecMainStartTimestamp")
+            .trim_start_matches('@')
+            .parse()
+            .ok();
+        let mtime: Option<i64> = match r.location {
+            Location::Host => std::fs::metadata(self.root.path(&path))
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_secs() as i64),
+            Location::Container(_) => self
+                .at(r.location, &["stat", "-c", "%Y", &path])
+                .ok()
+                .and_then(|o| o.stdout.trim().parse().ok()),
+        };
+        u.running_stale = matches!((started, mtime), (Some(s), Some(m)) if s > 0 && s < m);
+        if let Ok(o) = self.at(
+            r.location,
+            &[
+                &self.tools.journalctl,
+                "-u",
+                &r.name,
+                "-n",
+                "30",
+                "-o",
+                "cat",
+                "--no-pager",
+            ],
+        ) {
+            u.log_tail = o.stdout.lines().map(str::to_string).collect();
+        }
+        u
+    }
+
+    pub(super) fn write_unit(&self, r: &UnitRef, content: &str) -> Result<(), String> {
+        let path = format!("{UNIT_DIR}/{}", r.name);
+        match r.location {
+            Location::Host => super::files::write_atomic(&self.root.path(&path), content),
+            Location::Container(v) => {
+                let tmp = tempfile_path(&r.name);
+                std::fs::write(&tmp, content)
+                    .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+                let staged = format!("{path}.gpuplane-new");
+                let vmid = v.to_string();
+                let tmp_s = tmp.to_string_lossy().into_owned();
+                let pushed = self.cmd(&[
+                    &self.tools.pct,
+                    "push",
+                    &vmid,
+                    &tmp_s,
+                    &staged,
+                    "--perms",
+                    "0644",
+                ]);
+                let _ = std::fs::remove_file(&tmp);
+                let o = pushed?;
+                if !o.ok() || !o.stderr.trim().is_empty() {
+                    return Err(format!("pct push: {}", o.stderr.trim()));
+                }
+                let o = self.at(r.location, &["mv", "-f", &staged, &path])?;
+                if !o.ok() {
+                    return Err(format!("mv in container {v}: {}", o.stderr.trim()));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) fn unit_action(&self, r: &UnitRef, action: &str) -> Result<(), String> {
+        self.systemctl(r.location, &[action, &r.name]).map(|_| ())
+    }
+
+    pub(super) fn daemon_reload(&self, loc: Location) -> Result<(), String> {
+        self.systemctl(loc, &["daemon-reload"]).map(|_| ())
+    }
+}
+
+fn tempfile_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("gpuplane-{}-{name}", std::process::id()))
+}

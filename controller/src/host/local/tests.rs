@@ -1,0 +1,314 @@
+use super::*;
+use std::os::unix::fs::symlink;
+
+/// A fake root: two NVIDIA GPUs (one with its audio function in the same IOMMU group), nvidia
+/// and vfio-pci drivers, a process in LXC 129 holding /dev/nvidia1, Proxmox files, a `pct` stand-in.
+fn fake_root() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let r = t.path();
+    let w = |p: &str, s: &str| {
+        let p = r.join(p.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, s).unwrap();
+    };
+    for d in ["nvidia", "vfio-pci", "snd_hda_intel"] {
+        w(&format!("/sys/bus/pci/drivers/{d}/unbind"), "");
+    }
+    w("/sys/bus/pci/drivers_probe", "");
+    let dev = |a: &str, class: &str, dev_id: &str, group: u32, driver: &str, numa: &str| {
+        w(&format!("/sys/bus/pci/devices/{a}/vendor"), "0x10de\n");
+        w(
+            &format!("/sys/bus/pci/devices/{a}/device"),
+            &format!("0x{dev_id}\n"),
+        );
+        w(
+            &format!("/sys/bus/pci/devices/{a}/class"),
+            &format!("0x{class}\n"),
+        );
+        w(
+            &format!("/sys/bus/pci/devices/{a}/subsystem_vendor"),
+            "0x10de\n",
+        );
+        w(
+            &format!("/sys/bus/pci/devices/{a}/subsystem_device"),
+            "0x204e\n",
+        );
+        w(&format!("/sys/bus/pci/devices/{a}/numa_node"), numa);
+        w(
+            &format!("/sys/bus/pci/devices/{a}/driver_override"),
+            "(null)\n",
+        );
+        let base = r.join(format!("sys/bus/pci/devices/{a}"));
+        symlink(
+            format!("../../../../kernel/iommu_groups/{group}"),
+            base.join("iommu_group"),
+        )
+        .unwrap();
+        symlink(
+            format!("../../../../bus/pci/drivers/{driver}"),
+            base.join("driver"),
+        )
+        .unwrap();
+        w(
+            &format!("/sys/kernel/iommu_groups/{group}/type"),
+            "DMA-FQ\n",
+        );
+        std::fs::create_dir_all(r.join(format!("sys/kernel/iommu_groups/{group}/devices/{a}")))
+            .unwrap();
+    };
+    dev("0000:01:00.0", "030200", "2bb5", 10, "nvidia", "0\n");
+    dev("0000:81:00.0", "030000", "2bb5", 11, "nvidia", "1\n");
+    dev("0000:81:00.1", "040300", "22e8", 11, "snd_hda_intel", "1\n");
+    w(
+        "/proc/driver/nvidia/gpus/0000:01:00.0/information",
+        "Model: \t\t NVIDIA RTX PRO 6000\nDevice Minor: \t 0\n",
+    );
+    w(
+        "/proc/driver/nvidia/gpus/0000:81:00.0/information",
+        "Model: \t\t NVIDIA RTX PRO 6000\nDevice Minor: \t 1\n",
+    );
+    w("/sys/module/nvidia/version", "590.44.01\n");
+    w(
+        "/proc/devices",
+        "Character devices:\n  1 mem\n195 nvidia\n508 nvidia-uvm\n",
+    );
+    w(
+        "/proc/cmdline",
+        "BOOT_IMAGE=/boot/vmlinuz root=/dev/sda1 amd_iommu=on iommu=pt\n",
+    );
+    w("/dev/kmsg", "iommu: Default domain type: Translated\nAMD-Vi: Event logged [IO_PAGE_FAULT device=81:00.0 domain=0x000e address=0x1000 flags=0x0020]\n");
+    w("/etc/hostname", "kpro6\n");
+    // pid 4242 in container 129 holds /dev/nvidia1
+    w("/proc/4242/comm", "python3\n");
+    w(
+        "/proc/4242/cgroup",
+        "0::/lxc/129/ns/system.slice/sglang-qwen.service\n",
+    );
+    std::fs::create_dir_all(r.join("proc/4242/fd")).unwrap();
+    symlink("/dev/nvidia1", r.join("proc/4242/fd/7")).unwrap();
+    symlink("/dev/null", r.join("proc/4242/fd/0")).unwrap();
+    w(
+        "/etc/pve/lxc/129.conf",
+        "arch: amd64\nhostname: sglang\n# GPUs\nlxc.cgroup2.devices.allow: c 195:* rwm\nlxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\nlxc.mount.entry: /dev/nvidia1 dev/nvidia1 none bind,optional,create=file\n",
+    );
+    w(
+        "/etc/pve/qemu-server/200.conf",
+        "name: snp\nhostpci0: mapping=pro6000-vm,pcie=1\n[before]\nhostpci0: mapping=old\n",
+    );
+    w(
+        "/etc/pve/mapping/pci.cfg",
+        "other\n\tmap id=8086:1520,node=kpro6,path=0000:07:10.0\n\n",
+    );
+    // A pct/qm stand-in that answers status queries.
+    w("/bin/pct", "#!/bin/sh\n[ \"$1\" = status ] && echo 'status: running' && exit 0\necho \"$@\" >> \"$(dirname \"$0\")/pct.log\"\n");
+    w("/bin/qm", "#!/bin/sh\necho 'status: stopped'\n");
+    for b in ["pct", "qm"] {
+        std::process::Command::new("chmod")
+            .arg("+x")
+            .arg(r.join("bin").join(b))
+            .status()
+            .unwrap();
+    }
+    t
+}
+
+fn host(t: &tempfile::TempDir) -> LocalHost {
+    let mut h = LocalHost::new(t.path(), "10de");
+    h.tools.pct = t.path().join("bin/pct").to_string_lossy().into_owned();
+    h.tools.qm = t.path().join("bin/qm").to_string_lossy().into_owned();
+    h.tools.nvidia_smi = "/nonexistent/nvidia-smi".into();
+    h.write_timeout = Duration::from_secs(2);
+    h
+}
+
+#[test]
+fn observes_devices_companions_holders_iommu_and_proxmox() {
+    let t = fake_root();
+    let st = host(&t).observe().unwrap();
+    assert_eq!(st.node_name, "kpro6");
+    let g0 = &st.pci_devices["0000:01:00.0"];
+    assert_eq!(
+        (g0.vendor.as_str(), g0.device.as_str(), g0.class.as_str()),
+        ("10de", "2bb5", "030200")
+    );
+    assert_eq!(
+        (g0.numa_node, g0.iommu_group, g0.nvidia_minor),
+        (0, Some(10), Some(0))
+    );
+    assert_eq!(g0.driver.as_deref(), Some("nvidia"));
+    assert_eq!(g0.driver_override, None, "(null) reads as no override");
+    assert_eq!(g0.subsystem.as_deref(), Some("10de:204e"));
+    // The audio function shares group 11 and is observed as a companion.
+    assert_eq!(
+        st.pci_devices["0000:81:00.1"].driver.as_deref(),
+        Some("snd_hda_intel")
+    );
+    let h = &st.pci_devices["0000:81:00.0"].holders;
+    assert_eq!(h.len(), 1);
+    assert_eq!(
+        (h[0].pid, h[0].command.as_str(), h[0].container),
+        (4242, "python3", Some(129))
+    );
+    assert!(st.pci_devices["0000:01:00.0"].holders.is_empty());
+    assert_eq!(st.iommu.cmdline, vec!["amd_iommu=on", "iommu=pt"]);
+    assert_eq!(st.iommu.mode(), IommuMode::Translated);
+    assert_eq!(st.iommu.page_faults.get("0000:81:00.0"), Some(&1));
+    assert_eq!(st.nvidia.module_version.as_deref(), Some("590.44.01"));
+    assert_eq!(st.nvidia.uvm_major, 508);
+    assert!(st.pci_drivers.contains("vfio-pci"));
+    assert_eq!(st.containers[&129].state, RunState::Running);
+    assert_eq!(st.containers[&129].gpu_mounts.minors, [0, 1].into());
+    assert_eq!(
+        st.vms[&200].pci_mappings,
+        vec!["pro6000-vm"],
+        "snapshot sections do not count"
+    );
+    assert_eq!(st.pci_mappings["other"][0].paths, vec!["0000:07:10.0"]);
+}
+
+#[test]
+fn unbind_of_a_held_gpu_is_refused_and_writes_nothing() {
+    let t = fake_root();
+    let mut h = host(&t);
+    let e = h
+        .apply(&Step::Unbind {
+            address: "0000:81:00.0".into(),
+            driver: "nvidia".into(),
+        })
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("GpuInUse")
+            && e.to_string()
+                .contains("pid 4242 (python3) in container 129"),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(t.path().join("sys/bus/pci/drivers/nvidia/unbind")).unwrap(),
+        ""
+    );
+    // Not held: the address is written to the driver's unbind file.
+    h.apply(&Step::Unbind {
+        address: "0000:01:00.0".into(),
+        driver: "nvidia".into(),
+    })
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(t.path().join("sys/bus/pci/drivers/nvidia/unbind")).unwrap(),
+        "0000:01:00.0"
+    );
+}
+
+#[test]
+fn override_and_a_probe_that_binds_nothing() {
+    let t = fake_root();
+    let mut h = host(&t);
+    h.apply(&Step::SetDriverOverride {
+        address: "0000:01:00.0".into(),
+        driver: Some("vfio-pci".into()),
+    })
+    .unwrap();
+    let p = t
+        .path()
+        .join("sys/bus/pci/devices/0000:01:00.0/driver_override");
+    assert_eq!(std::fs::read_to_string(&p).unwrap(), "vfio-pci");
+    // The fake kernel binds nothing: drivers_probe "succeeds", the re-read link says otherwise.
+    let e = h
+        .apply(&Step::Probe {
+            address: "0000:01:00.0".into(),
+        })
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("bound nvidia instead of vfio-pci"),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(t.path().join("sys/bus/pci/drivers_probe")).unwrap(),
+        "0000:01:00.0"
+    );
+}
+
+#[test]
+fn proxmox_edits_keep_foreign_lines_and_release_locks() {
+    let t = fake_root();
+    let mut h = host(&t);
+    h.apply(&Step::SetContainerGpus {
+        vmid: 129,
+        minors: [0].into(),
+    })
+    .unwrap();
+    let conf = std::fs::read_to_string(t.path().join("etc/pve/lxc/129.conf")).unwrap();
+    assert!(
+        conf.starts_with("arch: amd64\nhostname: sglang\n# GPUs\n"),
+        "{conf}"
+    );
+    assert!(
+        conf.contains("/dev/nvidia0 dev/nvidia0") && !conf.contains("/dev/nvidia1 dev/nvidia1"),
+        "{conf}"
+    );
+    assert!(
+        conf.contains("lxc.cgroup2.devices.allow: c 508:* rwm"),
+        "uvm major from /proc/devices: {conf}"
+    );
+    let entries = vec![crate::proxmox::pci_cfg::MapEntry {
+        node: "kpro6".into(),
+        id: "10de:2bb5".into(),
+        paths: vec!["0000:81:00.0".into()],
+        iommugroup: Some(11),
+        subsystem_id: Some("10de:204e".into()),
+        description: None,
+    }];
+    h.apply(&Step::SetPciMapping {
+        mapping: "pro6000-vm".into(),
+        entries,
+    })
+    .unwrap();
+    let cfg = std::fs::read_to_string(t.path().join("etc/pve/mapping/pci.cfg")).unwrap();
+    assert!(
+        cfg.starts_with("other\n\tmap id=8086:1520,node=kpro6,path=0000:07:10.0\n\n"),
+        "{cfg}"
+    );
+    assert!(cfg.contains("pro6000-vm\n\tmap id=10de:2bb5,iommugroup=11,node=kpro6,path=0000:81:00.0,subsystem-id=10de:204e\n"), "{cfg}");
+    assert!(!t
+        .path()
+        .join("etc/pve/priv/lock/file-mapping_pci_cfg")
+        .exists());
+    let st = h.observe().unwrap();
+    assert_eq!(st.pci_mappings["pro6000-vm"][0].paths, vec!["0000:81:00.0"]);
+    // No temp files left behind in pmxcfs.
+    let names: Vec<String> = std::fs::read_dir(t.path().join("etc/pve/lxc"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec!["129.conf"]);
+}
+
+#[test]
+fn parses_nvidia_version_files() {
+    assert_eq!(
+        module_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct 30 12:00:00 UTC 2025\nGCC version:  gcc\n").as_deref(),
+        Some("580.159.04")
+    );
+    assert_eq!(
+        uvm_major("Character devices:\n195 nvidia\n511 nvidia-uvm\n"),
+        Some(511)
+    );
+    assert_eq!(
+        pci::parse_minor("Model: \t\t NVIDIA H200\nIRQ:   \t 45\nDevice Minor: \t 1\n"),
+        Some(1)
+    );
+}
+
+#[test]
+fn probe_output_names_failing_pairs_by_address() {
+    let gpus = vec!["0000:06:00.0".to_string(), "0000:07:00.0".to_string()];
+    let ok = r#"{"ok": true, "pairs": [{"src": 0, "dst": 1, "src_pci": "0000:06:00.0", "dst_pci": "0000:07:00.0", "ok": true}]}"#;
+    assert!(probe::failing_pairs(ok, &gpus).unwrap().is_empty());
+    let bad = r#"{"ok": false, "pairs": [{"src": 0, "dst": 1, "ok": false}, {"src": 1, "dst": 0, "ok": false}]}"#;
+    assert_eq!(
+        probe::failing_pairs(bad, &gpus).unwrap(),
+        vec!["0000:06:00.0<->0000:07:00.0"]
+    );
+    assert!(probe::failing_pairs(r#"{"error": "torch missing"}"#, &gpus)
+        .unwrap_err()
+        .contains("torch missing"));
+}

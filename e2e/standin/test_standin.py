@@ -1,0 +1,290 @@
+"""Tests for the SGLang stand-in: python3 -m unittest discover -s e2e/standin  (standard library only)."""
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TS = r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(port, path, method="GET", body=None, timeout=10):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request(method, path, body=body, headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def port_open(port):
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class Run:
+    """One stand-in process, started like systemd does: python -m sglang.launch_server ARGS."""
+
+    def __init__(self, args, env=None, tmp=None):
+        self.tmp = tmp
+        self.port = free_port()
+        self.memfile = os.path.join(tmp, "gpu-memory")
+        self.err_path, self.out_path = os.path.join(tmp, "stderr"), os.path.join(tmp, "stdout")
+        e = dict(os.environ)
+        for k in list(e):
+            if k.startswith(("STANDIN_", "NCCL_", "SGLANG_")) or k == "CUDA_VISIBLE_DEVICES":
+                del e[k]
+        e.update(PYTHONPATH=HERE, STANDIN_INIT_SECONDS="0.1", STANDIN_LOAD_SECONDS="0.6", STANDIN_KV_SECONDS="0.1",
+                 STANDIN_GRAPH_SECONDS="0.4", STANDIN_WARMUP_SECONDS="1.5", STANDIN_HEALTH_DELAY="0.05",
+                 STANDIN_GPU_MEMORY_FILE=self.memfile,
+                 STANDIN_P2P_CORRUPT_MARKER=os.path.join(tmp, "p2p-corrupt"))
+        e.update(env or {})
+        argv = [sys.executable, "-m", "sglang.launch_server", "--port", str(self.port)] + args
+        with open(self.err_path, "w") as err, open(self.out_path, "w") as out:
+            self.p = subprocess.Popen(argv, stdout=out, stderr=err, env=e, cwd=tmp)
+
+    def stderr(self):
+        with open(self.err_path) as f:
+            return f.read()
+
+    def stdout(self):
+        with open(self.out_path) as f:
+            return f.read()
+
+    def memory(self):
+        try:
+            with open(self.memfile) as f:
+                return [tuple(int(x) for x in line.split(",")) for line in f.read().split()]
+        except FileNotFoundError:
+            return None
+
+    def wait_for(self, cond, timeout=15, what="condition"):
+        end = time.time() + timeout
+        while time.time() < end:
+            if cond():
+                return
+            if self.p.poll() is not None:
+                raise AssertionError("stand-in exited (%s) waiting for %s:\n%s" % (self.p.returncode, what,
+                                                                                   self.stderr()))
+            time.sleep(0.05)
+        raise AssertionError("timed out waiting for %s:\n%s" % (what, self.stderr()))
+
+    def wait_log(self, text, timeout=15):
+        self.wait_for(lambda: text in self.stderr(), timeout, repr(text))
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+        return self.p.wait(10)
+
+
+class StandinTest(unittest.TestCase):
+    def setUp(self):
+        self.tmpdir = tempfile.TemporaryDirectory()
+        self.tmp = self.tmpdir.name
+        self.runs = []
+
+    def tearDown(self):
+        for r in self.runs:
+            if r.p.poll() is None:
+                r.p.kill()
+                r.p.wait()
+        self.tmpdir.cleanup()
+
+    def start(self, args, env=None):
+        r = Run(args, env, self.tmp)
+        self.runs.append(r)
+        return r
+
+    def run_to_exit(self, args, env=None, timeout=20):
+        r = self.start(args, env)
+        return r.p.wait(timeout), r
+
+    def marker(self):
+        open(os.path.join(self.tmp, "p2p-corrupt"), "w").close()
+
+    # ------------------------------------------------------------------------------------------------------------
+    def test_full_startup_tp2_speculative(self):
+        r = self.start(["--model-path", "/models/qwen", "--tp-size", "2", "--served-model-name", "tiny",
+                        "--speculative-algorithm", "nextn", "--speculative-num-steps", "3",
+                        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "9", "--enable-metrics"],
+                       env={"CUDA_VISIBLE_DEVICES": "2,3"})
+        r.wait_log("Load weight begin.")
+        self.assertFalse(port_open(r.port), "port must be closed while weights load")
+        self.assertEqual(r.memory()[0][0], 2)  # physical ids from CUDA_VISIBLE_DEVICES
+        r.wait_for(lambda: port_open(r.port), what="port")
+        status, body = get(r.port, "/health")
+        self.assertEqual((status, body), (503, b""), "503 with empty body during warm-up")
+        self.assertEqual(get(r.port, "/health_generate")[0], 503)
+        models = json.loads(get(r.port, "/v1/models")[1])  # answers during warm-up already
+        self.assertEqual(models["object"], "list")
+        self.assertEqual([m["id"] for m in models["data"]], ["tiny"])
+        self.assertEqual(models["data"][0]["owned_by"], "sglang")
+        r.wait_for(lambda: get(r.port, "/health")[0] == 200, what="healthy")
+        self.assertEqual(get(r.port, "/health_generate"), (200, b""))
+        info = json.loads(get(r.port, "/server_info")[1])
+        self.assertEqual(info["speculative_algorithm"], "EAGLE")
+        self.assertEqual((info["speculative_num_steps"], info["speculative_eagle_topk"],
+                          info["speculative_num_draft_tokens"]), (3, 1, 4))
+        self.assertEqual(info["tp_size"], 2)
+        self.assertEqual(info["served_model_name"], "tiny")
+        self.assertEqual(info["model_path"], "/models/qwen")
+        self.assertEqual(info["mem_fraction_static"], 0.85)
+        self.assertEqual(info["max_running_requests"], 48)
+        self.assertIs(info["disable_custom_all_reduce"], False)
+        self.assertEqual(info["version"], "0.5.23")
+        self.assertEqual(json.loads(get(r.port, "/get_server_info")[1])["tp_size"], 2)
+        self.assertEqual(json.loads(get(r.port, "/model_info")[1])["served_model_name"], "tiny")
+        status, body = get(r.port, "/generate", "POST", json.dumps({"text": "hi"}))
+        self.assertEqual(status, 200)
+        self.assertIn("text", json.loads(body))
+        status, body = get(r.port, "/metrics")
+        self.assertEqual(status, 200)
+        self.assertIn(b'sglang:max_total_num_tokens{model_name="tiny"', body)
+        self.assertEqual(get(r.port, "/nope"), (404, b'{"detail":"Not Found"}'))
+
+        log = r.stderr()
+        order = [r"UserWarning: 'python -m sglang.launch_server' is still supported",
+                 TS + r"\] speculative_num_draft_tokens is adjusted to speculative_num_steps \+ 1",
+                 TS + r"\] server_args=\{'model_path': '/models/qwen'",
+                 TS + r" TP0\] Init parallel begin\.$",
+                 TS + r" TP1\] Init parallel ends\. elapsed=\d+\.\d\d s$",
+                 TS + r" TP0\] Load weight begin\. avail mem=\d+\.\d\d GB$",
+                 TS + r" TP1\] Load weight end\. elapsed=(\d+\.\d\d) s, type=\w+, avail mem=(\d+\.\d\d) GB, "
+                      r"mem usage=(\d+\.\d\d) GB\.$",
+                 TS + r" TP0\] KV Cache is allocated\. dtype: torch\.bfloat16, #tokens: \d+, K size: [\d.]+ GB, "
+                      r"V size: [\d.]+ GB$",
+                 TS + r" TP0\] Capture target prefill CUDA graph begin\.",
+                 TS + r" TP1\] Capture target verify CUDA graph end\. bs=\[",
+                 TS + r" TP0\] max_total_num_tokens=\d+, chunked_prefill_size=\d+, max_prefill_tokens=\d+, "
+                      r"max_running_requests=48, context_len=\d+, available_gpu_mem=\d+\.\d\d GB$",
+                 TS + r"\] Engine startup timings \(s\): load_weight=",
+                 TS + r"\] INFO:     Started server process \[\d+\]$",
+                 TS + r"\] INFO:     Uvicorn running on http://127\.0\.0\.1:%d \(Press CTRL\+C to quit\)$" % r.port,
+                 TS + r"\] The server is fired up and ready to roll!$"]
+        pos = 0
+        for pat in order:
+            m = re.compile(pat, re.M).search(log, pos)
+            self.assertIsNotNone(m, "missing, or out of order: %s\n%s" % (pat, log))
+            pos = m.end()
+        self.assertRegex(r.stdout(), TS + r'\] INFO:     127\.0\.0\.1:\d+ - "POST /generate HTTP/1\.1" 200 OK')
+        mem = r.memory()
+        self.assertEqual([i for i, _ in mem], [2, 3])
+        self.assertGreater(mem[0][1], 59607)
+        self.assertEqual(r.stop(), 0, "SIGTERM -> exit 0")
+        self.assertEqual(r.memory(), [(2, 0), (3, 0)], "memory freed on exit")
+        self.assertIn("INFO:     Finished server process", r.stderr())
+
+    def test_tp1_defaults_no_prefix_no_metrics(self):
+        self.marker()  # the P2P marker does not matter with one GPU
+        r = self.start(["--model", "org/model-a", "--skip-server-warmup"])
+        r.wait_for(lambda: port_open(r.port) and get(r.port, "/health")[0] == 200, what="healthy")
+        self.assertRegex(r.stderr(), re.compile(TS + r"\] Init parallel begin\.$", re.M))
+        self.assertEqual(json.loads(get(r.port, "/v1/models")[1])["data"][0]["id"], "org/model-a")
+        info = json.loads(get(r.port, "/server_info")[1])
+        self.assertEqual((info["tp_size"], info["speculative_algorithm"]), (1, None))
+        self.assertEqual(get(r.port, "/metrics")[0], 404)
+        self.assertEqual(r.memory(), [(0, r.memory()[0][1])])
+        self.assertEqual(r.stop(), 0)
+
+    def test_unknown_flag_exits_2(self):
+        rc, r = self.run_to_exit(["--model-path", "m", "--bogus-flag", "3"])
+        self.assertEqual(rc, 2)
+        self.assertIn("sglang serve: error: unrecognized arguments: --bogus-flag 3", r.stderr())
+        self.assertTrue(r.stderr().splitlines()[-1].startswith("sglang serve: error:"))
+
+    def test_bad_values_and_missing_model(self):
+        for args, msg in ((["--model-path", "m", "--tp-size", "two"], "invalid int value: 'two'"),
+                          (["--model-path", "m", "--log-requests-level", "9"], "invalid choice: 9"),
+                          (["--tp-size", "2"], "the following arguments are required: --model-path")):
+            rc, r = self.run_to_exit(args)
+            self.assertEqual(rc, 2, args)
+            self.assertIn(msg, r.stderr())
+
+    def test_speculative_errors(self):
+        rc, r = self.run_to_exit(["--model-path", "m", "--speculative-algorithm", "EAGLE",
+                                  "--speculative-num-steps", "3"])
+        self.assertEqual(rc, 1)
+        self.assertIn("TypeError: '>' not supported between instances of 'NoneType' and 'int'", r.stderr())
+        rc, r = self.run_to_exit(["--model-path", "m", "--speculative-algorithm", "EAGLE",
+                                  "--speculative-eagle-topk", "2"])
+        self.assertEqual(rc, 1)
+        self.assertRegex(r.stderr(), re.compile(r"^AssertionError$", re.M))
+        self.assertIsNone(r.memory(), "nothing started")
+
+    def test_p2p_hang_in_nccl_init(self):
+        self.marker()
+        r = self.start(["--model-path", "m", "--tp-size", "2"])
+        r.wait_log("Init parallel begin.")
+        time.sleep(3)  # a normal start would be listening by now
+        self.assertIsNone(r.p.poll())
+        self.assertFalse(port_open(r.port))
+        self.assertNotIn("Load weight begin", r.stderr())
+        self.assertEqual(r.memory(), [(0, 757), (1, 757)])
+        time.sleep(0.5)
+        self.assertEqual(r.memory(), [(0, 757), (1, 757)])
+        self.assertEqual(r.stop(), 0)
+
+    def test_p2p_hang_in_custom_all_reduce(self):
+        self.marker()
+        r = self.start(["--model-path", "m", "--tp-size", "2"], env={"NCCL_P2P_DISABLE": "1"})
+        r.wait_log("Load weight end.")
+        time.sleep(2.5)
+        self.assertIsNone(r.p.poll())
+        self.assertFalse(port_open(r.port))
+        self.assertNotIn("KV Cache", r.stderr())
+        self.assertEqual(r.memory(), [(0, 59607), (1, 59607)])
+        self.assertEqual(r.stop(), 0)
+
+    def test_p2p_marker_with_both_workarounds_starts(self):
+        self.marker()
+        r = self.start(["--model-path", "m", "--tp-size", "2", "--disable-custom-all-reduce"],
+                       env={"NCCL_P2P_DISABLE": "1"})
+        r.wait_for(lambda: port_open(r.port) and get(r.port, "/health")[0] == 200, what="healthy")
+        self.assertIs(json.loads(get(r.port, "/server_info")[1])["disable_custom_all_reduce"], True)
+        self.assertEqual(r.stop(), 0)
+
+    def test_crash_at(self):
+        rc, r = self.run_to_exit(["--model-path", "m", "--tp-size", "2"], env={"STANDIN_CRASH_AT": "load"})
+        self.assertEqual(rc, 1)
+        log = r.stderr()
+        self.assertRegex(log, TS + r" TP0\] Scheduler hit an exception: Traceback \(most recent call last\):")
+        self.assertIn("Received sigquit from a child process", log)
+        self.assertNotIn("Load weight end", log)
+        self.assertEqual(r.memory(), [(0, 0), (1, 0)])
+        rc, r = self.run_to_exit(["--model-path", "m"], env={"STANDIN_CRASH_AT": "warmup"})
+        self.assertEqual(rc, 1)
+        self.assertIn("Initialization failed. warmup error: Traceback", r.stderr())
+        self.assertNotIn("fired up", r.stderr())
+
+    def test_legacy_log_style(self):
+        r = self.start(["--model-path", "m", "--tp-size", "2"], env={"STANDIN_LOG_STYLE": "legacy"})
+        r.wait_log("The server is fired up and ready to roll!")
+        log = r.stderr()
+        for pat in (r" TP0\] Init torch distributed begin\.$", r" TP1\] Init torch distributed ends\. mem usage=0\.74 GB$",
+                    r" TP0\] Load weight end\. type=\w+, dtype=torch\.bfloat16, avail mem=[\d.]+ GB, mem usage=[\d.]+ GB\.$",
+                    r" TP0\] KV Cache is allocated\. #tokens: \d+, K size: [\d.]+ GB, V size: [\d.]+ GB$",
+                    r" TP0\] Capture cuda graph begin\. This can take up to several minutes\. avail mem=[\d.]+ GB$",
+                    r" TP0\] Capture cuda graph end\. Time elapsed: [\d.]+ s\. mem usage=[\d.]+ GB\. avail mem=[\d.]+ GB\.$"):
+            self.assertRegex(log, re.compile(TS + pat, re.M))
+        self.assertEqual(r.stop(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs everything the tests need on a fresh Debian bookworm machine (idempotent, cached) and
+# runs every test. This is the README's second command and what .ci/run calls.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GPUPLANE_E2E_CACHE=${GPUPLANE_E2E_CACHE:-/var/cache/gpuplane-e2e}
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+for s in e2e/setup/*.sh; do
+  echo "== $s"
+  $SUDO env GPUPLANE_E2E_CACHE="$GPUPLANE_E2E_CACHE" bash "$s"
+done
+[ -x e2e/vm/build-image.sh ] && { echo "== e2e/vm/build-image.sh"; $SUDO env GPUPLANE_E2E_CACHE="$GPUPLANE_E2E_CACHE" bash e2e/vm/build-image.sh; }
+echo "== cargo fmt --check, clippy"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -q -- -D warnings
+echo "== cargo test"
+cargo build --workspace --bins -q
+cargo test --workspace -- --test-threads="${TEST_THREADS:-2}"
