@@ -176,6 +176,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
                 .filter(|d| *d != "vfio-pci" || c.vfio_loaded)
                 .map(str::to_string),
             driver_override: c.gpus[i].2.map(str::to_string),
+            default_driver: None,
             minor: Some(i as u32),
         })
         .collect::<Vec<_>>();

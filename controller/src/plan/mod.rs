@@ -14,6 +14,7 @@
 //!   `nvidia`, the P2P probe's result), the plan ends there and says so in `continues_after`;
 //!   the converge loop re-observes and re-plans.
 
+pub mod companions;
 pub mod servers;
 pub mod step;
 
@@ -112,10 +113,42 @@ impl Planner<'_> {
             }
         }
 
-        // Holders of GPUs to rebind: stoppable (our container / our host unit) or blocking.
+        // Companions in the GPUs' IOMMU groups move with them; foreign group members block passthrough.
+        let (companions, shared) = companions::find(self.d, h);
+        for msg in shared {
+            self.block(self.resource(), "IommuGroupShared", msg);
+        }
+        let companion_moves: Vec<&companions::Companion> = companions
+            .iter()
+            .filter(|c| {
+                let d = h.pci_devices.get(&c.address);
+                let on_vfio = d.and_then(|d| d.driver.as_deref()) == Some("vfio-pci");
+                let pinned = d.and_then(|d| d.driver_override.as_deref()) == Some("vfio-pci");
+                // Returning: unbind from vfio-pci while still pinned, then clear and probe in one step.
+                if c.to_vfio {
+                    !on_vfio || !pinned
+                } else {
+                    on_vfio || d.is_some_and(|d| d.driver_override.is_some())
+                }
+            })
+            .collect();
+        // Everything that gets unbound: (address, where it goes, slice).
+        let mut moving: Vec<(String, String, String)> = rebind
+            .iter()
+            .map(|(a, t)| ((*a).clone(), t.driver.to_string(), t.slice.clone()))
+            .collect();
+        for c in &companion_moves {
+            let to = if c.to_vfio {
+                "vfio-pci".to_string()
+            } else {
+                "its host driver".to_string()
+            };
+            moving.push((c.address.clone(), to, c.slice.clone()));
+        }
+        // Holders of devices to rebind: stoppable (our container / our host unit) or blocking.
         let mut stop_units: BTreeMap<String, (UnitRef, String)> = BTreeMap::new();
-        for (addr, t) in &rebind {
-            let Some(dev) = h.pci_devices.get(*addr) else {
+        for (addr, to, slice) in &moving {
+            let Some(dev) = h.pci_devices.get(addr) else {
                 continue;
             };
             if dev.driver.is_none() {
@@ -132,10 +165,7 @@ impl Planner<'_> {
                         if server_units.contains(&r.key()) {
                             stop_units.insert(
                                 r.key(),
-                                (
-                                    r,
-                                    format!("it holds GPU {addr}, which moves to {}", t.driver),
-                                ),
+                                (r, format!("it holds {addr}, which moves to {to}")),
                             );
                             true
                         } else {
@@ -152,7 +182,7 @@ impl Planner<'_> {
                     } else {
                         "stop that process first".to_string()
                     };
-                    let msg = format!("GPU {addr} must move from {} to {} for slice {}, but {holder} holds it; {fix}", dev.driver.as_deref().unwrap_or("none"), t.driver, t.slice);
+                    let msg = format!("{addr} must move from {} to {to} for slice {slice}, but {holder} holds it; {fix}", dev.driver.as_deref().unwrap_or("none"));
                     self.block(self.resource(), "GpuInUse", msg);
                 }
             }
@@ -246,6 +276,10 @@ impl Planner<'_> {
             }
         }
 
+        for c in companion_moves {
+            self.plan_companion(c);
+        }
+
         // PCI mappings.
         self.plan_mappings(&targets);
 
@@ -330,6 +364,63 @@ impl Planner<'_> {
         servers::plan_servers(self, &ctx);
     }
 
+    /// Moves one companion: to vfio-pci with its GPU, or back to its host driver.
+    fn plan_companion(&mut self, c: &companions::Companion) {
+        let Some(d) = self.h.pci_devices.get(&c.address) else {
+            return;
+        };
+        let a = c.address.clone();
+        if c.to_vfio {
+            if d.driver_override.as_deref() != Some("vfio-pci") {
+                let why = format!(
+                    "{a} shares slot and IOMMU group with GPU {}, so it goes to the VM with it",
+                    c.gpu
+                );
+                self.push(
+                    Step::SetDriverOverride {
+                        address: a.clone(),
+                        driver: Some("vfio-pci".into()),
+                    },
+                    why,
+                );
+            }
+            if d.driver.as_deref() != Some("vfio-pci") {
+                if let Some(cur) = &d.driver {
+                    self.push(
+                        Step::Unbind {
+                            address: a.clone(),
+                            driver: cur.clone(),
+                        },
+                        format!("{a} is bound to {cur}; VFIO needs the whole IOMMU group"),
+                    );
+                }
+                self.push(
+                    Step::Probe { address: a.clone() },
+                    format!("bind {a} to vfio-pci with GPU {}", c.gpu),
+                );
+            }
+        } else {
+            if d.driver.as_deref() == Some("vfio-pci") {
+                self.push(
+                    Step::Unbind {
+                        address: a.clone(),
+                        driver: "vfio-pci".into(),
+                    },
+                    format!(
+                        "GPU {} returns to nvidia, so {a} leaves vfio-pci too",
+                        c.gpu
+                    ),
+                );
+            }
+            if d.driver_override.is_some() {
+                self.push(
+                    Step::ReturnToHostDriver { address: a.clone() },
+                    format!("let the kernel bind {a} to its default driver"),
+                );
+            }
+        }
+    }
+
     /// Every partition GPU and the driver its slice wants.
     fn gpu_targets(&self) -> BTreeMap<String, GpuTarget> {
         let mut m = BTreeMap::new();
@@ -391,7 +482,7 @@ impl Planner<'_> {
                 .map(|d| MapEntry {
                     node: h.node_name.clone(),
                     id: format!("{}:{}", d.vendor, d.device),
-                    paths: vec![d.address.clone()],
+                    paths: vec![mapping_path(h, &d.address)],
                     iommugroup: d.iommu_group,
                     subsystem_id: d.subsystem.clone(),
                     description: None,
@@ -413,12 +504,12 @@ impl Planner<'_> {
             let (keep, drop): (Vec<MapEntry>, Vec<MapEntry>) = entries
                 .iter()
                 .cloned()
-                .partition(|e| !e.paths.iter().any(|p| targets.contains_key(p)));
+                .partition(|e| !e.paths.iter().any(|p| owner(targets, p).is_some()));
             if !drop.is_empty() {
                 let owners: BTreeSet<String> = drop
                     .iter()
                     .flat_map(|e| e.paths.iter())
-                    .filter_map(|p| targets.get(p).map(|t| format!("{p} (slice {})", t.slice)))
+                    .filter_map(|p| owner(targets, p).map(|t| format!("{p} (slice {})", t.slice)))
                     .collect();
                 let owners: Vec<String> = owners.into_iter().collect();
                 wanted.insert(
@@ -439,6 +530,34 @@ impl Planner<'_> {
                 );
             }
         }
+    }
+}
+
+/// The partition GPU a mapping path names: the function itself, or its whole slot.
+fn owner<'t>(targets: &'t BTreeMap<String, GpuTarget>, path: &str) -> Option<&'t GpuTarget> {
+    targets.get(path).or_else(|| {
+        targets
+            .iter()
+            .find(|(a, _)| companions::slot(a) == path)
+            .map(|(_, t)| t)
+    })
+}
+
+/// The mapping path of a GPU: the whole slot (`0000:81:00`, all functions) when it has
+/// same-slot functions in its IOMMU group (its audio function), else the function itself.
+fn mapping_path(h: &HostState, addr: &str) -> String {
+    let group = h.pci_devices.get(addr).and_then(|d| d.iommu_group);
+    let slot = companions::slot(addr);
+    let shared = h.pci_devices.values().any(|m| {
+        m.address != addr
+            && group.is_some()
+            && m.iommu_group == group
+            && companions::slot(&m.address) == slot
+    });
+    if shared {
+        slot.to_string()
+    } else {
+        addr.to_string()
     }
 }
 

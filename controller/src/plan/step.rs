@@ -28,6 +28,9 @@ pub enum Step {
     Unbind { address: String, driver: String },
     /// Write the address to `/sys/bus/pci/drivers_probe` (binds per `driver_override`).
     Probe { address: String },
+    /// Clear `driver_override`, then `drivers_probe`: the kernel binds its default driver (one
+    /// step, so no state in between looks finished).
+    ReturnToHostDriver { address: String },
     /// Make the GPU device lines of `/etc/pve/lxc/<vmid>.conf` give exactly these minors.
     SetContainerGpus { vmid: u32, minors: BTreeSet<u32> },
     /// Make this node's map lines of a mapping in `/etc/pve/mapping/pci.cfg` exactly `entries`.
@@ -74,6 +77,7 @@ impl Step {
             Step::SetDriverOverride { .. } => "setDriverOverride",
             Step::Unbind { .. } => "unbind",
             Step::Probe { .. } => "probe",
+            Step::ReturnToHostDriver { .. } => "returnToHostDriver",
             Step::SetContainerGpus { .. } => "setContainerGpus",
             Step::SetPciMapping { .. } => "setPciMapping",
             Step::StartContainer { .. } => "startContainer",
@@ -102,6 +106,9 @@ impl std::fmt::Display for Step {
             } => write!(f, "clear driver_override of {address}"),
             Step::Unbind { address, driver } => write!(f, "unbind {address} from {driver}"),
             Step::Probe { address } => write!(f, "probe drivers for {address}"),
+            Step::ReturnToHostDriver { address } => {
+                write!(f, "return {address} to its host driver")
+            }
             Step::SetContainerGpus { vmid, minors } => {
                 let m: Vec<String> = minors.iter().map(|m| format!("/dev/nvidia{m}")).collect();
                 write!(

@@ -207,3 +207,97 @@ fn crash_between_reload_and_restart_is_finished() {
         "the stale process must be restarted"
     );
 }
+
+fn add_device(
+    h: &mut crate::host::sim::SimHost,
+    address: &str,
+    class: &str,
+    group: u32,
+    driver: &str,
+) {
+    h.file.pci_devices.push(crate::host::sim::SimDevice {
+        address: address.into(),
+        vendor: "10de".into(),
+        device: "22e8".into(),
+        class: class.into(),
+        subsystem: None,
+        numa_node: 1,
+        iommu_group: Some(group),
+        driver: Some(driver.into()),
+        driver_override: None,
+        default_driver: Some(driver.into()),
+        minor: None,
+    });
+    h.file.pci_drivers.insert(driver.into());
+}
+
+#[test]
+fn audio_function_moves_with_its_gpu_both_ways() {
+    let mut h = twin();
+    // 0000:81:00.0 is in group 14 in the twin; give it its HDMI audio function.
+    add_device(&mut h, "0000:81:00.1", "040300", 14, "snd_hda_intel");
+    let d = desired(&mut h, &manifests());
+    let mut door = crate::apply::Door::new(&mut h);
+    assert!(crate::converge::converge(&d, &mut door, &Default::default()).converged());
+    let st = h.observe().unwrap();
+    let audio = &st.pci_devices["0000:81:00.1"];
+    assert_eq!(
+        (audio.driver.as_deref(), audio.driver_override.as_deref()),
+        (Some("vfio-pci"), Some("vfio-pci"))
+    );
+    let paths: Vec<String> = st.pci_mappings["pro6000-vm"]
+        .iter()
+        .flat_map(|e| e.paths.clone())
+        .collect();
+    assert!(
+        paths.contains(&"0000:81:00".to_string()),
+        "whole slot passed through: {paths:?}"
+    );
+    // Give the NUMA-1 GPUs back to nvidia: the audio function returns to its own driver.
+    let mut back = d.clone();
+    back.partition.slices[1].driver = gpuplane_crds::GpuDriver::Nvidia;
+    back.partition.slices[1].consumer = None;
+    let mut door = crate::apply::Door::new(&mut h);
+    let r = crate::converge::converge(&back, &mut door, &Default::default());
+    assert!(r.converged(), "{:?}", r.stop);
+    let steps: Vec<String> = r
+        .applied
+        .iter()
+        .map(|a| a.planned.step.to_string())
+        .collect();
+    assert!(
+        steps
+            .iter()
+            .any(|s| s == "return 0000:81:00.1 to its host driver"),
+        "{steps:#?}"
+    );
+    let st = h.observe().unwrap();
+    let audio = &st.pci_devices["0000:81:00.1"];
+    assert_eq!(
+        (audio.driver.as_deref(), audio.driver_override.as_deref()),
+        (Some("snd_hda_intel"), None),
+        "{steps:#?}"
+    );
+    assert_eq!(
+        st.pci_devices["0000:81:00.0"].driver.as_deref(),
+        Some("nvidia")
+    );
+}
+
+#[test]
+fn a_group_shared_with_a_foreign_device_is_refused() {
+    let mut h = twin();
+    // A NIC in another slot shares group 15 with 0000:91:00.0 (no ACS between them).
+    add_device(&mut h, "0000:92:00.0", "020000", 15, "mlx5_core");
+    let d = desired(&mut h, &manifests());
+    let p = plan(&d, &h.observe().unwrap());
+    assert!(p.steps.is_empty());
+    assert_eq!(p.blockers.len(), 1);
+    assert_eq!(p.blockers[0].reason, "IommuGroupShared");
+    assert!(
+        p.blockers[0].message.contains("0000:92:00.0")
+            && p.blockers[0].message.contains("mlx5_core"),
+        "{}",
+        p.blockers[0].message
+    );
+}

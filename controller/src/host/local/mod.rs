@@ -246,6 +246,13 @@ impl LocalHost {
                     address,
                 )?;
             }
+            Step::ReturnToHostDriver { address } => {
+                self.sysfs(
+                    &format!("/sys/bus/pci/devices/{address}/driver_override"),
+                    "\n",
+                )?;
+                self.sysfs("/sys/bus/pci/drivers_probe", address)?;
+            }
             Step::Probe { address } => {
                 self.sysfs("/sys/bus/pci/drivers_probe", address)?;
                 let dev = pci::read_device(&self.root, address)

@@ -74,6 +74,9 @@ pub struct SimDevice {
     pub driver: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver_override: Option<String>,
+    /// The driver the kernel picks when no override is set (`None`: none, or nvidia for NVIDIA GPUs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_driver: Option<String>,
     /// The minor the nvidia driver gives this GPU when bound (visible only while bound).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub minor: Option<u32>,
@@ -453,12 +456,19 @@ impl Host for SimHost {
                 }
                 d.driver = None;
             }
+            Step::ReturnToHostDriver { address } => {
+                self.dev_mut(address, step)?.driver_override = None;
+                return self.apply(&Step::Probe {
+                    address: address.clone(),
+                });
+            }
             Step::Probe { address } => {
                 let drivers = self.file.pci_drivers.clone();
                 let d = self.dev_mut(address, step)?;
                 if d.driver.is_none() {
                     let pick = match &d.driver_override {
                         Some(o) => Some(o.clone()),
+                        None if d.default_driver.is_some() => d.default_driver.clone(),
                         None if d.vendor == "10de" && d.class.starts_with("03") => {
                             Some("nvidia".to_string())
                         }

@@ -1,0 +1,77 @@
+//! IOMMU-group companions: devices that share a GPU's IOMMU group.
+//!
+//! VFIO passes whole groups: every device of a GPU's group must be on `vfio-pci` (or have no
+//! driver) before the VM can use it. A companion in the same slot (the GPU's HDMI audio
+//! function) belongs to the GPU and moves with it, both ways. A device of another slot that no
+//! slice owns makes passthrough impossible without taking it from whoever uses it: that is
+//! refused with `IommuGroupShared`, never done silently. PCI bridges are not group members
+//! that need a driver and are ignored.
+
+use crate::desired::Desired;
+use crate::host::model::{HostState, PciDevice};
+use gpuplane_crds::GpuDriver;
+use std::collections::BTreeSet;
+
+/// A companion and where it must go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Companion {
+    pub address: String,
+    pub gpu: String,
+    pub slice: String,
+    /// `true`: to vfio-pci with the GPU; `false`: back to its host driver.
+    pub to_vfio: bool,
+}
+
+/// `dddd:bb:dd` of `dddd:bb:dd.f`.
+pub fn slot(addr: &str) -> &str {
+    addr.rsplit_once('.').map(|(s, _)| s).unwrap_or(addr)
+}
+
+fn is_bridge(d: &PciDevice) -> bool {
+    d.class.starts_with("0604")
+}
+
+/// Companions of the partition's GPUs, and messages for groups shared with foreign devices.
+pub fn find(d: &Desired, h: &HostState) -> (Vec<Companion>, Vec<String>) {
+    let partition: BTreeSet<&str> = d
+        .partition
+        .slices
+        .iter()
+        .flat_map(|s| s.gpus.iter().map(String::as_str))
+        .collect();
+    let mut out = Vec::new();
+    let mut problems = Vec::new();
+    for s in &d.partition.slices {
+        for g in &s.gpus {
+            let Some(group) = h.pci_devices.get(g).and_then(|x| x.iommu_group) else {
+                continue;
+            };
+            for m in h.pci_devices.values() {
+                if m.iommu_group != Some(group)
+                    || m.address == *g
+                    || partition.contains(m.address.as_str())
+                    || is_bridge(m)
+                {
+                    continue;
+                }
+                if slot(&m.address) == slot(g) {
+                    out.push(Companion {
+                        address: m.address.clone(),
+                        gpu: g.clone(),
+                        slice: s.name.clone(),
+                        to_vfio: s.driver == GpuDriver::VfioPci,
+                    });
+                } else if s.driver == GpuDriver::VfioPci {
+                    problems.push(format!(
+                        "GPU {g} (slice {}) shares IOMMU group {group} with {} (class {}, driver {}), which no slice owns; VFIO passes whole groups, so either add that device to the slice's consumer or give the GPU its own group (its own root port, or ACS)",
+                        s.name,
+                        m.address,
+                        m.class,
+                        m.driver.as_deref().unwrap_or("none")
+                    ));
+                }
+            }
+        }
+    }
+    (out, problems)
+}
