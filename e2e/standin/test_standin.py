@@ -285,6 +285,15 @@ class StandinTest(unittest.TestCase):
             self.assertRegex(log, re.compile(TS + pat, re.M))
         self.assertEqual(r.stop(), 0)
 
+    def test_install_script(self):
+        prefix = os.path.join(self.tmp, "sglang-venv")
+        subprocess.run(["sh", os.path.join(HERE, "install.sh"), prefix], check=True, stdout=subprocess.DEVNULL)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        p = subprocess.run([os.path.join(prefix, "bin", "python3"), "-m", "sglang.launch_server", "--model-path", "m",
+                            "--no-such-flag"], cwd=self.tmp, env=env, capture_output=True, text=True, timeout=20)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("sglang serve: error: unrecognized arguments: --no-such-flag", p.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -24,7 +24,8 @@
 # Kernel args always include intel_iommu=on (groups of type DMA-FQ); KARGS=iommu=pt gives identity.
 #
 # Environment:
-#   KARGS               extra kernel command line (e.g. "iommu=pt")
+#   KARGS               extra kernel command line (e.g. "iommu=pt"; "loglevel=7" undoes "quiet"
+#                       for a verbose console.log)
 #   VM_TIMEOUT          seconds before the VM is killed (default 300)
 #   VM_MEM              guest memory in MiB, split evenly over the two nodes (default 1536)
 #   VM_NET=user         add a user-mode NIC; the guest gets 10.0.2.15, the host is 10.0.2.2 ("host")
