@@ -27,6 +27,7 @@ pub mod host;
 pub mod manifests;
 pub mod plan;
 pub mod proxmox;
+pub mod reconcile;
 pub mod sglang;
 pub mod status;
 pub mod systemd;

@@ -385,7 +385,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
         },
     );
     server.metadata.namespace = Some("default".into());
-    Some((SimHost { file }, part, server))
+    Some((SimHost::new(file), part, server))
 }
 
 proptest! {

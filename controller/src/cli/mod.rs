@@ -43,6 +43,47 @@ pub enum Command {
         #[arg(long, value_enum, default_value = "text")]
         output: Format,
     },
+    /// Check GPU peer-to-peer correctness: copy random data between every GPU pair and compare.
+    /// Reads only, apart from the agent's own cache (`/var/lib/gpuplane/p2p-cache.json`).
+    P2pProbe {
+        #[command(flatten)]
+        host: HostArgs,
+        /// Python interpreter with PyTorch.
+        #[arg(long, default_value = "python3")]
+        python: String,
+        /// GPU addresses to probe (default: every GPU bound to nvidia).
+        gpus: Vec<String>,
+    },
+    /// Run the agent: reconcile this node's GpuPartition and its InferenceServers from the
+    /// Kubernetes API until stopped.
+    Run {
+        #[command(flatten)]
+        host: HostArgs,
+        /// Kubeconfig file (default: in-cluster configuration, then ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Address of /metrics, /healthz and /readyz.
+        #[arg(long, default_value = "0.0.0.0:9464")]
+        metrics_addr: String,
+        /// Seconds between re-observations of the host when nothing changed in the API (drift check).
+        #[arg(long, default_value_t = 30)]
+        drift_interval: u64,
+        /// Seconds between readiness checks of a starting server.
+        #[arg(long, default_value_t = 5)]
+        poll_interval: u64,
+        /// Namespace of the per-node Lease (default: $POD_NAMESPACE, else "default").
+        #[arg(long)]
+        lease_namespace: Option<String>,
+        /// Lease duration in seconds.
+        #[arg(long, default_value_t = 15)]
+        lease_duration: u64,
+        /// This agent's identity in the Lease (default: hostname-pid).
+        #[arg(long)]
+        identity: Option<String>,
+        /// With a simulated host: run its clock this many times faster than wall time.
+        #[arg(long, default_value_t = 1)]
+        sim_speed: u64,
+    },
     /// Apply the plan step by step until converged, then print the status.
     Converge {
         #[command(flatten)]
@@ -110,7 +151,7 @@ fn input_error(message: impl Into<String>) -> Failure {
 }
 
 /// Opens the host backend named by `--host`.
-pub fn open_host(args: &HostArgs) -> Result<Box<dyn Host>, Failure> {
+pub fn open_host(args: &HostArgs) -> Result<Box<dyn Host + Send>, Failure> {
     let spec = args.host.as_str();
     if spec == "local" {
         let mut h = crate::host::local::LocalHost::new(&args.host_root, &args.gpu_vendor);
@@ -255,6 +296,108 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             };
             print!("{text}");
             Ok(0)
+        }
+        Command::Run {
+            host,
+            kubeconfig,
+            metrics_addr,
+            drift_interval,
+            poll_interval,
+            lease_namespace,
+            lease_duration,
+            identity,
+            sim_speed,
+        } => {
+            let node = host
+                .node_name
+                .clone()
+                .ok_or_else(|| input_error("gpuplane run needs --node-name"))?;
+            // A simulated host is live in run mode: others may edit its file to make drift.
+            let backend: Box<dyn Host + Send> = match host.host.split_once(':') {
+                Some(("sim", path)) if path != "embedded" => Box::new(
+                    SimHost::live(path, sim_speed).map_err(|e| input_error(e.to_string()))?,
+                ),
+                _ => open_host(&host)?,
+            };
+            let hostname = std::fs::read_to_string("/etc/hostname")
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            let opts = crate::reconcile::RunOptions {
+                node,
+                gpu_vendor: host.gpu_vendor.clone(),
+                kubeconfig,
+                metrics_addr,
+                drift_interval: std::time::Duration::from_secs(drift_interval.max(1)),
+                poll_interval: std::time::Duration::from_secs(poll_interval.max(1)),
+                lease_namespace: lease_namespace
+                    .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                    .unwrap_or_else(|| "default".into()),
+                lease_duration: std::time::Duration::from_secs(lease_duration.max(3)),
+                identity: identity.unwrap_or_else(|| format!("{hostname}-{}", std::process::id())),
+            };
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Failure {
+                    code: 1,
+                    message: e.to_string(),
+                })?;
+            rt.block_on(crate::reconcile::run(opts, backend))
+                .map_err(|m| Failure {
+                    code: 1,
+                    message: m,
+                })?;
+            Ok(0)
+        }
+        Command::P2pProbe { host, python, gpus } => {
+            let mut h = open_host(&host)?;
+            let st = h.observe().map_err(|e| Failure {
+                code: 1,
+                message: e.to_string(),
+            })?;
+            let mut on_nvidia: Vec<String> = st
+                .gpus(&host.gpu_vendor)
+                .filter(|d| d.driver.as_deref() == Some("nvidia"))
+                .map(|d| d.address.clone())
+                .collect();
+            on_nvidia.sort();
+            let gpus = if gpus.is_empty() {
+                on_nvidia.clone()
+            } else {
+                gpus
+            };
+            let mut indices = Vec::new();
+            for g in &gpus {
+                match on_nvidia.iter().position(|a| a == g) {
+                    Some(i) => indices.push(i as u32),
+                    None => {
+                        return Err(input_error(format!(
+                            "{g} is not a GPU bound to nvidia on this host"
+                        )))
+                    }
+                }
+            }
+            let step = crate::plan::Step::ProbeP2p {
+                location: crate::host::model::Location::Host,
+                python,
+                gpus: gpus.clone(),
+                cuda_indices: indices,
+            };
+            let out = Door::new(h.as_mut()).apply(&step).map_err(|e| Failure {
+                code: 1,
+                message: e.to_string(),
+            })?;
+            println!("{}", out.detail.unwrap_or_default());
+            let st = h.observe().map_err(|e| Failure {
+                code: 1,
+                message: e.to_string(),
+            })?;
+            let failing = st
+                .p2p_probe(&gpus)
+                .map(|p| p.failing_pairs.len())
+                .unwrap_or(0);
+            Ok(if failing == 0 { 0 } else { 1 })
         }
         Command::Plan { input, output } => {
             let mut h = open_host(&input.host)?;

@@ -104,6 +104,7 @@ pub fn print_converge(
                     println!("STOPPED: {step} failed: {error}")
                 }
                 Some(Stop::NotReady { unit }) => println!("STOPPED: {unit} did not become ready."),
+                Some(Stop::Waiting { unit }) => println!("{unit} is still starting."),
                 Some(Stop::NoProgress { steps }) => {
                     println!("STOPPED: no convergence after {steps} steps.")
                 }

@@ -7,12 +7,11 @@
 
 mod wait;
 
-pub use wait::{wait_ready, WaitOutcome};
+pub use wait::{wait_ready, Progress, WaitOutcome};
 
 use crate::apply::Door;
 use crate::desired::Desired;
 use crate::host::model::HostState;
-use crate::host::HostError;
 use crate::plan::{plan, Blocker, Note, Plan, PlannedStep, Step};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -24,6 +23,8 @@ pub struct Options {
     pub max_steps: usize,
     /// Seconds between readiness polls.
     pub poll_seconds: u64,
+    /// `true`: block on readiness (CLI); `false`: look once and return `Stop::Waiting` (controller).
+    pub block_on_ready: bool,
 }
 
 impl Default for Options {
@@ -31,6 +32,7 @@ impl Default for Options {
         Options {
             max_steps: 500,
             poll_seconds: 5,
+            block_on_ready: true,
         }
     }
 }
@@ -52,10 +54,23 @@ pub struct Applied {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "reason", rename_all = "camelCase")]
 pub enum Stop {
-    Blocked { blockers: Vec<Blocker> },
-    StepFailed { step: String, error: String },
-    NotReady { unit: String },
-    NoProgress { steps: usize },
+    Blocked {
+        blockers: Vec<Blocker>,
+    },
+    StepFailed {
+        step: String,
+        error: String,
+    },
+    NotReady {
+        unit: String,
+    },
+    NoProgress {
+        steps: usize,
+    },
+    /// A server is still starting (non-blocking mode): look again later.
+    Waiting {
+        unit: String,
+    },
 }
 
 /// What a converge run did.
@@ -82,6 +97,16 @@ impl Report {
 
 /// Runs the loop until converged or stopped.
 pub fn converge(desired: &Desired, door: &mut Door<'_>, opts: &Options) -> Report {
+    converge_with(desired, door, opts, &mut BTreeMap::new())
+}
+
+/// Like [`converge`], with readiness progress kept by the caller across runs (by unit key).
+pub fn converge_with(
+    desired: &Desired,
+    door: &mut Door<'_>,
+    opts: &Options,
+    progress: &mut BTreeMap<String, Progress>,
+) -> Report {
     let mut r = Report {
         applied: vec![],
         writes: 0,
@@ -136,14 +161,35 @@ pub fn converge(desired: &Desired, door: &mut Door<'_>, opts: &Options) -> Repor
                 stall_after_seconds,
                 deadline_seconds,
             } => {
-                let outcome = wait_ready(
-                    door.host(),
-                    unit,
-                    served_name,
-                    *stall_after_seconds,
-                    *deadline_seconds,
-                    opts.poll_seconds,
-                );
+                let outcome = if opts.block_on_ready {
+                    Some(wait_ready(
+                        door.host(),
+                        unit,
+                        served_name,
+                        *stall_after_seconds,
+                        *deadline_seconds,
+                        opts.poll_seconds,
+                    ))
+                } else {
+                    let p = progress
+                        .entry(unit.key())
+                        .or_insert_with(|| Progress::new(at));
+                    let host = r.final_host.clone().unwrap_or_default();
+                    p.check(
+                        &host,
+                        unit,
+                        served_name,
+                        *stall_after_seconds,
+                        *deadline_seconds,
+                        at,
+                    )
+                };
+                let Some(outcome) = outcome else {
+                    r.stop = Some(Stop::Waiting {
+                        unit: unit.to_string(),
+                    });
+                    break;
+                };
                 let ok = matches!(outcome, WaitOutcome::Ready { .. });
                 r.applied.push(Applied {
                     planned: next.clone(),
@@ -151,6 +197,7 @@ pub fn converge(desired: &Desired, door: &mut Door<'_>, opts: &Options) -> Repor
                     at,
                 });
                 r.waits.insert(unit.key(), outcome);
+                progress.remove(&unit.key());
                 if !ok {
                     r.stop = Some(Stop::NotReady {
                         unit: unit.to_string(),
@@ -163,15 +210,21 @@ pub fn converge(desired: &Desired, door: &mut Door<'_>, opts: &Options) -> Repor
                 }
             }
             step => match door.apply(step) {
-                Ok(out) => r.applied.push(Applied {
-                    planned: next.clone(),
-                    detail: out.detail,
-                    at,
-                }),
+                Ok(out) => {
+                    // A (re)started unit starts its readiness clock afresh.
+                    if let Step::StartUnit { unit, .. } = step {
+                        progress.remove(&unit.key());
+                    }
+                    r.applied.push(Applied {
+                        planned: next.clone(),
+                        detail: out.detail,
+                        at,
+                    });
+                }
                 Err(e) => {
                     r.stop = Some(Stop::StepFailed {
                         step: step.to_string(),
-                        error: error_text(&e),
+                        error: e.to_string(),
                     });
                     break;
                 }
@@ -181,8 +234,4 @@ pub fn converge(desired: &Desired, door: &mut Door<'_>, opts: &Options) -> Repor
     r.writes = door.writes();
     r.writes_by_kind = door.writes_by_kind().clone();
     r
-}
-
-fn error_text(e: &HostError) -> String {
-    e.to_string()
 }

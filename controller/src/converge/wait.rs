@@ -4,7 +4,7 @@
 //! reference hang loaded weights (59.6 GB per GPU in 20 s) and then sat flat while the
 //! unit stayed `active`. No change in either for `stall_after` seconds is a stall.
 
-use crate::host::model::{HttpState, StartupPhase, UnitRef};
+use crate::host::model::{HostState, HttpState, StartupPhase, UnitRef};
 use crate::host::Host;
 use serde::Serialize;
 
@@ -64,6 +64,84 @@ impl WaitOutcome {
     }
 }
 
+/// Startup progress of one unit across observations: the phases seen and the last change of
+/// (phase, GPU memory). Kept by the caller between polls (in memory: it is observation history,
+/// not host state; losing it only restarts the stall timer).
+#[derive(Debug, Clone)]
+pub struct Progress {
+    start: u64,
+    last_sig: Option<(Option<StartupPhase>, Vec<u64>)>,
+    last_progress: u64,
+    phases: Vec<(String, u64)>,
+}
+
+impl Progress {
+    pub fn new(now: u64) -> Progress {
+        Progress {
+            start: now,
+            last_sig: None,
+            last_progress: now,
+            phases: vec![],
+        }
+    }
+
+    /// Looks at one observation; `None` while the server is still starting normally.
+    pub fn check(
+        &mut self,
+        st: &HostState,
+        unit: &UnitRef,
+        served_name: &str,
+        stall_after: u64,
+        deadline: u64,
+        now: u64,
+    ) -> Option<WaitOutcome> {
+        let u = st.unit(unit).cloned().unwrap_or_default();
+        if u.active_state == "failed" || (!u.is_active() && now > self.start) {
+            return Some(WaitOutcome::Crashed {
+                exit_status: u.exit_status,
+                log_tail: u.log_tail,
+            });
+        }
+        let obs = u.server.clone().unwrap_or_default();
+        if let Some(ph) = obs.phase {
+            if self.phases.last().map(|(n, _)| n.as_str()) != Some(ph.reason()) {
+                self.phases
+                    .push((ph.reason().to_string(), now.saturating_sub(self.start)));
+            }
+        }
+        if obs.http == HttpState::Healthy && obs.models.iter().any(|m| m == served_name) {
+            return Some(WaitOutcome::Ready {
+                after_seconds: now.saturating_sub(self.start),
+                phases: self.phases.clone(),
+            });
+        }
+        let sig = (obs.phase, obs.gpu_memory_mib.clone());
+        if self.last_sig.as_ref() != Some(&sig) {
+            self.last_sig = Some(sig);
+            self.last_progress = now;
+        }
+        let phase = obs
+            .phase
+            .map(|p| p.reason().to_string())
+            .unwrap_or_else(|| "Unknown".into());
+        if now.saturating_sub(self.last_progress) >= stall_after {
+            return Some(WaitOutcome::Stalled {
+                phase,
+                stalled_seconds: now - self.last_progress,
+                gpu_memory_mib: obs.gpu_memory_mib,
+                log_tail: u.log_tail,
+            });
+        }
+        if now.saturating_sub(self.start) >= deadline {
+            return Some(WaitOutcome::DeadlineExceeded {
+                phase,
+                after_seconds: now - self.start,
+            });
+        }
+        None
+    }
+}
+
 /// Polls until the unit's server answers `/health_generate` 200 and lists `served_name`,
 /// or stalls, crashes, or passes the deadline.
 pub fn wait_ready(
@@ -74,10 +152,7 @@ pub fn wait_ready(
     deadline: u64,
     poll: u64,
 ) -> WaitOutcome {
-    let start = host.now();
-    let mut last_sig: Option<(Option<StartupPhase>, Vec<u64>)> = None;
-    let mut last_progress = start;
-    let mut phases: Vec<(String, u64)> = vec![];
+    let mut p = Progress::new(host.now());
     loop {
         let st = match host.observe() {
             Ok(s) => s,
@@ -87,48 +162,8 @@ pub fn wait_ready(
                 }
             }
         };
-        let now = host.now();
-        let u = st.unit(unit).cloned().unwrap_or_default();
-        if u.active_state == "failed" || (!u.is_active() && now > start) {
-            return WaitOutcome::Crashed {
-                exit_status: u.exit_status,
-                log_tail: u.log_tail,
-            };
-        }
-        let obs = u.server.clone().unwrap_or_default();
-        if let Some(ph) = obs.phase {
-            if phases.last().map(|(n, _)| n.as_str()) != Some(ph.reason()) {
-                phases.push((ph.reason().to_string(), now - start));
-            }
-        }
-        if obs.http == HttpState::Healthy && obs.models.iter().any(|m| m == served_name) {
-            return WaitOutcome::Ready {
-                after_seconds: now - start,
-                phases,
-            };
-        }
-        let sig = (obs.phase, obs.gpu_memory_mib.clone());
-        if last_sig.as_ref() != Some(&sig) {
-            last_sig = Some(sig);
-            last_progress = now;
-        }
-        let phase = obs
-            .phase
-            .map(|p| p.reason().to_string())
-            .unwrap_or_else(|| "Unknown".into());
-        if now - last_progress >= stall_after {
-            return WaitOutcome::Stalled {
-                phase,
-                stalled_seconds: now - last_progress,
-                gpu_memory_mib: obs.gpu_memory_mib,
-                log_tail: u.log_tail,
-            };
-        }
-        if now - start >= deadline {
-            return WaitOutcome::DeadlineExceeded {
-                phase,
-                after_seconds: now - start,
-            };
+        if let Some(o) = p.check(&st, unit, served_name, stall_after, deadline, host.now()) {
+            return o;
         }
         host.sleep(poll);
     }

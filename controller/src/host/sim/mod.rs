@@ -156,6 +156,18 @@ pub struct SimHostFile {
 #[derive(Debug, Clone)]
 pub struct SimHost {
     pub file: SimHostFile,
+    live: Option<Live>,
+}
+
+/// A simulated host kept in a file that others may edit while the agent runs (`gpuplane run`):
+/// every observation re-reads it, every step writes it back, and the clock follows wall time.
+#[derive(Debug, Clone)]
+struct Live {
+    path: std::path::PathBuf,
+    speed: u64,
+    anchor: std::time::Instant,
+    anchor_clock: u64,
+    last_saved: String,
 }
 
 impl SimHost {
@@ -174,7 +186,69 @@ impl SimHost {
                 });
             }
         }
-        Ok(SimHost { file })
+        Ok(SimHost { file, live: None })
+    }
+
+    /// A host from an already parsed description.
+    pub fn new(file: SimHostFile) -> SimHost {
+        SimHost { file, live: None }
+    }
+
+    /// Opens `path` as a live host: re-read before each observation, written after each step,
+    /// its clock running `speed` times faster than wall time.
+    pub fn live(path: &str, speed: u64) -> Result<SimHost, HostError> {
+        let text = std::fs::read_to_string(path).map_err(|e| HostError::Read {
+            path: path.into(),
+            source: e,
+        })?;
+        let mut h = Self::from_yaml(&text, path)?;
+        h.live = Some(Live {
+            path: path.into(),
+            speed: speed.max(1),
+            anchor: std::time::Instant::now(),
+            anchor_clock: h.file.clock,
+            last_saved: text,
+        });
+        Ok(h)
+    }
+
+    /// Live mode: pick up edits made by others and advance the clock.
+    fn refresh(&mut self) -> Result<(), HostError> {
+        let Some(live) = self.live.as_mut() else {
+            return Ok(());
+        };
+        let path = live.path.to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(&live.path).map_err(|e| HostError::Read {
+            path: path.clone(),
+            source: e,
+        })?;
+        if text != live.last_saved {
+            let file: SimHostFile = serde_yaml::from_str(&text).map_err(|e| HostError::Parse {
+                path,
+                message: e.to_string(),
+            })?;
+            live.anchor_clock = file.clock.max(self.file.clock);
+            live.anchor = std::time::Instant::now();
+            live.last_saved = text;
+            self.file = file;
+        }
+        self.file.clock = live.anchor_clock + live.anchor.elapsed().as_secs() * live.speed;
+        Ok(())
+    }
+
+    /// Live mode: write the state back.
+    fn persist(&mut self) -> Result<(), HostError> {
+        let Some(live) = self.live.as_mut() else {
+            return Ok(());
+        };
+        let text =
+            serde_yaml::to_string(&self.file).map_err(|e| HostError::Other(e.to_string()))?;
+        let tmp = live.path.with_extension("yaml.tmp");
+        std::fs::write(&tmp, &text)
+            .and_then(|_| std::fs::rename(&tmp, &live.path))
+            .map_err(|e| HostError::Other(format!("cannot write {}: {e}", live.path.display())))?;
+        live.last_saved = text;
+        Ok(())
     }
 
     /// Loads a description file.
@@ -382,10 +456,41 @@ fn fail(step: &Step, message: String) -> HostError {
 
 impl Host for SimHost {
     fn observe(&mut self) -> Result<HostState, HostError> {
+        self.refresh()?;
         Ok(self.observe_inner())
     }
 
     fn apply(&mut self, step: &Step) -> Result<StepOutcome, HostError> {
+        self.refresh()?;
+        let out = self.apply_step(step)?;
+        self.persist()?;
+        Ok(out)
+    }
+
+    fn sleep(&mut self, secs: u64) {
+        match &self.live {
+            Some(l) => std::thread::sleep(std::time::Duration::from_millis(secs * 1000 / l.speed)),
+            None => self.file.clock += secs,
+        }
+    }
+
+    fn now(&self) -> u64 {
+        match &self.live {
+            Some(l) => l.anchor_clock + l.anchor.elapsed().as_secs() * l.speed,
+            None => self.file.clock,
+        }
+    }
+
+    fn save(&self) -> Option<Result<String, HostError>> {
+        Some(
+            serde_yaml::to_string(&self.file)
+                .map_err(|e| HostError::Other(format!("cannot write host description: {e}"))),
+        )
+    }
+}
+
+impl SimHost {
+    fn apply_step(&mut self, step: &Step) -> Result<StepOutcome, HostError> {
         let now = self.file.clock;
         match step {
             Step::StopUnit { unit } => {
@@ -458,7 +563,7 @@ impl Host for SimHost {
             }
             Step::ReturnToHostDriver { address } => {
                 self.dev_mut(address, step)?.driver_override = None;
-                return self.apply(&Step::Probe {
+                return self.apply_step(&Step::Probe {
                     address: address.clone(),
                 });
             }
@@ -585,21 +690,6 @@ impl Host for SimHost {
             Step::WaitReady { .. } => {}
         }
         Ok(StepOutcome::default())
-    }
-
-    fn sleep(&mut self, secs: u64) {
-        self.file.clock += secs;
-    }
-
-    fn now(&self) -> u64 {
-        self.file.clock
-    }
-
-    fn save(&self) -> Option<Result<String, HostError>> {
-        Some(
-            serde_yaml::to_string(&self.file)
-                .map_err(|e| HostError::Other(format!("cannot write host description: {e}"))),
-        )
     }
 }
 

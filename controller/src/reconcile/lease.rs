@@ -1,0 +1,130 @@
+//! A per-node Lease (`coordination.k8s.io/v1`), so two agents for one node never both act.
+//!
+//! # Guarantees
+//! - Taking or renewing the lease is a `replace` with the observed `resourceVersion`: two agents
+//!   racing for it cannot both win (the API server rejects the stale write with 409).
+//! - An agent acts only while `is_leader()` is true; it turns false as soon as a renewal fails
+//!   or another holder is seen.
+//!
+//! # Caveats
+//! - A holder that stops renewing is replaced after `duration` seconds; a reconcile that was
+//!   already running when the lease was lost finishes its current host step.
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, PostParams};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The lease of one node.
+#[derive(Clone)]
+pub struct NodeLease {
+    api: Api<Lease>,
+    pub name: String,
+    pub identity: String,
+    pub duration: Duration,
+    leader: Arc<AtomicBool>,
+}
+
+impl NodeLease {
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        node: &str,
+        identity: &str,
+        duration: Duration,
+    ) -> NodeLease {
+        NodeLease {
+            api: Api::namespaced(client, namespace),
+            name: format!("gpuplane-node-{node}"),
+            identity: identity.to_string(),
+            duration,
+            leader: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leader.load(Ordering::SeqCst)
+    }
+
+    /// One attempt to take or renew the lease. Returns whether we hold it.
+    pub async fn try_acquire(&self) -> Result<bool, kube::Error> {
+        let now = jiff::Timestamp::now();
+        let mine = |rv: Option<String>, transitions: i32, acquired: Option<MicroTime>| Lease {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                resource_version: rv,
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.identity.clone()),
+                lease_duration_seconds: Some(self.duration.as_secs() as i32),
+                acquire_time: Some(acquired.unwrap_or(MicroTime(now))),
+                renew_time: Some(MicroTime(now)),
+                lease_transitions: Some(transitions),
+                ..LeaseSpec::default()
+            }),
+        };
+        let held = match self.api.get_opt(&self.name).await? {
+            None => match self
+                .api
+                .create(&PostParams::default(), &mine(None, 0, None))
+                .await
+            {
+                Ok(_) => true,
+                Err(kube::Error::Api(e)) if e.code == 409 => false,
+                Err(e) => return Err(e),
+            },
+            Some(l) => {
+                let spec = l.spec.clone().unwrap_or_default();
+                let holder = spec.holder_identity.clone().unwrap_or_default();
+                let expired = spec.renew_time.as_ref().is_none_or(|t| {
+                    let dur = spec.lease_duration_seconds.unwrap_or(15) as i64;
+                    t.0.as_second() + dur < now.as_second()
+                });
+                if holder == self.identity || holder.is_empty() || expired {
+                    let transitions =
+                        spec.lease_transitions.unwrap_or(0) + i32::from(holder != self.identity);
+                    let acquired = if holder == self.identity {
+                        spec.acquire_time.clone()
+                    } else {
+                        None
+                    };
+                    match self
+                        .api
+                        .replace(
+                            &self.name,
+                            &PostParams::default(),
+                            &mine(l.metadata.resource_version.clone(), transitions, acquired),
+                        )
+                        .await
+                    {
+                        Ok(_) => true,
+                        Err(kube::Error::Api(e)) if e.code == 409 => false,
+                        Err(e) => return Err(e),
+                    }
+                } else {
+                    false
+                }
+            }
+        };
+        let was = self.leader.swap(held, Ordering::SeqCst);
+        if was != held {
+            tracing::info!(lease = %self.name, identity = %self.identity, leader = held, "lease state changed");
+        }
+        Ok(held)
+    }
+
+    /// Keeps trying to hold the lease, every `duration / 3`.
+    pub async fn run(self) {
+        let period = self.duration / 3;
+        loop {
+            if let Err(e) = self.try_acquire().await {
+                self.leader.store(false, Ordering::SeqCst);
+                tracing::warn!(lease = %self.name, "lease renewal failed: {e}");
+            }
+            tokio::time::sleep(period).await;
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! The Kubernetes controller: `gpuplane run`.
+//!
+//! One kube-runtime `Controller` reconciles the `GpuPartition` of this node; changes to any
+//! `InferenceServer` map to their partition (a host converge covers a partition and all its
+//! servers, so they are planned together). Each reconcile observes the host, plans, applies
+//! through the one door, and writes the truth back as status conditions by server-side apply.
+//! A per-node Lease makes sure only one agent acts for a node.
+
+mod lease;
+pub mod metrics;
+mod partition;
+mod status;
+
+use crate::host::Host;
+use futures::StreamExt;
+use gpuplane_crds::{GpuPartition, InferenceServer};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{watcher, Controller};
+use kube::{Api, Client};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub use lease::NodeLease;
+
+/// Field manager of every status write.
+pub const MANAGER: &str = "gpuplane-agent";
+/// Finalizer that lets the agent apply `spec.deletionPolicy` before a partition goes away.
+pub const FINALIZER: &str = "gpuplane.dev/host-cleanup";
+
+/// Settings of `gpuplane run`.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub node: String,
+    pub gpu_vendor: String,
+    pub kubeconfig: Option<std::path::PathBuf>,
+    pub metrics_addr: String,
+    pub drift_interval: Duration,
+    pub poll_interval: Duration,
+    pub lease_namespace: String,
+    pub lease_duration: Duration,
+    pub identity: String,
+}
+
+/// Errors of a reconcile (API failures); host problems become conditions instead.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+    #[error("host: {0}")]
+    Host(String),
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+/// Shared state of the reconcilers.
+pub struct Ctx {
+    pub client: Client,
+    pub opts: RunOptions,
+    pub host: Arc<Mutex<Box<dyn Host + Send>>>,
+    pub recorder: Recorder,
+    pub metrics: metrics::Metrics,
+    pub lease: NodeLease,
+    /// Readiness progress by unit key, across reconciles.
+    pub progress: Mutex<BTreeMap<String, crate::converge::Progress>>,
+    /// Consecutive failures per object, for exponential backoff.
+    pub failures: Mutex<HashMap<String, u32>>,
+    /// Set once the API server has answered.
+    pub api_ok: Arc<AtomicBool>,
+}
+
+impl Ctx {
+    /// Backoff for an object after a failure: 5 s doubling to 5 min.
+    pub fn backoff(&self, key: &str) -> Duration {
+        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = f.entry(key.to_string()).or_insert(0);
+        *n = (*n + 1).min(10);
+        Duration::from_secs((5u64 << (*n - 1)).min(300))
+    }
+
+    pub fn succeeded(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+}
+
+/// Loads the client: the kubeconfig given, else the usual inference (in-cluster, then ~/.kube/config).
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, String> {
+    let config = match kubeconfig {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(p)
+                .map_err(|e| format!("cannot read kubeconfig {}: {e}", p.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("kubeconfig {}: {e}", p.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| format!("no Kubernetes configuration: {e}"))?,
+    };
+    Client::try_from(config).map_err(|e| format!("cannot build the Kubernetes client: {e}"))
+}
+
+/// Runs the agent until the process is stopped.
+pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), String> {
+    let client = client(opts.kubeconfig.as_deref()).await?;
+    let metrics = metrics::Metrics::new().map_err(|e| e.to_string())?;
+    let api_ok = Arc::new(AtomicBool::new(false));
+    let lease = NodeLease::new(
+        client.clone(),
+        &opts.lease_namespace,
+        &opts.node,
+        &opts.identity,
+        opts.lease_duration,
+    );
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: MANAGER.into(),
+            instance: Some(opts.identity.clone()),
+        },
+    );
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        opts: opts.clone(),
+        host: Arc::new(Mutex::new(host)),
+        recorder,
+        metrics: metrics.clone(),
+        lease: lease.clone(),
+        progress: Mutex::new(BTreeMap::new()),
+        failures: Mutex::new(HashMap::new()),
+        api_ok: api_ok.clone(),
+    });
+    tokio::spawn(metrics::serve(
+        opts.metrics_addr.clone(),
+        metrics.clone(),
+        api_ok.clone(),
+    ));
+    {
+        let lease = lease.clone();
+        let metrics = metrics.clone();
+        let api_ok = api_ok.clone();
+        tokio::spawn(async move {
+            let period = lease.duration / 3;
+            loop {
+                match lease.try_acquire().await {
+                    Ok(held) => {
+                        api_ok.store(true, Ordering::SeqCst);
+                        metrics.leader.set(i64::from(held));
+                    }
+                    Err(e) => {
+                        metrics.leader.set(0);
+                        tracing::warn!("lease: {e}");
+                    }
+                }
+                tokio::time::sleep(period).await;
+            }
+        });
+    }
+    let partitions: Api<GpuPartition> = Api::all(client.clone());
+    let servers: Api<InferenceServer> = Api::all(client.clone());
+    tracing::info!(node = %opts.node, identity = %opts.identity, "gpuplane agent starting");
+    Controller::new(partitions, watcher::Config::default())
+        .watches(servers, watcher::Config::default(), |s: InferenceServer| {
+            Some(ObjectRef::<GpuPartition>::new(&s.spec.partition_ref.name))
+        })
+        .shutdown_on_signal()
+        .run(partition::reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, action)) => tracing::debug!(object = %obj, ?action, "reconciled"),
+                Err(e) => tracing::warn!("reconcile: {e}"),
+            }
+        })
+        .await;
+    Ok(())
+}
+
+fn error_policy(p: Arc<GpuPartition>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    let key = p.metadata.name.clone().unwrap_or_default();
+    let reason = match err {
+        Error::Kube(_) => "ApiError",
+        Error::Finalizer(_) => "FinalizerError",
+        Error::Host(_) => "HostError",
+        Error::Internal(_) => "Internal",
+    };
+    ctx.metrics.errors.with_label_values(&[reason]).inc();
+    let wait = ctx.backoff(&key);
+    tracing::warn!(partition = %key, "reconcile failed ({reason}), retrying in {wait:?}: {err}");
+    Action::requeue(wait)
+}

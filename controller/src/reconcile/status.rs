@@ -1,0 +1,132 @@
+//! Writing status: conditions merged so `lastTransitionTime` survives, then server-side apply
+//! on the status subresource with one field manager.
+
+use super::{Error, MANAGER};
+use crate::status::ResourceStatus;
+use gpuplane_crds::condition::{Condition, Time};
+use gpuplane_crds::{
+    set_condition, GpuPartition, GpuPartitionStatus, InferenceServer, InferenceServerStatus,
+};
+use kube::api::{Patch, PatchParams};
+use kube::Api;
+
+/// `new` applied onto `existing` with `SetStatusCondition` semantics; types no longer reported are dropped.
+pub fn merge(existing: &[Condition], new: &[Condition]) -> Vec<Condition> {
+    let mut out: Vec<Condition> = existing
+        .iter()
+        .filter(|c| new.iter().any(|n| n.type_ == c.type_))
+        .cloned()
+        .collect();
+    for n in new {
+        set_condition(&mut out, n.clone());
+    }
+    out
+}
+
+/// Conditions for a spec that failed validation.
+pub fn invalid(messages: &[String], generation: Option<i64>) -> ResourceStatus {
+    let now = Time(jiff::Timestamp::now());
+    let c = |t: &str, s: &str, reason: &str, m: String| Condition {
+        type_: t.into(),
+        status: s.into(),
+        reason: reason.into(),
+        message: m,
+        observed_generation: generation,
+        last_transition_time: now.clone(),
+    };
+    ResourceStatus {
+        conditions: vec![
+            c("Ready", "False", "InvalidSpec", messages.join("; ")),
+            c(
+                "Progressing",
+                "False",
+                "InvalidSpec",
+                "fix the spec; nothing on the host was changed".into(),
+            ),
+        ],
+    }
+}
+
+/// Conditions for a server whose partition cannot be applied.
+pub fn waiting_for_partition(
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+) -> ResourceStatus {
+    let now = Time(jiff::Timestamp::now());
+    ResourceStatus {
+        conditions: vec![Condition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            reason: reason.into(),
+            message,
+            observed_generation: generation,
+            last_transition_time: now,
+        }],
+    }
+}
+
+pub async fn patch_partition(
+    api: &Api<GpuPartition>,
+    name: &str,
+    status: &GpuPartitionStatus,
+) -> Result<(), Error> {
+    let patch = serde_json::json!({"apiVersion": "gpuplane.dev/v1alpha1", "kind": "GpuPartition", "status": status});
+    api.patch_status(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+pub async fn patch_server(
+    api: &Api<InferenceServer>,
+    name: &str,
+    status: &InferenceServerStatus,
+) -> Result<(), Error> {
+    let patch = serde_json::json!({"apiVersion": "gpuplane.dev/v1alpha1", "kind": "InferenceServer", "status": status});
+    api.patch_status(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(t: &str, s: &str, at: &str) -> Condition {
+        Condition {
+            type_: t.into(),
+            status: s.into(),
+            reason: "R".into(),
+            message: String::new(),
+            observed_generation: Some(1),
+            last_transition_time: Time(at.parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn merge_keeps_transition_time_and_drops_stale_types() {
+        let old = vec![
+            c("Ready", "True", "2026-01-01T00:00:00Z"),
+            c("Old", "True", "2026-01-01T00:00:00Z"),
+        ];
+        let new = vec![
+            c("Ready", "True", "2026-02-01T00:00:00Z"),
+            c("P2PSafe", "False", "2026-02-01T00:00:00Z"),
+        ];
+        let m = merge(&old, &new);
+        assert_eq!(m.len(), 2);
+        assert_eq!(
+            m[0].last_transition_time,
+            Time("2026-01-01T00:00:00Z".parse().unwrap())
+        );
+        assert_eq!(m[1].type_, "P2PSafe");
+    }
+}
