@@ -15,7 +15,8 @@
 #   status             print which components run (exit 1 if either is down)
 #   env                print $RUN/env (see below)
 #
-# Environment (the same values must be given to every command for one instance):
+# Environment (read by `start`, which records the ports and extra flags in RUN; the other commands
+# only need RUN):
 #   RUN                       state directory (default /tmp/gpuplane-kube); one instance per RUN
 #   KUBE_APISERVER_PORT       HTTPS port of kube-apiserver (default 26443)
 #   ETCD_PORT                 etcd client port (default 23790); etcd's peer port is ETCD_PEER_PORT
@@ -95,6 +96,9 @@ init_run() {
   mkdir -p "$RUN"
   cd "$RUN"
   [ -f ca.crt ] && [ -f tokens.csv ] && return 0
+  # What later commands (restart-*, start-*) need to start the components the same way again.
+  printf 'PORT=%q\nEPORT=%q\nEPEER=%q\nKUBE_APISERVER_EXTRA_ARGS=%q\n' \
+    "$PORT" "$EPORT" "$EPEER" "${KUBE_APISERVER_EXTRA_ARGS:-}" >config
   # A private CA and a serving certificate for 127.0.0.1/localhost and the in-cluster names.
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
     -keyout ca.key -out ca.crt -subj "/CN=gpuplane-e2e-ca" \
@@ -214,7 +218,12 @@ wait_ready() {
 }
 
 # --- commands --------------------------------------------------------------------------------------
-need_run() { [ -f "$RUN/env" ] || die "no control plane in $RUN (run 'start' first)"; }
+need_run() {
+  [ -f "$RUN/env" ] && [ -f "$RUN/config" ] || die "no control plane in $RUN (run 'start' first)"
+  # shellcheck disable=SC1091
+  . "$RUN/config"
+  URL=https://127.0.0.1:$PORT
+}
 
 case "${1:-}" in
   start)

@@ -40,7 +40,7 @@ BUILD_PKGS=(golang-go golang-github-modern-go-reflect2-dev ca-certificates)
 apt_install() {
   local missing=()
   for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   log "installing Debian packages: ${missing[*]}"
@@ -92,7 +92,10 @@ if ! has_debsrc; then
   "${SUDO[@]}" apt-get update -qq
 fi
 
-mkdir -p "$CACHE/src" "$BIN"
+if ! mkdir -p "$CACHE/src" "$BIN" 2>/dev/null; then
+  "${SUDO[@]}" mkdir -p "$CACHE" && "${SUDO[@]}" chown "$(id -u):$(id -g)" "$CACHE"
+  mkdir -p "$CACHE/src" "$BIN"
+fi
 cd "$CACHE/src"
 TREE=$CACHE/src/kubernetes-1.20.2
 if [ ! -f "$TREE/.unpacked" ]; then
@@ -172,7 +175,7 @@ have_version "$BIN/kubectl" version --client --short ||
   { log "built kubectl does not report $KUBE_VERSION"; exit 1; }
 
 if [ "${KUBE_BUILD_KEEP:-0}" != 1 ]; then
-  rm -rf "$CACHE/src" "$CACHE/gopath" "$CACHE/gocache" "$CACHE/openapi-gen"
+  rm -rf "$CACHE/src" "$CACHE/gopath" "$CACHE/gocache" "$CACHE/openapi-gen" "$CACHE/openapi-gen.log" "$CACHE/openapi-violations.report"
 fi
 log "built in $(( $(date +%s) - START ))s"
 print_paths

@@ -11,7 +11,7 @@
 mod kube_harness;
 
 use kube_harness::{repo_root, ControlPlane};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Collapses all whitespace runs to one space (kubectl explain re-wraps descriptions).
 fn squash(s: &str) -> String {
@@ -172,8 +172,31 @@ fn kube_smoke() {
         "default not applied: {obj}"
     );
 
+    // Empty strings are strings (guards kube-build.sh's patch of the OpenAPI type validator: built
+    // with Go >= 1.19, unpatched 1.20 rejects "" as `must be of type string: "null"`).
+    let server_yaml = std::fs::read_to_string(path("examples/kpro6/server.yaml")).unwrap();
+    let empty_env = server_yaml
+        .replace("name: qwen35-122b", "name: empty-env")
+        .replace("value: \"1\"", "value: \"\"");
+    assert!(
+        empty_env.contains("value: \"\""),
+        "examples/kpro6/server.yaml changed; adapt this test"
+    );
+    cp.kubectl(&["create", "--dry-run=server", "-f", "-"])
+        .stdin(&empty_env)
+        .ok();
+
     // --- kubectl explain shows the schema's documentation ----------------------------------------
-    let explain = cp.kubectl(&["explain", "gpupartition.spec.slices"]).ok();
+    // The server publishes a new CRD's OpenAPI a moment after it is Established; retry briefly.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let explain = loop {
+        let out = cp.kubectl(&["explain", "gpupartition.spec.slices"]).run();
+        if out.success || Instant::now() > deadline {
+            assert!(out.success, "kubectl explain failed: {}", out.stderr);
+            break out.stdout;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
     println!("$ kubectl explain gpupartition.spec.slices\n{explain}");
     let gp = crds
         .iter()

@@ -141,6 +141,9 @@ pub struct IommuState {
     /// Recent `IO_PAGE_FAULT` log lines per device address.
     #[serde(default)]
     pub page_faults: BTreeMap<String, u32>,
+    /// Things a person should know (no groups exposed, invalid kernel options).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// How the IOMMU treats device DMA.
@@ -155,7 +158,9 @@ pub enum IommuMode {
 }
 
 impl IommuState {
-    /// The mode, derived from the group types (the kernel's own word), else the default domain type.
+    /// The mode, from the group types (the kernel's own word). No groups means no IOMMU that
+    /// translates device DMA here, whatever the boot log's default domain type says (the kernel
+    /// prints it even when no IOMMU hardware is present).
     pub fn mode(&self) -> IommuMode {
         let translated = |t: &str| t == "DMA" || t == "DMA-FQ";
         if self.group_types.values().any(|t| translated(t)) {
@@ -163,11 +168,7 @@ impl IommuState {
         } else if !self.group_types.is_empty() {
             IommuMode::Passthrough
         } else {
-            match self.default_domain_type.as_deref() {
-                Some(t) if translated(t) || t.starts_with("Translated") => IommuMode::Translated,
-                Some(_) => IommuMode::Passthrough,
-                None => IommuMode::Off,
-            }
+            IommuMode::Off
         }
     }
 }

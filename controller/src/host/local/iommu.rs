@@ -139,7 +139,11 @@ pub fn observe(root: &Root) -> IommuState {
             types.insert(n, t.trim().to_string());
         }
     }
+    if types.is_empty() {
+        st.notes.push("no IOMMU groups are exposed (/sys/kernel/iommu_groups is empty): the IOMMU is off or not given to this machine, so VFIO passthrough is impossible and GPU DMA is not translated".into());
+    }
     st.group_types = types;
+    st.notes.extend(cmdline_warnings(&st.cmdline));
     parse_log(&kernel_log(root), &mut st);
     if root
         .read("/sys/module/kvm_amd/parameters/sev_snp")

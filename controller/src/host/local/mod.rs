@@ -335,11 +335,15 @@ impl LocalHost {
     }
 }
 
-/// `NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ...` -> `580.159.04`.
+/// `NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ...` (or `... Open Kernel Module
+/// for x86_64  580.159.04  Release Build ...`) -> `580.159.04`.
 pub fn module_version(text: &str) -> Option<String> {
     let line = text.lines().find(|l| l.starts_with("NVRM version:"))?;
     let after = line.split("Kernel Module").nth(1)?;
-    after.split_whitespace().next().map(str::to_string)
+    after
+        .split_whitespace()
+        .find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .map(str::to_string)
 }
 
 /// The `nvidia-uvm` major from `/proc/devices`.

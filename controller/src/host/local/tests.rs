@@ -312,3 +312,43 @@ fn probe_output_names_failing_pairs_by_address() {
         .unwrap_err()
         .contains("torch missing"));
 }
+
+/// Files captured read-only from a real 2x H200 machine (e2e/capture/capture-gpu-host.sh), so CI
+/// keeps checking that real-hardware sysfs/proc parses as it did there.
+#[test]
+fn observes_the_captured_h200_host() {
+    let root =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/host/local/testdata/h200/root");
+    let mut h = LocalHost::new(&root, "10de");
+    h.tools.nvidia_smi = "/nonexistent/nvidia-smi".into();
+    let st = h.observe().unwrap();
+    let gpus: Vec<&PciDevice> = st.gpus("10de").collect();
+    assert_eq!(gpus.len(), 2);
+    for (g, (addr, minor)) in gpus.iter().zip([("0000:00:06.0", 0), ("0000:00:07.0", 1)]) {
+        assert_eq!(g.address, addr);
+        assert_eq!(
+            (g.vendor.as_str(), g.device.as_str(), g.class.as_str()),
+            ("10de", "2335", "030200")
+        );
+        assert_eq!(g.subsystem.as_deref(), Some("10de:18bf"));
+        assert_eq!(g.driver.as_deref(), Some("nvidia"));
+        assert_eq!(g.driver_override, None, "reads (null)");
+        assert_eq!(g.nvidia_minor, Some(minor));
+        assert_eq!(g.numa_node, -1);
+        assert_eq!(g.iommu_group, None);
+    }
+    assert_eq!(st.nvidia.module_version.as_deref(), Some("580.159.04"));
+    assert_eq!(st.nvidia.uvm_major, 238);
+    assert!(st.iommu.group_types.is_empty());
+    assert_eq!(
+        st.iommu.mode(),
+        IommuMode::Off,
+        "no IOMMU groups are exposed"
+    );
+    assert!(
+        st.iommu.notes.iter().any(|n| n.contains("no IOMMU groups")),
+        "{:?}",
+        st.iommu.notes
+    );
+    assert!(st.containers.is_empty(), "not a Proxmox host");
+}
