@@ -39,6 +39,8 @@ Environment (all optional)
   STANDIN_STUCK_FILE        path; while it exists a health check of a ready server "generates" nothing: /health and
                             /health_generate answer 503 after SGLANG_HEALTH_CHECK_TIMEOUT seconds (default 20), as
                             the real server does when the scheduler is stuck.
+  STANDIN_HOLD_DEVICES      comma-separated device files the process opens at start and keeps open, as SGLang keeps
+                            /dev/nvidiaN open (tests use a stand-in GPU's /dev/dri/cardN)
   STANDIN_LOG_STYLE         0.5.23 (default): "Init parallel begin.", "Capture target decode CUDA graph begin. ...";
                             legacy: older SGLang lines ("Init torch distributed begin.", "Capture cuda graph begin. ...").
   STANDIN_MODEL_ARCH        model architecture when <model-path>/config.json is absent (default Qwen3ForCausalLM)
@@ -855,9 +857,12 @@ def main(argv=None):
     ns = build_parser(load_flag_table()).parse_args(argv)  # exits 2 with argparse's message on a bad command line
     args, arch, ctx, model_type = resolve(ns, argv)  # resolution errors end in a Python traceback, exit 1
     standin = Standin(args, arch, ctx, model_type, argv)
+    held = [open(p, "rb") for p in os.environ.get("STANDIN_HOLD_DEVICES", "").split(",") if p.strip()]  # noqa: SIM115
     signal.signal(signal.SIGTERM, standin.stop)
     signal.signal(signal.SIGINT, standin.stop)
     standin.run()
+    for f in held:
+        f.close()
 
 
 if __name__ == "__main__":

@@ -43,6 +43,15 @@ pub enum Command {
         #[arg(long, value_enum, default_value = "text")]
         output: Format,
     },
+    /// Print what the agent would run for each InferenceServer: argv, environment and the unit
+    /// file, as rendered for the host given (P2P as currently decided, or forced off).
+    Render {
+        #[command(flatten)]
+        input: InputArgs,
+        /// Render as if P2P were disabled (NCCL_P2P_DISABLE=1, --disable-custom-all-reduce).
+        #[arg(long)]
+        p2p_disabled: bool,
+    },
     /// Check GPU peer-to-peer correctness: copy random data between every GPU pair and compare.
     /// Reads only, apart from the agent's own cache (`/var/lib/gpuplane/p2p-cache.json`).
     P2pProbe {
@@ -107,6 +116,10 @@ pub struct HostArgs {
     /// Vendor ID (hex, no 0x) of the devices treated as GPUs (display class 03xx).
     #[arg(long, default_value = "10de")]
     pub gpu_vendor: String,
+    /// The kernel driver slices with `driver: nvidia` bind to (tests on emulated devices use
+    /// their display driver, e.g. bochs-drm).
+    #[arg(long, default_value = "nvidia")]
+    pub gpu_driver: String,
     /// With `--host local`: read and write host paths under this directory instead of `/`.
     #[arg(long, default_value = "/")]
     pub host_root: PathBuf,
@@ -231,8 +244,9 @@ pub fn load_desired(input: &InputArgs, host: &mut dyn Host) -> Result<Desired, F
             )));
         }
     };
-    let dp =
+    let mut dp =
         resolve_partition(partition, &observed, &input.host.gpu_vendor).map_err(spec_failure)?;
+    dp.host_driver = input.host.gpu_driver.clone();
     let mut servers = Vec::new();
     let mut errors: Vec<SpecError> = Vec::new();
     for s in manifests
@@ -326,6 +340,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             let opts = crate::reconcile::RunOptions {
                 node,
                 gpu_vendor: host.gpu_vendor.clone(),
+                gpu_driver: host.gpu_driver.clone(),
                 kubeconfig,
                 metrics_addr,
                 drift_interval: std::time::Duration::from_secs(drift_interval.max(1)),
@@ -348,6 +363,54 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
                     code: 1,
                     message: m,
                 })?;
+            Ok(0)
+        }
+        Command::Render {
+            input,
+            p2p_disabled,
+        } => {
+            let mut h = open_host(&input.host)?;
+            let desired = load_desired(&input, h.as_mut())?;
+            let st = h.observe().map_err(|e| Failure {
+                code: 1,
+                message: e.to_string(),
+            })?;
+            let mut out = Vec::new();
+            for s in &desired.servers {
+                let targets: std::collections::BTreeMap<String, String> =
+                    std::collections::BTreeMap::new();
+                let minors = match s.unit.location {
+                    crate::host::model::Location::Container(v) => {
+                        st.containers.get(&v).map(|c| c.gpu_mounts.minors.clone())
+                    }
+                    crate::host::model::Location::Host => None,
+                };
+                let indices = crate::plan::servers::cuda_indices(
+                    s,
+                    &st,
+                    &targets,
+                    &desired.partition.host_driver,
+                    minors.as_ref(),
+                );
+                let disabled = p2p_disabled
+                    || matches!(
+                        crate::plan::servers::decide_p2p(s, &st, &Default::default()),
+                        crate::plan::servers::P2p::Off(_)
+                    );
+                let spec = crate::sglang::command::unit_spec(&s.id, &s.spec, &indices, disabled);
+                let unit = crate::systemd::unit::render(&spec).map_err(|e| Failure {
+                    code: 1,
+                    message: e.to_string(),
+                })?;
+                out.push(serde_json::json!({
+                    "server": s.id,
+                    "unit": s.unit.name,
+                    "argv": spec.exec_start,
+                    "env": spec.environment.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+                    "unitFile": unit,
+                }));
+            }
+            println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
             Ok(0)
         }
         Command::P2pProbe { host, python, gpus } => {

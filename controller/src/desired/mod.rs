@@ -38,6 +38,9 @@ pub struct DesiredPartition {
     pub node_name: String,
     pub slices: Vec<ResolvedSlice>,
     pub iommu: IommuModeExpectation,
+    /// The kernel driver that stands for `nvidia` on this host (`nvidia`; tests on emulated
+    /// devices name their display driver, e.g. `bochs-drm`).
+    pub host_driver: String,
 }
 
 /// A slice with its GPUs resolved to addresses.
@@ -60,6 +63,14 @@ pub enum ResolvedConsumer {
 impl DesiredPartition {
     pub fn slice(&self, name: &str) -> Option<&ResolvedSlice> {
         self.slices.iter().find(|s| s.name == name)
+    }
+
+    /// The sysfs driver name for a slice's driver.
+    pub fn driver_name(&self, d: GpuDriver) -> &str {
+        match d {
+            GpuDriver::Nvidia => &self.host_driver,
+            GpuDriver::VfioPci => "vfio-pci",
+        }
     }
 }
 

@@ -241,6 +241,7 @@ pub fn resolve_partition(
             .as_ref()
             .map(|i| i.mode)
             .unwrap_or(IommuModeExpectation::Any),
+        host_driver: "nvidia".into(),
     })
 }
 

@@ -4,8 +4,8 @@
 //! driver) before the VM can use it. A companion in the same slot (the GPU's HDMI audio
 //! function) belongs to the GPU and moves with it, both ways. A device of another slot that no
 //! slice owns makes passthrough impossible without taking it from whoever uses it: that is
-//! refused with `IommuGroupShared`, never done silently. PCI bridges are not group members
-//! that need a driver and are ignored.
+//! refused with `IommuGroupShared`, never done silently. A bridge in the group is fine unbound
+//! or on `pcieport` (VFIO's own rule); on any other driver it blocks too.
 
 use crate::desired::Desired;
 use crate::host::model::{HostState, PciDevice};
@@ -50,8 +50,20 @@ pub fn find(d: &Desired, h: &HostState) -> (Vec<Companion>, Vec<String>) {
                 if m.iommu_group != Some(group)
                     || m.address == *g
                     || partition.contains(m.address.as_str())
-                    || is_bridge(m)
                 {
+                    continue;
+                }
+                if is_bridge(m) {
+                    // VFIO accepts a bridge in the group only when it is unbound or on pcieport.
+                    let ok = matches!(m.driver.as_deref(), None | Some("pcieport"));
+                    if s.driver == GpuDriver::VfioPci && !ok {
+                        problems.push(format!(
+                            "GPU {g} (slice {}) shares IOMMU group {group} with bridge {} bound to {}; VFIO cannot use the group while that bridge has a driver other than pcieport",
+                            s.name,
+                            m.address,
+                            m.driver.as_deref().unwrap_or("none")
+                        ));
+                    }
                     continue;
                 }
                 if slot(&m.address) == slot(g) {

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Target of one GPU.
 #[derive(Debug, Clone)]
 struct GpuTarget {
-    driver: &'static str,
+    driver: String,
     slice: String,
 }
 
@@ -76,7 +76,7 @@ impl Planner<'_> {
         let rebind: Vec<(&String, &GpuTarget)> = targets
             .iter()
             .filter(|(a, t)| {
-                h.pci_devices.get(*a).and_then(|d| d.driver.as_deref()) != Some(t.driver)
+                h.pci_devices.get(*a).and_then(|d| d.driver.as_deref()) != Some(t.driver.as_str())
             })
             .collect();
         let container_targets = self.container_targets(&targets);
@@ -221,7 +221,7 @@ impl Planner<'_> {
         }
 
         // Drivers, overrides, rebinds.
-        let needed: BTreeSet<&str> = rebind.iter().map(|(_, t)| t.driver).collect();
+        let needed: BTreeSet<&str> = rebind.iter().map(|(_, t)| t.driver.as_str()).collect();
         for driver in needed {
             if !h.pci_drivers.contains(driver) {
                 self.push(
@@ -236,8 +236,8 @@ impl Planner<'_> {
             let Some(dev) = h.pci_devices.get(addr) else {
                 continue;
             };
-            let wants_rebind = dev.driver.as_deref() != Some(t.driver);
-            if dev.driver_override.as_deref() != Some(t.driver) {
+            let wants_rebind = dev.driver.as_deref() != Some(t.driver.as_str());
+            if dev.driver_override.as_deref() != Some(t.driver.as_str()) {
                 let why = if wants_rebind {
                     format!("slice {} wants {}; driver_override makes the probe pick exactly this driver for this device (new_id would capture every GPU with the same ID)", t.slice, t.driver)
                 } else {
@@ -249,7 +249,7 @@ impl Planner<'_> {
                 self.push(
                     Step::SetDriverOverride {
                         address: addr.clone(),
-                        driver: Some(t.driver.into()),
+                        driver: Some(t.driver.clone()),
                     },
                     why,
                 );
@@ -429,7 +429,7 @@ impl Planner<'_> {
                 m.insert(
                     g.clone(),
                     GpuTarget {
-                        driver: s.driver.sysfs_name(),
+                        driver: self.d.partition.driver_name(s.driver).to_string(),
                         slice: s.name.clone(),
                     },
                 );
@@ -561,8 +561,10 @@ fn mapping_path(h: &HostState, addr: &str) -> String {
     }
 }
 
-fn targets_driver(t: &BTreeMap<String, GpuTarget>) -> BTreeMap<String, &'static str> {
-    t.iter().map(|(a, t)| (a.clone(), t.driver)).collect()
+fn targets_driver(t: &BTreeMap<String, GpuTarget>) -> BTreeMap<String, String> {
+    t.iter()
+        .map(|(a, t)| (a.clone(), t.driver.clone()))
+        .collect()
 }
 
 /// Map entries equal ignoring order of entries.

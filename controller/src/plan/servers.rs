@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// What the partition part of the plan leaves behind, as the server part needs it.
 pub(super) struct Ctx<'a> {
     /// Driver each partition GPU will have.
-    pub targets: &'a BTreeMap<String, &'static str>,
+    pub targets: &'a BTreeMap<String, String>,
     /// Minors each LXC consumer will have (all known at this point).
     pub container_minors: &'a BTreeMap<u32, Option<BTreeSet<u32>>>,
     /// Containers that are (re)started by this plan: their units are not running.
@@ -85,19 +85,20 @@ pub fn decide_p2p(s: &DesiredServer, h: &HostState, rebound: &BTreeSet<String>) 
 pub fn cuda_indices(
     s: &DesiredServer,
     h: &HostState,
-    ctx_targets: &BTreeMap<String, &'static str>,
+    ctx_targets: &BTreeMap<String, String>,
+    host_driver: &str,
     container_minors: Option<&BTreeSet<u32>>,
 ) -> Vec<u32> {
     let driver_of = |a: &str| -> Option<&str> {
         ctx_targets
             .get(a)
-            .copied()
+            .map(String::as_str)
             .or_else(|| h.pci_devices.get(a).and_then(|d| d.driver.as_deref()))
     };
     let visible: Vec<&String> = h
         .pci_devices
         .iter()
-        .filter(|(a, d)| d.is_display() && driver_of(a) == Some("nvidia"))
+        .filter(|(a, d)| d.is_display() && driver_of(a) == Some(host_driver))
         .filter(|(_, d)| match (s.unit.location, container_minors) {
             (Location::Container(_), Some(m)) => d.nvidia_minor.is_some_and(|n| m.contains(&n)),
             _ => true,
@@ -129,7 +130,13 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
                 true
             }
             P2p::Probe(why) => {
-                let indices = cuda_indices(s, h, ctx.targets, container_minors);
+                let indices = cuda_indices(
+                    s,
+                    h,
+                    ctx.targets,
+                    &p.d.partition.host_driver,
+                    container_minors,
+                );
                 p.push(
                     Step::ProbeP2p {
                         location: s.unit.location,
@@ -146,7 +153,13 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
                 continue;
             }
         };
-        let indices = cuda_indices(s, h, ctx.targets, container_minors);
+        let indices = cuda_indices(
+            s,
+            h,
+            ctx.targets,
+            &p.d.partition.host_driver,
+            container_minors,
+        );
         let content = match unit::render(&command::unit_spec(&s.id, &s.spec, &indices, disabled)) {
             Ok(c) => c,
             Err(e) => {

@@ -36,6 +36,7 @@ pub const FINALIZER: &str = "gpuplane.dev/host-cleanup";
 pub struct RunOptions {
     pub node: String,
     pub gpu_vendor: String,
+    pub gpu_driver: String,
     pub kubeconfig: Option<std::path::PathBuf>,
     pub metrics_addr: String,
     pub drift_interval: Duration,

@@ -133,7 +133,10 @@ async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let observed = observe(&ctx).await?;
 
     let dp = match resolve_partition(&p, &observed, &ctx.opts.gpu_vendor) {
-        Ok(dp) => dp,
+        Ok(mut dp) => {
+            dp.host_driver = ctx.opts.gpu_driver.clone();
+            dp
+        }
         Err(errs) => {
             let msgs: Vec<String> = errs
                 .iter()
@@ -537,7 +540,10 @@ async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     }
     let observed = observe(&ctx).await?;
     let dp = match resolve_partition(&p, &observed, &ctx.opts.gpu_vendor) {
-        Ok(dp) => dp,
+        Ok(mut dp) => {
+            dp.host_driver = ctx.opts.gpu_driver.clone();
+            dp
+        }
         Err(errs) => {
             let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
             publish(

@@ -211,14 +211,11 @@ pub fn compute(
                 &now,
                 g,
             );
-            st.set(
-                types::PROGRESSING,
-                false,
-                "Ready",
-                "startup finished".into(),
-                &now,
-                g,
-            );
+            let startup = match wait {
+                Some(w @ WaitOutcome::Ready { .. }) => format!("startup finished: {}", w.summary()),
+                _ => "startup finished".to_string(),
+            };
+            st.set(types::PROGRESSING, false, "Ready", startup, &now, g);
         } else {
             let (reason, msg) = match (wait, blocked) {
                 (Some(WaitOutcome::Stalled { phase, stalled_seconds, gpu_memory_mib, log_tail }), _) => (
@@ -280,9 +277,11 @@ pub fn compute(
             }),
             Location::Host => None,
         };
-        match mismatch {
-            Some(m) => st.set(types::DEGRADED, true, "DriverMismatch", m, &now, g),
-            None => st.set(
+        let drift = obs.and_then(|o| effective_config_drift(&s.spec, &o.server_info));
+        match (mismatch, drift) {
+            (Some(m), _) => st.set(types::DEGRADED, true, "DriverMismatch", m, &now, g),
+            (None, Some(d)) => st.set(types::DEGRADED, true, "EffectiveConfigDrift", d, &now, g),
+            (None, None) => st.set(
                 types::DEGRADED,
                 false,
                 "AsExpected",
@@ -294,4 +293,80 @@ pub fn compute(
         out.insert(res, st);
     }
     out
+}
+
+/// Differences between what the server reports it runs (`/server_info`) and the spec.
+/// SGLang's own rewrites are expected, not drift: NEXTN runs as EAGLE.
+pub fn effective_config_drift(
+    spec: &gpuplane_crds::InferenceServerSpec,
+    info: &BTreeMap<String, String>,
+) -> Option<String> {
+    let mut diffs = Vec::new();
+    let mut check = |key: &str, want: String| {
+        if let Some(have) = info.get(key) {
+            let have = have.trim_matches('"');
+            let same = match (have.parse::<f64>(), want.parse::<f64>()) {
+                (Ok(a), Ok(b)) => (a - b).abs() < 1e-9,
+                _ => have.eq_ignore_ascii_case(&want),
+            };
+            if !same {
+                diffs.push(format!("{key} is {have}, the spec says {want}"));
+            }
+        }
+    };
+    check("tp_size", spec.tensor_parallel_size.to_string());
+    if let Some(sp) = &spec.speculative {
+        let algo = sp.algorithm.to_ascii_uppercase();
+        check(
+            "speculative_algorithm",
+            if algo == "NEXTN" {
+                "EAGLE".into()
+            } else {
+                algo
+            },
+        );
+        if let Some(v) = sp.num_steps {
+            check("speculative_num_steps", v.to_string());
+        }
+        if let Some(v) = sp.eagle_topk {
+            check("speculative_eagle_topk", v.to_string());
+        }
+        if let Some(v) = sp.num_draft_tokens {
+            check("speculative_num_draft_tokens", v.to_string());
+        }
+    }
+    if let Some(f) = spec.mem_fraction_static {
+        check("mem_fraction_static", f.to_string());
+    }
+    if diffs.is_empty() {
+        None
+    } else {
+        Some(format!(
+            "the running server differs from the spec: {}",
+            diffs.join("; ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nextn_running_as_eagle_is_not_drift_but_another_tp_is() {
+        let spec = crate::testutil::manifests().servers[0].spec.clone();
+        let mut info: BTreeMap<String, String> = [
+            ("tp_size", "4"),
+            ("speculative_algorithm", "EAGLE"),
+            ("speculative_num_draft_tokens", "4"),
+            ("mem_fraction_static", "0.85"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(effective_config_drift(&spec, &info), None);
+        info.insert("tp_size".into(), "8".into());
+        let d = effective_config_drift(&spec, &info).unwrap();
+        assert!(d.contains("tp_size is 8, the spec says 4"), "{d}");
+    }
 }
