@@ -263,10 +263,9 @@ pub fn load_desired(input: &InputArgs, host: &mut dyn Host) -> Result<Desired, F
     if !errors.is_empty() {
         return Err(spec_failure(errors));
     }
-    Ok(Desired {
-        partition: dp,
-        servers,
-    })
+    let units: Vec<_> = servers.iter().map(|s| s.unit.clone()).collect();
+    host.watch_units(&units);
+    Ok(Desired { partition: dp, servers })
 }
 
 fn spec_failure(errors: Vec<SpecError>) -> Failure {

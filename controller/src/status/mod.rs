@@ -83,7 +83,8 @@ pub fn compute(
         .filter(|s| !is_server_step(&s.step))
         .collect();
     if let Some(b) = part_blockers.first() {
-        ps.set(types::READY, false, &b.reason, b.message.clone(), &now, g);
+        let all: Vec<String> = part_blockers.iter().map(|b| b.message.clone()).collect();
+        ps.set(types::READY, false, &b.reason, all.join("; "), &now, g);
         ps.set(
             types::PROGRESSING,
             false,
