@@ -265,7 +265,10 @@ pub fn load_desired(input: &InputArgs, host: &mut dyn Host) -> Result<Desired, F
     }
     let units: Vec<_> = servers.iter().map(|s| s.unit.clone()).collect();
     host.watch_units(&units);
-    Ok(Desired { partition: dp, servers })
+    Ok(Desired {
+        partition: dp,
+        servers,
+    })
 }
 
 fn spec_failure(errors: Vec<SpecError>) -> Failure {

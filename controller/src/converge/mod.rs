@@ -154,10 +154,15 @@ pub fn converge_with(
         }
         // A write that the host did not take (the same step planned right after applying it)
         // would repeat forever: stop and say which.
-        if next.step.is_write() && r.applied.last().is_some_and(|a| a.planned.step == next.step) {
+        if next.step.is_write()
+            && r.applied
+                .last()
+                .is_some_and(|a| a.planned.step == next.step)
+        {
             r.stop = Some(Stop::StepFailed {
                 step: next.step.to_string(),
-                error: "applied, but the host still shows the old state (the change did not take)".into(),
+                error: "applied, but the host still shows the old state (the change did not take)"
+                    .into(),
             });
             break;
         }

@@ -10,6 +10,8 @@ mod lease;
 pub mod metrics;
 mod partition;
 mod status;
+#[cfg(test)]
+mod tests;
 
 use crate::host::Host;
 use futures::StreamExt;

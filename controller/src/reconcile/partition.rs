@@ -118,7 +118,7 @@ async fn publish(
     }
 }
 
-async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let name = p.name_any();
     let api: Api<GpuPartition> = Api::all(ctx.client.clone());
     let all: Api<InferenceServer> = Api::all(ctx.client.clone());

@@ -1,0 +1,233 @@
+//! Reconciler tests against a mocked API server (tower-test), in the style of
+//! kube-rs/controller-rs fixtures: the mock answers every request the reconciler makes and records
+//! it, and the test checks what a user would see in the API (status, events).
+
+use super::*;
+use crate::host::sim::SimHost;
+use gpuplane_crds::{GpuPartition, InferenceServer};
+use http::{Request, Response};
+use kube::client::Body;
+use std::sync::Mutex as StdMutex;
+
+/// A request as the mock saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    body: serde_json::Value,
+}
+
+/// Starts a mock API server that serves `servers` for list calls, echoes patches and accepts
+/// events; returns the client and the log of requests.
+fn mock(
+    partition: &GpuPartition,
+    servers: Vec<InferenceServer>,
+) -> (Client, Arc<StdMutex<Vec<Seen>>>) {
+    let mut objects: Vec<serde_json::Value> = servers
+        .iter()
+        .map(|s| serde_json::to_value(s).unwrap())
+        .collect();
+    objects.push(serde_json::to_value(partition).unwrap());
+    let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let seen = Arc::new(StdMutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Some((req, send)) = handle.next_request().await {
+            let method = req.method().to_string();
+            let path = req.uri().path().to_string();
+            let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+            let body: serde_json::Value =
+                serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+            log.lock().unwrap().push(Seen {
+                method: method.clone(),
+                path: path.clone(),
+                body: body.clone(),
+            });
+            let reply = if method == "GET" && path.ends_with("/inferenceservers") {
+                serde_json::json!({"apiVersion": "gpuplane.dev/v1alpha1", "kind": "InferenceServerList", "metadata": {}, "items": servers})
+            } else if path.contains("/events") {
+                let mut ev = body.clone();
+                ev["metadata"]["resourceVersion"] = "1".into();
+                ev
+            } else {
+                // A patch of status: answer with the stored object carrying the new status.
+                let name = path.rsplit('/').nth(1).unwrap_or("");
+                let mut obj = objects
+                    .iter()
+                    .find(|o| o["metadata"]["name"] == name)
+                    .cloned()
+                    .unwrap_or_default();
+                obj["status"] = body["status"].clone();
+                obj
+            };
+            send.send_response(
+                Response::builder()
+                    .status(200)
+                    .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                    .unwrap(),
+            );
+        }
+    });
+    (Client::new(svc, "default"), seen)
+}
+
+fn ctx(client: Client, host: SimHost) -> Arc<Ctx> {
+    let opts = RunOptions {
+        node: "kpro6".into(),
+        gpu_vendor: "10de".into(),
+        gpu_driver: "nvidia".into(),
+        kubeconfig: None,
+        metrics_addr: "127.0.0.1:0".into(),
+        drift_interval: Duration::from_secs(30),
+        poll_interval: Duration::from_secs(5),
+        lease_namespace: "default".into(),
+        lease_duration: Duration::from_secs(15),
+        identity: "test".into(),
+    };
+    Arc::new(Ctx {
+        client: client.clone(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: MANAGER.into(),
+                instance: None,
+            },
+        ),
+        lease: NodeLease::new(client, "default", "kpro6", "test", Duration::from_secs(15)),
+        opts,
+        host: Arc::new(Mutex::new(Box::new(host))),
+        metrics: metrics::Metrics::new().unwrap(),
+        progress: Mutex::new(BTreeMap::new()),
+        failures: Mutex::new(HashMap::new()),
+        api_ok: Arc::new(AtomicBool::new(false)),
+    })
+}
+
+fn reference() -> (GpuPartition, InferenceServer) {
+    let m = crate::testutil::manifests();
+    let mut p = m.partitions[0].clone();
+    p.metadata.generation = Some(1);
+    let mut s = m.servers[0].clone();
+    s.metadata.generation = Some(3);
+    (p, s)
+}
+
+fn status_patches<'a>(seen: &'a [Seen], kind: &str) -> Vec<&'a serde_json::Value> {
+    seen.iter()
+        .filter(|r| r.method == "PATCH" && r.path.contains(kind) && r.path.ends_with("/status"))
+        .map(|r| &r.body)
+        .collect()
+}
+
+fn condition<'a>(status_patch: &'a serde_json::Value, t: &str) -> &'a serde_json::Value {
+    status_patch["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == t)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn converges_the_twin_and_reports_through_status_and_events() {
+    let (p, s) = reference();
+    let (client, seen) = mock(&p, vec![s]);
+    let c = ctx(client, crate::testutil::twin());
+    // First reconcile: the host is split and the server started; readiness is not awaited.
+    let action = partition::apply(Arc::new(p.clone()), c.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        action,
+        Action::requeue(Duration::from_secs(5)),
+        "a starting server is looked at again soon"
+    );
+    let log = seen.lock().unwrap().clone();
+    let ps = status_patches(&log, "gpupartitions");
+    assert_eq!(ps.len(), 1);
+    assert_eq!(condition(ps[0], "Ready")["status"], "True");
+    assert_eq!(ps[0]["status"]["observedGeneration"], 1);
+    assert!(ps[0]["status"]["lastAppliedPlan"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s.as_str().unwrap().contains("unbind 0000:81:00.0")));
+    let ss = status_patches(&log, "inferenceservers");
+    assert_eq!(condition(ss[0], "Ready")["status"], "False");
+    assert_eq!(condition(ss[0], "Ready")["reason"], "Starting");
+    assert_eq!(condition(ss[0], "P2PSafe")["reason"], "P2PCorruption");
+    assert_eq!(ss[0]["status"]["observedGeneration"], 3);
+    let events: Vec<&Seen> = log.iter().filter(|r| r.path.contains("/events")).collect();
+    assert!(
+        events.iter().any(|e| e.body["reason"] == "HostChanged"
+            && e.body["note"]
+                .as_str()
+                .unwrap_or("")
+                .contains("stop container 129")),
+        "{events:?}"
+    );
+    assert!(events
+        .iter()
+        .all(|e| e.body["metadata"]["namespace"] == "default"
+            || e.path.contains("/namespaces/default/")));
+
+    // Time passes on the host; the next reconcile finds the server ready and asks for a drift check later.
+    c.host.lock().unwrap().sleep(120);
+    seen.lock().unwrap().clear();
+    let action = partition::apply(Arc::new(p), c.clone()).await.unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(30)));
+    let log = seen.lock().unwrap().clone();
+    let ss = status_patches(&log, "inferenceservers");
+    assert_eq!(condition(ss[0], "Ready")["status"], "True");
+    assert_eq!(ss[0]["status"]["endpoint"], "http://0.0.0.0:30000");
+    assert!(ss[0]["status"]["unitHash"]
+        .as_str()
+        .is_some_and(|h| h.len() == 64));
+    assert!(
+        !log.iter()
+            .any(|r| r.path.contains("/events") && r.body["reason"] == "HostChanged"),
+        "no host change, no event"
+    );
+    assert_eq!(c.metrics.servers_ready.get(), 1);
+}
+
+#[tokio::test]
+async fn an_invalid_partition_is_reported_and_not_retried() {
+    let (mut p, s) = reference();
+    p.spec.slices[1].gpus.numa_node = Some(7);
+    let (client, seen) = mock(&p, vec![s]);
+    let host = crate::testutil::twin();
+    let before = host.file.clone();
+    let c = ctx(client, host);
+    let action = partition::apply(Arc::new(p), c.clone()).await.unwrap();
+    assert_eq!(
+        action,
+        Action::await_change(),
+        "no retry storm: wait for a spec change"
+    );
+    let log = seen.lock().unwrap().clone();
+    let ps = status_patches(&log, "gpupartitions");
+    let ready = condition(ps[0], "Ready");
+    assert_eq!(
+        (ready["status"].as_str(), ready["reason"].as_str()),
+        (Some("False"), Some("InvalidSpec"))
+    );
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.slices[1].gpus.numaNode"),
+        "{ready}"
+    );
+    let ss = status_patches(&log, "inferenceservers");
+    assert_eq!(condition(ss[0], "Ready")["reason"], "PartitionInvalid");
+    assert!(log.iter().any(|r| r.path.contains("/events")
+        && r.body["reason"] == "InvalidSpec"
+        && r.body["type"] == "Warning"));
+    // The host must be untouched.
+    let after = {
+        let h = c.host.lock().unwrap();
+        h.save().unwrap().unwrap()
+    };
+    assert_eq!(after, serde_yaml::to_string(&before).unwrap());
+}
