@@ -20,6 +20,9 @@ pub const ALGORITHMS: &[&str] = &[
     "FROZEN_KV_MTP",
 ];
 
+/// Largest `numDraftTokens` accepted (SGLang's default `mamba_track_interval`).
+pub const MAX_DRAFT_TOKENS: u32 = 256;
+
 /// One problem: the field (relative to `spec.speculative`) and what to fix.
 pub type Problem = (&'static str, String);
 
@@ -62,6 +65,21 @@ pub fn check(s: &SpeculativeSpec) -> Vec<Problem> {
             )),
             _ => {}
         }
+    }
+    if algo == "NGRAM" && s.eagle_topk.is_some() {
+        out.push((
+            "eagleTopk",
+            "NGRAM ignores eagleTopk: SGLang sets it from --speculative-ngram-max-bfs-breadth (default 10); remove eagleTopk (set the breadth in extraArgs if needed)"
+                .to_string(),
+        ));
+    }
+    if s.num_draft_tokens.is_some_and(|d| d > MAX_DRAFT_TOKENS) {
+        out.push((
+            "numDraftTokens",
+            format!(
+                "at most {MAX_DRAFT_TOKENS}: SGLang rejects more for hybrid (Mamba) models such as Qwen3.5 (mamba_track_interval), and no model gains from it"
+            ),
+        ));
     }
     if algo == "STANDALONE" && s.draft_model_path.is_none() {
         out.push((
@@ -117,5 +135,12 @@ mod tests {
         let p = check(&spec("NEXTN", Some(3), Some(1), Some(10)));
         assert_eq!(p[0].0, "numDraftTokens");
         assert!(p[0].1.contains("numDraftTokens: 4"));
+        // Found by checking against SGLang 0.5.23 itself (e2e/tests/sglang_args.rs):
+        assert_eq!(check(&spec("NGRAM", None, Some(1), None))[0].0, "eagleTopk");
+        assert_eq!(
+            check(&spec("EAGLE", Some(299), Some(4), Some(300)))[0].0,
+            "numDraftTokens"
+        );
+        assert!(check(&spec("EAGLE", Some(255), Some(4), Some(256))).is_empty());
     }
 }

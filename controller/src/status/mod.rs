@@ -379,12 +379,29 @@ mod mismatch_tests {
     #[test]
     fn container_userspace_older_than_the_kernel_module_is_driver_mismatch() {
         let mut h = crate::testutil::twin();
-        h.file.containers.get_mut(&129).unwrap().nvidia_userspace_version = Some("565.57.01".into());
+        h.file
+            .containers
+            .get_mut(&129)
+            .unwrap()
+            .nvidia_userspace_version = Some("565.57.01".into());
         let d = crate::testutil::desired(&mut h, &crate::testutil::manifests());
-        let r = crate::converge::converge(&d, &mut crate::apply::Door::new(&mut h), &Default::default());
+        let r = crate::converge::converge(
+            &d,
+            &mut crate::apply::Door::new(&mut h),
+            &Default::default(),
+        );
         let st = super::compute(&d, &r, &Default::default());
-        let c = st["InferenceServer/default/qwen35-122b"].condition("Degraded").unwrap();
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "DriverMismatch"));
-        assert!(c.message.contains("565.57.01") && c.message.contains("590.44.01"), "{}", c.message);
+        let c = st["InferenceServer/default/qwen35-122b"]
+            .condition("Degraded")
+            .unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "DriverMismatch")
+        );
+        assert!(
+            c.message.contains("565.57.01") && c.message.contains("590.44.01"),
+            "{}",
+            c.message
+        );
     }
 }
