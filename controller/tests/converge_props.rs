@@ -237,6 +237,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
                 loaded: Some(text.clone()),
                 started_at: (running && c.container_running).then_some(0),
                 running: (running && c.container_running).then_some(text),
+                ..SimUnit::default()
             },
         );
     }

@@ -84,9 +84,16 @@ port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # Starts "$@" detached (own session, no inherited stdio, so callers that capture our output do not
 # wait for it), logging to $RUN/$name.log.
 spawn() {
-  local name=$1; shift
+  local name=$1 i; shift
   setsid "$@" </dev/null >>"$RUN/$name.log" 2>&1 &
   echo $! >"$RUN/$name.pid"
+  # Until the background subshell has exec'd the component, its command line does not name RUN
+  # and pid_of would take it for dead (a race seen on loaded machines): wait for the exec.
+  for i in $(seq 1 100); do
+    pid_of "$name" >/dev/null && return 0
+    [ -d "/proc/$!" ] || return 0
+    sleep 0.05
+  done
 }
 
 # --- one-time setup of RUN -------------------------------------------------------------------------
@@ -177,7 +184,7 @@ start_etcd() {
   local i
   for i in $(seq 1 $((READY_TIMEOUT * 5))); do
     curl -sf "http://127.0.0.1:$EPORT/health" 2>/dev/null | grep -q '"health":"true"' && return 0
-    pid_of etcd >/dev/null || { tail -20 "$RUN/etcd.log" >&2; die "etcd exited (log: $RUN/etcd.log)"; }
+    pid_of etcd >/dev/null || { tail -20 "$RUN/etcd.log" >&2 || true; die "etcd exited (log: $RUN/etcd.log)"; }
     sleep 0.2
   done
   tail -20 "$RUN/etcd.log" >&2
@@ -210,7 +217,7 @@ wait_ready() {
   tok=$(admin_token)
   for i in $(seq 1 $((READY_TIMEOUT * 4))); do
     [ "$(curl -s --cacert "$RUN/ca.crt" -H "Authorization: Bearer $tok" -o /dev/null -w '%{http_code}' "$URL/readyz" 2>/dev/null)" = 200 ] && return 0
-    pid_of kube-apiserver >/dev/null || { tail -30 "$RUN/kube-apiserver.log" >&2; die "kube-apiserver exited (log: $RUN/kube-apiserver.log)"; }
+    pid_of kube-apiserver >/dev/null || { tail -30 "$RUN/kube-apiserver.log" >&2 || true; die "kube-apiserver exited (log: $RUN/kube-apiserver.log)"; }
     sleep 0.25
   done
   curl -s --cacert "$RUN/ca.crt" -H "Authorization: Bearer $tok" "$URL/readyz?verbose" >&2 || true

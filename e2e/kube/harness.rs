@@ -148,6 +148,11 @@ impl ControlPlane {
 
     /// Runs `control-plane.sh <command>` for this instance.
     pub fn script(&self, command: &str) -> Output {
+        self.script_with_env(command, &[])
+    }
+
+    /// Runs `control-plane.sh <command>` with extra environment (e.g. `STOP_SIGNAL=KILL`).
+    pub fn script_with_env(&self, command: &str, env: &[(&str, &str)]) -> Output {
         Command::new("bash")
             .arg(control_plane_script())
             .arg(command)
@@ -157,6 +162,7 @@ impl ControlPlane {
             .env("ETCD_PEER_PORT", self.etcd_peer_port.to_string())
             .env("KUBE_APISERVER", &self.bins.kube_apiserver)
             .env("ETCD", &self.bins.etcd)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .output()
             .expect("run control-plane.sh")
@@ -164,8 +170,14 @@ impl ControlPlane {
 
     /// `restart-apiserver`, `restart-all`, `stop-apiserver`, ... ; panics on failure.
     pub fn control(&self, command: &str) {
+        self.control_with_env(command, &[]);
+    }
+
+    /// [`ControlPlane::control`] with extra environment, e.g. `&[("STOP_SIGNAL", "KILL")]` to
+    /// crash the components instead of stopping them.
+    pub fn control_with_env(&self, command: &str, env: &[(&str, &str)]) {
         let t = Instant::now();
-        let out = self.script(command);
+        let out = self.script_with_env(command, env);
         assert!(
             out.status.success(),
             "control-plane.sh {command} failed:\n{}",

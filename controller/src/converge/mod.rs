@@ -136,7 +136,9 @@ pub fn converge_with(
             }
         }
         r.final_host = Some(host);
-        if !p.blockers.is_empty() {
+        // Blockers stop the loop once nothing else can be done: a server's blocker (a crash)
+        // must not keep the partition's steps, which may fix its cause, from running.
+        if !p.blockers.is_empty() && p.steps.is_empty() {
             r.stop = Some(Stop::Blocked {
                 blockers: p.blockers.clone(),
             });
@@ -205,6 +207,9 @@ pub fn converge_with(
                     break;
                 };
                 let ok = matches!(outcome, WaitOutcome::Ready { .. });
+                // A crash is looked at by the next plan: it may roll back (rollback: Auto) or
+                // report the crash as a blocker.
+                let crashed = matches!(outcome, WaitOutcome::Crashed { .. });
                 r.applied.push(Applied {
                     planned: next.clone(),
                     detail: Some(outcome.summary()),
@@ -212,7 +217,7 @@ pub fn converge_with(
                 });
                 r.waits.insert(unit.key(), outcome);
                 progress.remove(&unit.key());
-                if !ok {
+                if !ok && !crashed {
                     r.stop = Some(Stop::NotReady {
                         unit: unit.to_string(),
                     });

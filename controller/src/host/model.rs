@@ -293,6 +293,13 @@ pub struct Unit {
     /// behind, and a failure then says nothing about the current unit.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub running_stale: bool,
+    /// The agent's copy of the last unit that reached Ready (`/var/lib/gpuplane/units/<name>.ready`
+    /// where the unit lives), for `rollback: Auto`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_ready: Option<String>,
+    /// SHA-256 of a unit the agent saw fail to start (`/var/lib/gpuplane/units/<name>.failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_hash: Option<String>,
     /// Exit status of the main process after a failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_status: Option<i32>,

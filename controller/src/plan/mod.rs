@@ -334,14 +334,15 @@ impl Planner<'_> {
             let Some(c) = h.containers.get(vmid) else {
                 continue;
             };
+            // A consumer container is kept running: it is what the slice's GPUs are for.
             let stopped_now = stop_containers.contains_key(vmid) || c.state != RunState::Running;
-            if stopped_now
-                && (stop_containers.contains_key(vmid) || server_containers.contains(vmid))
-            {
-                self.push(
-                    Step::StartContainer { vmid: *vmid },
-                    format!("container {vmid} has its GPUs in place"),
-                );
+            if stopped_now {
+                let why = if server_containers.contains(vmid) {
+                    format!("container {vmid} has its GPUs in place and runs a server")
+                } else {
+                    format!("container {vmid} is a consumer of this partition and has its GPUs in place")
+                };
+                self.push(Step::StartContainer { vmid: *vmid }, why);
             }
         }
         let restarted: BTreeSet<u32> = container_targets

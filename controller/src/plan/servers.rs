@@ -172,6 +172,26 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
             }
         };
         let observed = h.unit(&s.unit);
+        // rollback: Auto: a spec whose unit failed is not written again while the last unit
+        // that reached Ready runs instead; a new spec (another unit) is tried.
+        let spec_hash = unit_hash(&content);
+        let spec_failed =
+            observed.and_then(|u| u.failed_hash.as_deref()) == Some(spec_hash.as_str());
+        let rollback_to = (s.spec.rollback == gpuplane_crds::RollbackPolicy::Auto)
+            .then(|| observed.and_then(|u| u.last_ready.clone()))
+            .flatten()
+            .filter(|r| *r != content);
+        let spec_content = content.clone();
+        let content = match (&rollback_to, spec_failed) {
+            (Some(r), true) => {
+                p.plan.notes.push(Note {
+                    resource: res.clone(),
+                    message: format!("Rolled back: the unit rendered from this spec failed to start, so {} runs the last unit that reached Ready; change the spec to try again", s.unit),
+                });
+                r.clone()
+            }
+            _ => content,
+        };
         let restarted =
             matches!(s.unit.location, Location::Container(v) if ctx.restarted.contains(&v));
         let active = !restarted && observed.is_some_and(|u| u.is_active());
@@ -243,6 +263,11 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
                 why,
             );
             p.push(wait, wait_why);
+        } else if failed && content == spec_content && rollback_to.is_some() && !spec_failed {
+            p.push(
+                Step::MarkUnitFailed { unit: s.unit.clone(), hash: spec_hash },
+                "the new unit failed to start and rollback is Auto: remember it failed, then go back to the last unit that reached Ready",
+            );
         } else if failed {
             // Same unit, and it failed: starting it again would fail the same way. A spec
             // change (new unit) or a manual `systemctl reset-failed` lets it go on.
@@ -291,9 +316,26 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
             });
             if !ready {
                 p.push(wait, wait_why);
+            } else if s.spec.rollback == gpuplane_crds::RollbackPolicy::Auto
+                && content == spec_content
+                && observed.and_then(|u| u.last_ready.as_deref()) != Some(content.as_str())
+            {
+                p.push(
+                    Step::SaveReadyUnit {
+                        unit: s.unit.clone(),
+                        content,
+                    },
+                    "this unit reached Ready: keep it as the one to go back to",
+                );
             }
         }
     }
+}
+
+/// SHA-256 of a unit's text, hex.
+pub fn unit_hash(content: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!("{:x}", Sha256::digest(content.as_bytes()))
 }
 
 fn place(s: &DesiredServer) -> String {

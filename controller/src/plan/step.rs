@@ -47,6 +47,10 @@ pub enum Step {
         gpus: Vec<String>,
         cuda_indices: Vec<u32>,
     },
+    /// Keep a copy of a unit that reached Ready (what `rollback: Auto` goes back to).
+    SaveReadyUnit { unit: UnitRef, content: String },
+    /// Record that the unit with this SHA-256 failed to start, so it is not written again.
+    MarkUnitFailed { unit: UnitRef, hash: String },
     /// Write the unit file (atomically).
     WriteUnit { unit: UnitRef, content: String },
     /// `systemctl daemon-reload` at a location.
@@ -68,6 +72,32 @@ impl Step {
         !matches!(self, Step::WaitReady { .. })
     }
 
+    /// `kind:target`, e.g. `unbind:0000:81:00.0`: distinct per target, so event recorders that
+    /// merge events by action keep one event per host change (at most 128 characters).
+    pub fn action(&self) -> String {
+        let target = match self {
+            Step::StopUnit { unit }
+            | Step::WriteUnit { unit, .. }
+            | Step::StartUnit { unit, .. }
+            | Step::WaitReady { unit, .. } => unit.key(),
+            Step::SaveReadyUnit { unit, .. } | Step::MarkUnitFailed { unit, .. } => unit.key(),
+            Step::StopContainer { vmid }
+            | Step::StartContainer { vmid }
+            | Step::SetContainerGpus { vmid, .. } => vmid.to_string(),
+            Step::LoadDriver { driver } => driver.clone(),
+            Step::SetDriverOverride { address, .. }
+            | Step::Unbind { address, .. }
+            | Step::Probe { address }
+            | Step::ReturnToHostDriver { address } => address.clone(),
+            Step::SetPciMapping { mapping, .. } => mapping.clone(),
+            Step::ProbeP2p { gpus, .. } => gpus.join(","),
+            Step::DaemonReload { location } => location.to_string(),
+        };
+        let mut a = format!("{}:{target}", self.kind());
+        a.truncate(128);
+        a
+    }
+
     /// A short machine-friendly kind, as in JSON output.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -83,6 +113,8 @@ impl Step {
             Step::StartContainer { .. } => "startContainer",
             Step::ProbeP2p { .. } => "probeP2p",
             Step::WriteUnit { .. } => "writeUnit",
+            Step::SaveReadyUnit { .. } => "saveReadyUnit",
+            Step::MarkUnitFailed { .. } => "markUnitFailed",
             Step::DaemonReload { .. } => "daemonReload",
             Step::StartUnit { .. } => "startUnit",
             Step::WaitReady { .. } => "waitReady",
@@ -131,6 +163,14 @@ impl std::fmt::Display for Step {
                 gpus.len()
             ),
             Step::WriteUnit { unit, .. } => write!(f, "write unit {unit}"),
+            Step::SaveReadyUnit { unit, .. } => {
+                write!(f, "keep {unit} as the last unit that reached Ready")
+            }
+            Step::MarkUnitFailed { unit, hash } => write!(
+                f,
+                "mark this version of {unit} as failed ({})",
+                &hash[..12.min(hash.len())]
+            ),
             Step::DaemonReload { location } => write!(f, "systemctl daemon-reload on {location}"),
             Step::StartUnit {
                 unit,

@@ -301,3 +301,116 @@ fn a_group_shared_with_a_foreign_device_is_refused() {
         p.blockers[0].message
     );
 }
+
+#[test]
+fn rollback_auto_returns_to_the_last_ready_unit_and_does_not_retry_the_failed_one() {
+    let mut h = twin();
+    let mut d = desired(&mut h, &manifests());
+    d.servers[0].spec.rollback = gpuplane_crds::RollbackPolicy::Auto;
+    let run = |h: &mut crate::host::sim::SimHost, d: &crate::desired::Desired| {
+        let mut door = crate::apply::Door::new(h);
+        crate::converge::converge(d, &mut door, &Default::default())
+    };
+    let r = run(&mut h, &d);
+    assert!(r.converged());
+    assert_eq!(
+        r.applied.last().unwrap().planned.step.kind(),
+        "saveReadyUnit"
+    );
+    let good = h.observe().unwrap().units["lxc-129/sglang-qwen.service"]
+        .file
+        .clone()
+        .unwrap();
+
+    // A new spec whose server dies while loading.
+    let mut bad = d.clone();
+    bad.servers[0].spec.env.push(gpuplane_crds::EnvVar {
+        name: "SIM_CRASH_AT".into(),
+        value: "load".into(),
+    });
+    let r = run(&mut h, &bad);
+    let kinds: Vec<&str> = r.applied.iter().map(|a| a.planned.step.kind()).collect();
+    assert!(kinds.contains(&"markUnitFailed"), "{kinds:?}");
+    assert!(r.converged(), "{:?}", r.stop);
+    let st = h.observe().unwrap();
+    let u = &st.units["lxc-129/sglang-qwen.service"];
+    assert_eq!(
+        u.file.as_deref(),
+        Some(good.as_str()),
+        "the last unit that reached Ready runs again"
+    );
+    assert!(u
+        .server
+        .as_ref()
+        .unwrap()
+        .models
+        .contains(&"qwen3.5-122b".to_string()));
+    let status = crate::status::compute(&bad, &r, &Default::default());
+    let deg = status["InferenceServer/default/qwen35-122b"]
+        .condition("Degraded")
+        .unwrap();
+    assert_eq!(deg.reason, "RolledBack", "{}", deg.message);
+    assert!(
+        r.applied.iter().any(|a| a
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.starts_with("crashed"))),
+        "the crash was seen before rolling back"
+    );
+
+    // The failed spec is not tried again; a new spec is.
+    assert_eq!(run(&mut h, &bad).writes, 0);
+    let mut fixed = bad.clone();
+    fixed.servers[0].spec.env.pop();
+    fixed.servers[0].spec.mem_fraction_static = Some(0.8);
+    let r = run(&mut h, &fixed);
+    assert!(r.converged());
+    assert!(h.observe().unwrap().units["lxc-129/sglang-qwen.service"]
+        .file
+        .as_deref()
+        .unwrap()
+        .contains("--mem-fraction-static 0.8"));
+}
+
+/// Drift that makes the running server crash (a GPU rebound behind the agent's back and a device
+/// line removed) is corrected: the server's crash must not keep the partition steps from running.
+#[test]
+fn drift_that_crashes_the_server_is_corrected() {
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    assert!(crate::converge::converge(
+        &d,
+        &mut crate::apply::Door::new(&mut h),
+        &Default::default()
+    )
+    .converged());
+    h.file
+        .pci_devices
+        .iter_mut()
+        .find(|x| x.address == "0000:81:00.0")
+        .unwrap()
+        .driver = Some("nvidia".into());
+    let ct = h.file.containers.get_mut(&129).unwrap();
+    ct.config = ct.config.replace(
+        "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\n",
+        "",
+    );
+    let st = h.observe().unwrap();
+    assert_eq!(
+        st.units["lxc-129/sglang-qwen.service"].active_state, "failed",
+        "the drift crashed the server"
+    );
+    let r = crate::converge::converge(
+        &d,
+        &mut crate::apply::Door::new(&mut h),
+        &Default::default(),
+    );
+    assert!(r.converged(), "{:?}", r.stop);
+    let st = h.observe().unwrap();
+    assert_eq!(
+        st.pci_devices["0000:81:00.0"].driver.as_deref(),
+        Some("vfio-pci")
+    );
+    assert!(st.containers[&129].gpu_mounts.minors.contains(&0));
+    assert!(plan(&d, &st).is_empty());
+}

@@ -97,15 +97,19 @@ pub async fn serve(addr: String, metrics: Metrics, ready: Arc<AtomicBool>) -> st
         let metrics = metrics.clone();
         let ready = ready.clone();
         tokio::spawn(async move {
-            let mut buf = [0u8; 2048];
-            let n =
-                match tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut buf))
+            // Read until the end of the request head (it may come in pieces), at most 16 KiB.
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 2048];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 16 * 1024 {
+                match tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut chunk))
                     .await
                 {
-                    Ok(Ok(n)) => n,
+                    Ok(Ok(0)) => break,
+                    Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
                     _ => return,
-                };
-            let req = String::from_utf8_lossy(&buf[..n]);
+                }
+            }
+            let req = String::from_utf8_lossy(&buf);
             let path = req.split_whitespace().nth(1).unwrap_or("/");
             let (code, body) = match path {
                 "/metrics" => ("200 OK", metrics.render()),

@@ -333,7 +333,7 @@ pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action,
             &target,
             EventType::Normal,
             "HostChanged",
-            a.planned.step.kind(),
+            &a.planned.step.action(),
             note,
         )
         .await;

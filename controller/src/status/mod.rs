@@ -278,10 +278,24 @@ pub fn compute(
             }),
             Location::Host => None,
         };
+        let rolled_back = r
+            .notes
+            .iter()
+            .find(|n| n.resource == res && n.message.starts_with("Rolled back"))
+            .map(|n| n.message.clone());
         let drift = obs.and_then(|o| effective_config_drift(&s.spec, &o.server_info));
-        match (mismatch, drift) {
+        match (
+            mismatch,
+            rolled_back.or(drift.map(|d| format!("EffectiveConfigDrift: {d}"))),
+        ) {
             (Some(m), _) => st.set(types::DEGRADED, true, "DriverMismatch", m, &now, g),
-            (None, Some(d)) => st.set(types::DEGRADED, true, "EffectiveConfigDrift", d, &now, g),
+            (None, Some(d)) if d.starts_with("Rolled back") => {
+                st.set(types::DEGRADED, true, "RolledBack", d, &now, g)
+            }
+            (None, Some(d)) => {
+                let d = d.trim_start_matches("EffectiveConfigDrift: ").to_string();
+                st.set(types::DEGRADED, true, "EffectiveConfigDrift", d, &now, g)
+            }
             (None, None) => st.set(
                 types::DEGRADED,
                 false,

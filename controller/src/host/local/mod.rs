@@ -321,6 +321,8 @@ impl LocalHost {
                     .run_probe(*location, python, gpus, cuda_indices)
                     .map(Some);
             }
+            Step::SaveReadyUnit { unit, content } => self.write_state(unit, "ready", content)?,
+            Step::MarkUnitFailed { unit, hash } => self.write_state(unit, "failed", hash)?,
             Step::WaitReady { .. } => {}
         }
         Ok(None)

@@ -9,6 +9,7 @@ use super::LocalHost;
 use crate::host::model::{Location, Unit, UnitRef};
 
 const UNIT_DIR: &str = "/etc/systemd/system";
+const STATE_DIR: &str = "/var/lib/gpuplane/units";
 
 impl LocalHost {
     /// Runs a command at a location: directly on the host, or through `pct exec`.
@@ -94,6 +95,8 @@ impl LocalHost {
                 .and_then(|o| o.stdout.trim().parse().ok()),
         };
         u.running_stale = matches!((started, mtime), (Some(s), Some(m)) if s > 0 && s < m);
+        u.last_ready = self.read_state(r, "ready");
+        u.failed_hash = self.read_state(r, "failed").map(|h| h.trim().to_string());
         if let Ok(o) = self.at(
             r.location,
             &[
@@ -110,6 +113,50 @@ impl LocalHost {
             u.log_tail = o.stdout.lines().map(str::to_string).collect();
         }
         u
+    }
+
+    /// The agent's records about a unit (`ready`: last unit that reached Ready; `failed`: hash of a
+    /// unit that failed), in `/var/lib/gpuplane/units/` where the unit lives.
+    pub(super) fn read_state(&self, r: &UnitRef, kind: &str) -> Option<String> {
+        let path = format!("{STATE_DIR}/{}.{kind}", r.name);
+        match r.location {
+            Location::Host => self.root.read(&path),
+            Location::Container(_) => self
+                .at(r.location, &["cat", &path])
+                .ok()
+                .filter(|o| o.ok())
+                .map(|o| o.stdout),
+        }
+    }
+
+    pub(super) fn write_state(&self, r: &UnitRef, kind: &str, content: &str) -> Result<(), String> {
+        let path = format!("{STATE_DIR}/{}.{kind}", r.name);
+        match r.location {
+            Location::Host => {
+                let p = self.root.path(&path);
+                if let Some(d) = p.parent() {
+                    std::fs::create_dir_all(d)
+                        .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+                }
+                super::files::write_atomic(&p, content)
+            }
+            Location::Container(v) => {
+                let o = self.at(r.location, &["mkdir", "-p", STATE_DIR])?;
+                if !o.ok() {
+                    return Err(format!("mkdir in container {v}: {}", o.stderr.trim()));
+                }
+                let tmp = tempfile_path(&format!("{}.{kind}", r.name));
+                std::fs::write(&tmp, content).map_err(|e| e.to_string())?;
+                let tmp_s = tmp.to_string_lossy().into_owned();
+                let o = self.cmd(&[&self.tools.pct, "push", &v.to_string(), &tmp_s, &path]);
+                let _ = std::fs::remove_file(&tmp);
+                let o = o?;
+                if !o.ok() || !o.stderr.trim().is_empty() {
+                    return Err(format!("pct push: {}", o.stderr.trim()));
+                }
+                Ok(())
+            }
+        }
     }
 
     pub(super) fn write_unit(&self, r: &UnitRef, content: &str) -> Result<(), String> {

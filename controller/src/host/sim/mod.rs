@@ -109,6 +109,12 @@ pub struct SimUnit {
     /// The content it was started with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running: Option<String>,
+    /// The agent's copy of the last unit that reached Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_ready: Option<String>,
+    /// Hash of a unit recorded as failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_hash: Option<String>,
 }
 
 /// A process holding a device, as given in the description.
@@ -686,6 +692,12 @@ impl SimHost {
                 }
                 u.started_at = Some(now);
                 u.running = Some(content);
+            }
+            Step::SaveReadyUnit { unit, content } => {
+                self.unit_mut(unit).last_ready = Some(content.clone())
+            }
+            Step::MarkUnitFailed { unit, hash } => {
+                self.unit_mut(unit).failed_hash = Some(hash.clone())
             }
             Step::WaitReady { .. } => {}
         }

@@ -31,6 +31,8 @@ pub(super) fn run(sim: &SimHost, r: &UnitRef, u: &SimUnit) -> Run {
         needs_reload: u.loaded.is_some() && u.loaded != u.file,
         running_stale: u.running.is_some()
             && u.running != u.loaded.clone().or_else(|| u.file.clone()),
+        last_ready: u.last_ready.clone(),
+        failed_hash: u.failed_hash.clone(),
         ..Unit::default()
     };
     let (Some(t0), Some(content)) = (u.started_at, u.running.as_deref()) else {
@@ -142,6 +144,24 @@ pub(super) fn run(sim: &SimHost, r: &UnitRef, u: &SimUnit) -> Run {
         );
     }
     let gpus: Vec<String> = gpus.into_iter().take(tp.max(1)).collect();
+    // Test hook: SIM_CRASH_AT=load makes the process die while loading weights.
+    if env("SIM_CRASH_AT").as_deref() == Some("load") && now >= t0 + sim.file.behaviour.init_seconds
+    {
+        return failed(
+            unit,
+            1,
+            vec![
+                format!(
+                    "{} Load weight begin. avail mem=94.30 GB",
+                    ts(t0 + sim.file.behaviour.init_seconds)
+                ),
+                format!(
+                    "{} RuntimeError: CUDA error: an illegal memory access was encountered",
+                    ts(t0 + sim.file.behaviour.init_seconds + 1)
+                ),
+            ],
+        );
+    }
     let b = &sim.file.behaviour;
     let translated = sim.file.iommu.mode() == IommuMode::Translated;
     let nccl_p2p = env("NCCL_P2P_DISABLE").as_deref() != Some("1");
