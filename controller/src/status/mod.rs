@@ -284,19 +284,14 @@ pub fn compute(
             .find(|n| n.resource == res && n.message.starts_with("Rolled back"))
             .map(|n| n.message.clone());
         let drift = obs.and_then(|o| effective_config_drift(&s.spec, &o.server_info));
-        match (
-            mismatch,
-            rolled_back.or(drift.map(|d| format!("EffectiveConfigDrift: {d}"))),
-        ) {
-            (Some(m), _) => st.set(types::DEGRADED, true, "DriverMismatch", m, &now, g),
-            (None, Some(d)) if d.starts_with("Rolled back") => {
-                st.set(types::DEGRADED, true, "RolledBack", d, &now, g)
-            }
-            (None, Some(d)) => {
-                let d = d.trim_start_matches("EffectiveConfigDrift: ").to_string();
-                st.set(types::DEGRADED, true, "EffectiveConfigDrift", d, &now, g)
-            }
-            (None, None) => st.set(
+        // The most actionable problem wins.
+        let degraded = mismatch
+            .map(|m| ("DriverMismatch", m))
+            .or_else(|| rolled_back.map(|m| ("RolledBack", m)))
+            .or_else(|| drift.map(|m| ("EffectiveConfigDrift", m)));
+        match degraded {
+            Some((reason, m)) => st.set(types::DEGRADED, true, reason, m, &now, g),
+            None => st.set(
                 types::DEGRADED,
                 false,
                 "AsExpected",
