@@ -85,6 +85,11 @@ impl Progress {
         }
     }
 
+    /// Seconds until no progress would count as a stall.
+    pub fn seconds_to_stall(&self, stall_after: u64, now: u64) -> u64 {
+        (self.last_progress + stall_after).saturating_sub(now)
+    }
+
     /// Looks at one observation; `None` while the server is still starting normally.
     pub fn check(
         &mut self,
@@ -162,9 +167,11 @@ pub fn wait_ready(
                 }
             }
         };
-        if let Some(o) = p.check(&st, unit, served_name, stall_after, deadline, host.now()) {
+        let now = host.now();
+        if let Some(o) = p.check(&st, unit, served_name, stall_after, deadline, now) {
             return o;
         }
-        host.sleep(poll);
+        // Look again after `poll`, or right when a stall would be due, whichever comes first.
+        host.sleep(poll.min(p.seconds_to_stall(stall_after, now)).max(1));
     }
 }
