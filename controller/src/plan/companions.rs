@@ -7,6 +7,7 @@
 //! refused with `IommuGroupShared`, never done silently. A bridge in the group is fine unbound
 //! or on `pcieport` (VFIO's own rule); on any other driver it blocks too.
 
+use super::{Planner, Step};
 use crate::desired::Desired;
 use crate::host::model::{HostState, PciDevice};
 use gpuplane_crds::GpuDriver;
@@ -20,6 +21,21 @@ pub struct Companion {
     pub slice: String,
     /// `true`: to vfio-pci with the GPU; `false`: back to its host driver.
     pub to_vfio: bool,
+}
+
+impl Companion {
+    /// Whether the companion is not where it must be. Returning: unbound from vfio-pci while
+    /// still pinned, then cleared and probed in one step.
+    pub fn must_move(&self, h: &HostState) -> bool {
+        let d = h.pci_devices.get(&self.address);
+        let on_vfio = d.and_then(|d| d.driver.as_deref()) == Some("vfio-pci");
+        let pinned = d.and_then(|d| d.driver_override.as_deref()) == Some("vfio-pci");
+        if self.to_vfio {
+            !on_vfio || !pinned
+        } else {
+            on_vfio || d.is_some_and(|d| d.driver_override.is_some())
+        }
+    }
 }
 
 /// `dddd:bb:dd` of `dddd:bb:dd.f`.
@@ -86,4 +102,63 @@ pub fn find(d: &Desired, h: &HostState) -> (Vec<Companion>, Vec<String>) {
         }
     }
     (out, problems)
+}
+
+impl Planner<'_> {
+    /// Moves one companion: to vfio-pci with its GPU, or back to its host driver.
+    pub(super) fn plan_companion(&mut self, c: &Companion) {
+        let Some(d) = self.h.pci_devices.get(&c.address) else {
+            return;
+        };
+        let a = c.address.clone();
+        if c.to_vfio {
+            if d.driver_override.as_deref() != Some("vfio-pci") {
+                let why = format!(
+                    "{a} shares slot and IOMMU group with GPU {}, so it goes to the VM with it",
+                    c.gpu
+                );
+                self.push(
+                    Step::SetDriverOverride {
+                        address: a.clone(),
+                        driver: Some("vfio-pci".into()),
+                    },
+                    why,
+                );
+            }
+            if d.driver.as_deref() != Some("vfio-pci") {
+                if let Some(cur) = &d.driver {
+                    self.push(
+                        Step::Unbind {
+                            address: a.clone(),
+                            driver: cur.clone(),
+                        },
+                        format!("{a} is bound to {cur}; VFIO needs the whole IOMMU group"),
+                    );
+                }
+                self.push(
+                    Step::Probe { address: a.clone() },
+                    format!("bind {a} to vfio-pci with GPU {}", c.gpu),
+                );
+            }
+        } else {
+            if d.driver.as_deref() == Some("vfio-pci") {
+                self.push(
+                    Step::Unbind {
+                        address: a.clone(),
+                        driver: "vfio-pci".into(),
+                    },
+                    format!(
+                        "GPU {} returns to nvidia, so {a} leaves vfio-pci too",
+                        c.gpu
+                    ),
+                );
+            }
+            if d.driver_override.is_some() {
+                self.push(
+                    Step::ReturnToHostDriver { address: a.clone() },
+                    format!("let the kernel bind {a} to its default driver"),
+                );
+            }
+        }
+    }
 }

@@ -1,0 +1,170 @@
+//! LXC consumers: which containers must stop (their GPU lines change, or a GPU they mount is
+//! rebound), their device lines, and starting them again once their GPUs are in place.
+
+use super::{GpuTarget, Planner, Step};
+use crate::desired::ResolvedConsumer;
+use crate::host::model::{Location, RunState};
+use std::collections::{BTreeMap, BTreeSet};
+
+impl Planner<'_> {
+    /// For each LXC consumer: the minors it must have, or `None` when some are unknown yet
+    /// (the GPU is not bound to nvidia).
+    pub(super) fn container_targets(
+        &self,
+        targets: &BTreeMap<String, GpuTarget>,
+    ) -> BTreeMap<u32, Option<BTreeSet<u32>>> {
+        let mut m = BTreeMap::new();
+        for s in &self.d.partition.slices {
+            let Some(ResolvedConsumer::Lxc(vmid)) = &s.consumer else {
+                continue;
+            };
+            let minors: Option<BTreeSet<u32>> = s
+                .gpus
+                .iter()
+                .map(|g| {
+                    let d = self.h.pci_devices.get(g)?;
+                    let on_nvidia = d.driver.as_deref() == Some("nvidia")
+                        && targets.get(g).is_some_and(|t| t.driver == "nvidia");
+                    if on_nvidia {
+                        d.nvidia_minor
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            m.insert(*vmid, minors);
+        }
+        m
+    }
+
+    /// Running consumer containers that must stop, with why.
+    pub(super) fn containers_to_stop(
+        &self,
+        container_targets: &BTreeMap<u32, Option<BTreeSet<u32>>>,
+        rebind: &[(&String, &GpuTarget)],
+    ) -> BTreeMap<u32, String> {
+        let h = self.h;
+        let mut stop_containers: BTreeMap<u32, String> = BTreeMap::new();
+        for (vmid, want) in container_targets {
+            let Some(c) = h.containers.get(vmid) else {
+                continue;
+            };
+            if c.state != RunState::Running {
+                continue;
+            }
+            if let Some(want) = want {
+                if &c.gpu_mounts.minors != want {
+                    stop_containers.insert(*vmid, format!("its GPU devices change ({}); device mounts apply only at container start", minors_diff(&c.gpu_mounts.minors, want)));
+                }
+            }
+        }
+        for (addr, t) in rebind {
+            let Some(minor) = h.pci_devices.get(*addr).and_then(|d| d.nvidia_minor) else {
+                continue;
+            };
+            for (vmid, c) in &h.containers {
+                if c.state == RunState::Running
+                    && c.gpu_mounts.minors.contains(&minor)
+                    && container_targets.contains_key(vmid)
+                {
+                    stop_containers
+                        .entry(*vmid)
+                        .or_insert_with(|| format!("it has GPU {addr} (/dev/nvidia{minor}), which moves to {} for slice {}", t.driver, t.slice));
+                }
+            }
+        }
+
+        stop_containers
+    }
+
+    /// Device lines of each consumer. Returns `true` when some minors are not known yet (the GPU
+    /// is not bound to nvidia), so the plan must stop here.
+    pub(super) fn plan_container_lines(
+        &mut self,
+        container_targets: &BTreeMap<u32, Option<BTreeSet<u32>>>,
+    ) -> bool {
+        let h = self.h;
+        let mut minors_pending = false;
+        for (vmid, want) in container_targets {
+            let Some(c) = h.containers.get(vmid) else {
+                self.block(
+                    self.resource(),
+                    "ConsumerNotFound",
+                    format!(
+                        "container {vmid} does not exist on {}; create it or fix consumer.lxc.vmid",
+                        h.node_name
+                    ),
+                );
+                continue;
+            };
+            match want {
+                None => minors_pending = true,
+                Some(want) if &c.gpu_mounts.minors != want => {
+                    let why = format!(
+                        "container {vmid} gets exactly its slice's GPUs: {}",
+                        minors_diff(&c.gpu_mounts.minors, want)
+                    );
+                    self.push(
+                        Step::SetContainerGpus {
+                            vmid: *vmid,
+                            minors: want.clone(),
+                        },
+                        why,
+                    );
+                }
+                Some(_) => {}
+            }
+        }
+        minors_pending
+    }
+
+    /// Consumer containers are kept running: start those that are (or will be) stopped.
+    pub(super) fn plan_container_starts(
+        &mut self,
+        container_targets: &BTreeMap<u32, Option<BTreeSet<u32>>>,
+        stop_containers: &BTreeMap<u32, String>,
+    ) {
+        let h = self.h;
+        let server_containers: BTreeSet<u32> = self
+            .d
+            .servers
+            .iter()
+            .filter_map(|s| match s.unit.location {
+                Location::Container(v) => Some(v),
+                Location::Host => None,
+            })
+            .collect();
+        for vmid in container_targets.keys() {
+            let Some(c) = h.containers.get(vmid) else {
+                continue;
+            };
+            // A consumer container is kept running: it is what the slice's GPUs are for.
+            let stopped_now = stop_containers.contains_key(vmid) || c.state != RunState::Running;
+            if stopped_now {
+                let why = if server_containers.contains(vmid) {
+                    format!("container {vmid} has its GPUs in place and runs a server")
+                } else {
+                    format!("container {vmid} is a consumer of this partition and has its GPUs in place")
+                };
+                self.push(Step::StartContainer { vmid: *vmid }, why);
+            }
+        }
+    }
+}
+
+pub(super) fn minors_diff(have: &BTreeSet<u32>, want: &BTreeSet<u32>) -> String {
+    let add: Vec<String> = want
+        .difference(have)
+        .map(|m| format!("+/dev/nvidia{m}"))
+        .collect();
+    let rm: Vec<String> = have
+        .difference(want)
+        .map(|m| format!("-/dev/nvidia{m}"))
+        .collect();
+    let all: Vec<String> = rm.into_iter().chain(add).collect();
+    if all.is_empty() {
+        "no change".into()
+    } else {
+        all.join(" ")
+    }
+}
