@@ -6,6 +6,7 @@
 //! through the one door, and writes the truth back as status conditions by server-side apply.
 //! A per-node Lease makes sure only one agent acts for a node.
 
+mod cleanup;
 mod lease;
 pub mod metrics;
 mod partition;

@@ -6,12 +6,11 @@ use crate::apply::Door;
 use crate::converge::{converge_with, Options, Report, Stop};
 use crate::desired::{
     check_servers_together, resolve_partition, resolve_server, Desired, DesiredPartition,
-    DesiredServer, ResolvedConsumer, ResolvedSlice,
+    DesiredServer,
 };
 use crate::host::model::HostState;
 use gpuplane_crds::{
-    DeletionPolicy, GpuDriver, GpuPartition, GpuPartitionStatus, InferenceServer,
-    InferenceServerStatus, SliceStatus,
+    GpuPartition, GpuPartitionStatus, InferenceServer, InferenceServerStatus, SliceStatus,
 };
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
@@ -54,7 +53,7 @@ async fn reconcile_inner(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, 
     let result = finalizer(&api, FINALIZER, p, |ev| async move {
         match ev {
             Finalized::Apply(p) => apply(p, c).await,
-            Finalized::Cleanup(p) => cleanup(p, c).await,
+            Finalized::Cleanup(p) => super::cleanup::cleanup(p, c).await,
         }
     })
     .await
@@ -62,7 +61,7 @@ async fn reconcile_inner(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, 
     result
 }
 
-async fn observe(ctx: &Arc<Ctx>) -> Result<HostState, Error> {
+pub(super) async fn observe(ctx: &Arc<Ctx>) -> Result<HostState, Error> {
     let host = ctx.host.clone();
     tokio::task::spawn_blocking(move || host.lock().unwrap_or_else(|e| e.into_inner()).observe())
         .await
@@ -70,7 +69,11 @@ async fn observe(ctx: &Arc<Ctx>) -> Result<HostState, Error> {
         .map_err(|e| Error::Host(e.to_string()))
 }
 
-async fn run_converge(ctx: &Arc<Ctx>, desired: Desired, block: bool) -> Result<Report, Error> {
+pub(super) async fn run_converge(
+    ctx: &Arc<Ctx>,
+    desired: Desired,
+    block: bool,
+) -> Result<Report, Error> {
     let c = ctx.clone();
     tokio::task::spawn_blocking(move || {
         let mut host = c.host.lock().unwrap_or_else(|e| e.into_inner());
@@ -89,7 +92,7 @@ async fn run_converge(ctx: &Arc<Ctx>, desired: Desired, block: bool) -> Result<R
     .map_err(|e| Error::Internal(e.to_string()))
 }
 
-async fn publish(
+pub(super) async fn publish(
     ctx: &Ctx,
     obj_ref: &k8s_openapi::api::core::v1::ObjectReference,
     type_: EventType,
@@ -494,99 +497,4 @@ fn slice_status(dp: &DesiredPartition, host: &HostState) -> Vec<SliceStatus> {
                 .collect(),
         })
         .collect()
-}
-
-/// The desired host when a partition with `deletionPolicy: Restore` goes away: every GPU back on
-/// nvidia, no GPU lines in its containers, no GPUs in any mapping of this node.
-pub fn restore_desired(dp: &DesiredPartition) -> Desired {
-    let mut slices = vec![ResolvedSlice {
-        name: "restore".into(),
-        gpus: dp.slices.iter().flat_map(|s| s.gpus.clone()).collect(),
-        driver: GpuDriver::Nvidia,
-        consumer: None,
-    }];
-    for s in &dp.slices {
-        if let Some(ResolvedConsumer::Lxc(v)) = &s.consumer {
-            slices.push(ResolvedSlice {
-                name: format!("restore-lxc-{v}"),
-                gpus: vec![],
-                driver: GpuDriver::Nvidia,
-                consumer: Some(ResolvedConsumer::Lxc(*v)),
-            });
-        }
-    }
-    Desired {
-        partition: DesiredPartition {
-            slices,
-            ..dp.clone()
-        },
-        servers: vec![],
-    }
-}
-
-async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let p_ref = p.object_ref(&());
-    if p.spec.deletion_policy == DeletionPolicy::Retain {
-        publish(
-            &ctx,
-            &p_ref,
-            EventType::Normal,
-            "Retained",
-            "Delete",
-            "deletionPolicy Retain: the host is left as it is".into(),
-        )
-        .await;
-        return Ok(Action::await_change());
-    }
-    let observed = observe(&ctx).await?;
-    let dp = match resolve_partition(&p, &observed, &ctx.opts.gpu_vendor) {
-        Ok(mut dp) => {
-            dp.host_driver = ctx.opts.gpu_driver.clone();
-            dp
-        }
-        Err(errs) => {
-            let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
-            publish(
-                &ctx,
-                &p_ref,
-                EventType::Warning,
-                "RestoreSkipped",
-                "Delete",
-                format!(
-                    "the spec is invalid, so its GPUs are unknown; the host is left as it is: {}",
-                    msgs.join("; ")
-                ),
-            )
-            .await;
-            return Ok(Action::await_change());
-        }
-    };
-    let report = run_converge(&ctx, restore_desired(&dp), true).await?;
-    if report.converged() {
-        publish(
-            &ctx,
-            &p_ref,
-            EventType::Normal,
-            "Restored",
-            "Delete",
-            format!(
-                "GPUs returned to nvidia and our lines removed ({} host writes)",
-                report.writes
-            ),
-        )
-        .await;
-        Ok(Action::await_change())
-    } else {
-        let why = format!("{:?}", report.stop);
-        publish(
-            &ctx,
-            &p_ref,
-            EventType::Warning,
-            "RestoreBlocked",
-            "Delete",
-            why.clone(),
-        )
-        .await;
-        Err(Error::Host(format!("restore did not finish: {why}")))
-    }
 }
