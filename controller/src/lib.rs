@@ -4,7 +4,7 @@
 //!
 //! | folder      | concern                                                        |
 //! |-------------|----------------------------------------------------------------|
-//! | `host`      | the host model and its backends (simulated twin; real later)   |
+//! | `host`      | the host model and its backends (`local` real host, `sim`)     |
 //! | `desired`   | validation of specs and resolution against the host           |
 //! | `plan`      | the pure planner: ordered, typed steps                         |
 //! | `apply`     | the one door every host write goes through                     |
@@ -14,6 +14,7 @@
 //! | `systemd`   | unit rendering with systemd's quoting rules, unit names        |
 //! | `sglang`    | SGLang's flags, launch command and speculative checks          |
 //! | `manifests` | reading resources from YAML files and directories              |
+//! | `reconcile` | the Kubernetes agent (`gpuplane run`): controller, lease, metrics |
 //! | `cli`       | the `gpuplane` command                                         |
 //!
 //! Dependency rules: `plan` knows `desired` and `host::model` only, never a backend;

@@ -115,16 +115,4 @@ impl NodeLease {
         }
         Ok(held)
     }
-
-    /// Keeps trying to hold the lease, every `duration / 3`.
-    pub async fn run(self) {
-        let period = self.duration / 3;
-        loop {
-            if let Err(e) = self.try_acquire().await {
-                self.leader.store(false, Ordering::SeqCst);
-                tracing::warn!(lease = %self.name, "lease renewal failed: {e}");
-            }
-            tokio::time::sleep(period).await;
-        }
-    }
 }
