@@ -90,6 +90,8 @@ struct Case {
     policy: P2pPolicy,
     holder: Option<usize>,
     vm_running: bool,
+    /// Per GPU: 0 no audio function, 1 audio on snd_hda_intel, 2 audio on vfio-pci (pinned).
+    audio: Vec<u8>,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -116,6 +118,7 @@ fn case() -> impl Strategy<Value = Case> {
             prop::option::weighted(0.15, 0..8usize),
             prop::bool::weighted(0.15),
         ),
+        prop::collection::vec(0..3u8, 8),
     )
         .prop_map(
             |(
@@ -129,6 +132,7 @@ fn case() -> impl Strategy<Value = Case> {
                 (translated, corrupt, container_numa, vm_slice),
                 (tp, policy),
                 (holder, vm_running),
+                audio,
             )| Case {
                 gpus,
                 vfio_loaded,
@@ -145,6 +149,7 @@ fn case() -> impl Strategy<Value = Case> {
                 policy,
                 holder,
                 vm_running,
+                audio,
             },
         )
 }
@@ -179,6 +184,28 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
             default_driver: None,
             minor: Some(i as u32),
         })
+        .chain((0..n).filter(|i| c.audio[*i] > 0).map(|i| {
+            SimDevice {
+                address: addr(i).replace(".0", ".1"),
+                vendor: "10de".into(),
+                device: "22e8".into(),
+                class: "040300".into(),
+                subsystem: None,
+                numa_node: numa_of(i),
+                iommu_group: Some(20 + i as u32),
+                driver: Some(
+                    if c.audio[i] == 2 && c.vfio_loaded {
+                        "vfio-pci"
+                    } else {
+                        "snd_hda_intel"
+                    }
+                    .to_string(),
+                ),
+                driver_override: (c.audio[i] == 2).then(|| "vfio-pci".to_string()),
+                default_driver: Some("snd_hda_intel".into()),
+                minor: None,
+            }
+        }))
         .collect::<Vec<_>>();
     let minors: BTreeSet<u32> = (0..n).filter(|i| c.mounted[*i]).map(|i| i as u32).collect();
     let mut cfg = LxcConfig::parse(BASE_CT);
@@ -248,7 +275,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
             if c.translated { "DMA-FQ" } else { "identity" }.to_string(),
         );
     }
-    let mut drivers: BTreeSet<String> = ["nvidia".to_string()].into();
+    let mut drivers: BTreeSet<String> = ["nvidia".to_string(), "snd_hda_intel".to_string()].into();
     if c.vfio_loaded {
         drivers.insert("vfio-pci".into());
     }
@@ -432,7 +459,28 @@ proptest! {
         prop_assert_eq!(st.containers[&129].state, RunState::Running);
         if let Some(vm) = desired.partition.slices.get(1).filter(|_| c.vm_slice) {
             let paths: BTreeSet<String> = st.pci_mappings.get("vm-pool").into_iter().flatten().flat_map(|e| e.paths.clone()).collect();
-            prop_assert_eq!(paths, vm.gpus.iter().cloned().collect::<BTreeSet<_>>());
+            // A GPU with its audio function is passed as the whole slot.
+            let want: BTreeSet<String> = vm
+                .gpus
+                .iter()
+                .map(|g| if st.pci_devices.contains_key(&g.replace(".0", ".1")) { g.trim_end_matches(".0").to_string() } else { g.clone() })
+                .collect();
+            prop_assert_eq!(paths, want);
+        }
+        // Audio functions follow their GPU: to vfio-pci with it, else back on their own driver.
+        for s in &desired.partition.slices {
+            for g in &s.gpus {
+                let a = g.replace(".0", ".1");
+                if let Some(d) = st.pci_devices.get(&a) {
+                    if s.driver == GpuDriver::VfioPci {
+                        prop_assert_eq!(d.driver.as_deref(), Some("vfio-pci"), "{}", a);
+                        prop_assert_eq!(d.driver_override.as_deref(), Some("vfio-pci"), "{}", a);
+                    } else {
+                        prop_assert_eq!(d.driver.as_deref(), Some("snd_hda_intel"), "{}", a);
+                        prop_assert_eq!(d.driver_override.as_deref(), None, "{}", a);
+                    }
+                }
+            }
         }
         // No other mapping hands out partition GPUs.
         for e in st.pci_mappings.get("old-pool").into_iter().flatten() {
