@@ -28,5 +28,9 @@ pub fn desired(host: &mut SimHost, m: &Manifests) -> Desired {
         .iter()
         .map(|s| resolve_server(s, &partition).expect("server valid"))
         .collect();
-    Desired { partition, servers }
+    Desired {
+        partition,
+        servers,
+        removed_units: vec![],
+    }
 }

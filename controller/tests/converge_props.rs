@@ -425,7 +425,7 @@ proptest! {
         let st = host.observe().unwrap();
         let dp = resolve_partition(&part, &st, "10de").expect("generated partition is valid");
         let ds = resolve_server(&server, &dp).expect("generated server is valid");
-        let desired = Desired { partition: dp, servers: vec![ds] };
+        let desired = Desired { partition: dp, servers: vec![ds], removed_units: vec![] };
         let mut checked = Checked { inner: host, violations: vec![], desired: desired.clone() };
         let report = {
             let mut door = Door::new(&mut checked);

@@ -1628,6 +1628,20 @@ fn agent_honours_deletion_policy_retain_and_restore() {
         );
     }
     c.wait_event("Restored", "GpuPartition", NODE, Duration::from_secs(10));
+    // Restore also stops and removes the units of the partition's servers, and lets them go.
+    assert!(
+        entry(&h["units"], UNIT_KEY).is_none(),
+        "the server's unit is still on the host after Restore"
+    );
+    let fins = c.server()["metadata"]["finalizers"].clone();
+    assert!(
+        !fins
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|f| f == "gpuplane.dev/unit-cleanup"),
+        "the InferenceServer keeps the agent's finalizer after its partition left: {fins}"
+    );
     eprintln!(
         "[kube_agent] agent_honours_deletion_policy_retain_and_restore: {:.1}s",
         t0.elapsed().as_secs_f64()
@@ -1861,5 +1875,57 @@ fn two_agents_one_leader_and_failover() {
     eprintln!(
         "[kube_agent] two_agents_one_leader_and_failover: {:.1}s",
         t0.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn deleting_a_server_stops_and_removes_its_unit() {
+    let c = Cluster::start("agent-server-delete");
+    let a = Agent::start(&c, "agent-a", AgentOpts::default());
+    c.apply_examples_and_wait();
+    let fins = c.server()["metadata"]["finalizers"].clone();
+    assert!(
+        fins.as_array()
+            .into_iter()
+            .flatten()
+            .any(|f| f == "gpuplane.dev/unit-cleanup"),
+        "the agent puts its finalizer on servers: {fins}"
+    );
+    assert!(!unit_file(&c.host()).is_empty());
+    let n0 = a.host_writes().len();
+    c.k(&[
+        "delete",
+        "inferenceserver",
+        "qwen35-122b",
+        "-n",
+        "default",
+        "--timeout=60s",
+    ]);
+    wait_for("InferenceServer gone", Duration::from_secs(60), || {
+        let out =
+            c.cp.kubectl(&["get", "inferenceserver", "qwen35-122b", "-n", "default"])
+                .run();
+        if !out.success && out.stderr.contains("NotFound") {
+            Ok(())
+        } else {
+            Err(out.stdout + &out.stderr)
+        }
+    });
+    let h = c.host();
+    assert!(
+        entry(&h["units"], UNIT_KEY).is_none(),
+        "the unit is still on the host"
+    );
+    let writes = a.host_writes()[n0..].to_vec();
+    show_writes("server delete", &writes);
+    let k = kinds(&writes);
+    assert_eq!(k.get("stopUnit"), Some(&1), "{writes:?}");
+    assert_eq!(k.get("removeUnit"), Some(&1), "{writes:?}");
+    assert_reference_split(&h);
+    c.wait_event(
+        "UnitRemoved",
+        "InferenceServer",
+        "qwen35-122b",
+        Duration::from_secs(10),
     );
 }

@@ -268,6 +268,7 @@ pub fn load_desired(input: &InputArgs, host: &mut dyn Host) -> Result<Desired, F
     Ok(Desired {
         partition: dp,
         servers,
+        removed_units: vec![],
     })
 }
 

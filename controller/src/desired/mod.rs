@@ -96,6 +96,8 @@ impl DesiredServer {
 pub struct Desired {
     pub partition: DesiredPartition,
     pub servers: Vec<DesiredServer>,
+    /// Units of deleted servers: stopped and removed from the host.
+    pub removed_units: Vec<UnitRef>,
 }
 
 pub(crate) fn err(

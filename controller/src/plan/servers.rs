@@ -113,6 +113,25 @@ pub fn cuda_indices(
 
 pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
     let h = p.h;
+    // Units of deleted servers go away (unless a live server uses the same unit).
+    for u in &p.d.removed_units {
+        if p.d.servers.iter().any(|s| &s.unit == u) {
+            continue;
+        }
+        let Some(obs) = h.unit(u) else { continue };
+        if obs.is_active() {
+            p.push(
+                Step::StopUnit { unit: u.clone() },
+                "its InferenceServer was deleted",
+            );
+        }
+        if obs.file.is_some() {
+            p.push(
+                Step::RemoveUnit { unit: u.clone() },
+                "its InferenceServer was deleted",
+            );
+        }
+    }
     for s in &p.d.servers {
         let res = format!("InferenceServer/{}", s.id);
         let container_minors = match s.unit.location {

@@ -51,6 +51,9 @@ pub enum Step {
     SaveReadyUnit { unit: UnitRef, content: String },
     /// Record that the unit with this SHA-256 failed to start, so it is not written again.
     MarkUnitFailed { unit: UnitRef, hash: String },
+    /// Stop-and-forget for a deleted server: remove the unit file (and the agent's records of
+    /// it) and `systemctl daemon-reload`.
+    RemoveUnit { unit: UnitRef },
     /// Write the unit file (atomically).
     WriteUnit { unit: UnitRef, content: String },
     /// `systemctl daemon-reload` at a location.
@@ -80,7 +83,9 @@ impl Step {
             | Step::WriteUnit { unit, .. }
             | Step::StartUnit { unit, .. }
             | Step::WaitReady { unit, .. } => unit.key(),
-            Step::SaveReadyUnit { unit, .. } | Step::MarkUnitFailed { unit, .. } => unit.key(),
+            Step::SaveReadyUnit { unit, .. }
+            | Step::MarkUnitFailed { unit, .. }
+            | Step::RemoveUnit { unit } => unit.key(),
             Step::StopContainer { vmid }
             | Step::StartContainer { vmid }
             | Step::SetContainerGpus { vmid, .. } => vmid.to_string(),
@@ -113,6 +118,7 @@ impl Step {
             Step::StartContainer { .. } => "startContainer",
             Step::ProbeP2p { .. } => "probeP2p",
             Step::WriteUnit { .. } => "writeUnit",
+            Step::RemoveUnit { .. } => "removeUnit",
             Step::SaveReadyUnit { .. } => "saveReadyUnit",
             Step::MarkUnitFailed { .. } => "markUnitFailed",
             Step::DaemonReload { .. } => "daemonReload",
@@ -163,6 +169,7 @@ impl std::fmt::Display for Step {
                 gpus.len()
             ),
             Step::WriteUnit { unit, .. } => write!(f, "write unit {unit}"),
+            Step::RemoveUnit { unit } => write!(f, "remove unit {unit}"),
             Step::SaveReadyUnit { unit, .. } => {
                 write!(f, "keep {unit} as the last unit that reached Ready")
             }

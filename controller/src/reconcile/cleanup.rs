@@ -1,14 +1,16 @@
 //! What deleting a `GpuPartition` does to the host, by `spec.deletionPolicy`.
 
-use super::partition::{observe, publish, run_converge};
+use super::partition::{observe, publish, run_converge, set_finalizers, SERVER_FINALIZER};
 use super::{Ctx, Error};
 use crate::desired::{
-    resolve_partition, Desired, DesiredPartition, ResolvedConsumer, ResolvedSlice,
+    resolve_partition, resolve_server, Desired, DesiredPartition, ResolvedConsumer, ResolvedSlice,
 };
-use gpuplane_crds::{DeletionPolicy, GpuDriver, GpuPartition};
+use gpuplane_crds::{DeletionPolicy, GpuDriver, GpuPartition, InferenceServer};
+use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::Resource;
+use kube::{Api, ResourceExt};
 use std::sync::Arc;
 
 /// The desired host when a partition with `deletionPolicy: Restore` goes away: every GPU back on
@@ -36,12 +38,40 @@ pub fn restore_desired(dp: &DesiredPartition) -> Desired {
             ..dp.clone()
         },
         servers: vec![],
+        removed_units: vec![],
     }
+}
+
+/// Lets the partition's servers go: they are reconciled through their partition, which is leaving.
+async fn release_servers(ctx: &Ctx, servers: &[InferenceServer]) -> Result<(), Error> {
+    for s in servers {
+        let f: Vec<String> = s
+            .finalizers()
+            .iter()
+            .filter(|f| *f != SERVER_FINALIZER)
+            .cloned()
+            .collect();
+        set_finalizers(ctx, s, f).await?;
+    }
+    Ok(())
 }
 
 pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let p_ref = p.object_ref(&());
+    let name = p.name_any();
+    let all: Api<InferenceServer> = Api::all(ctx.client.clone());
+    let servers: Vec<InferenceServer> = all
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|s| {
+            s.spec.partition_ref.name == name
+                && s.finalizers().iter().any(|f| f == SERVER_FINALIZER)
+        })
+        .collect();
     if p.spec.deletion_policy == DeletionPolicy::Retain {
+        release_servers(&ctx, &servers).await?;
         publish(
             &ctx,
             &p_ref,
@@ -76,8 +106,15 @@ pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Actio
             return Ok(Action::await_change());
         }
     };
-    let report = run_converge(&ctx, restore_desired(&dp), true).await?;
+    // Restore also stops and removes the units of the partition's servers.
+    let mut desired = restore_desired(&dp);
+    desired.removed_units = servers
+        .iter()
+        .filter_map(|s| resolve_server(s, &dp).ok().map(|d| d.unit))
+        .collect();
+    let report = run_converge(&ctx, desired, true).await?;
     if report.converged() {
+        release_servers(&ctx, &servers).await?;
         publish(
             &ctx,
             &p_ref,

@@ -77,7 +77,12 @@ pub(super) async fn run_converge(
     let c = ctx.clone();
     tokio::task::spawn_blocking(move || {
         let mut host = c.host.lock().unwrap_or_else(|e| e.into_inner());
-        let units: Vec<_> = desired.servers.iter().map(|s| s.unit.clone()).collect();
+        let units: Vec<_> = desired
+            .servers
+            .iter()
+            .map(|s| s.unit.clone())
+            .chain(desired.removed_units.iter().cloned())
+            .collect();
         host.watch_units(&units);
         let mut progress = c.progress.lock().unwrap_or_else(|e| e.into_inner());
         let opts = Options {
@@ -121,16 +126,48 @@ pub(super) async fn publish(
     }
 }
 
+/// Finalizer on InferenceServers: their unit is stopped and removed before they go.
+pub const SERVER_FINALIZER: &str = "gpuplane.dev/unit-cleanup";
+
+pub(super) async fn set_finalizers(
+    ctx: &Ctx,
+    s: &InferenceServer,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
+    let api: Api<InferenceServer> =
+        Api::namespaced(ctx.client.clone(), &s.namespace().unwrap_or_default());
+    let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": s.resource_version()}});
+    api.patch(
+        &s.name_any(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
 pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let name = p.name_any();
     let api: Api<GpuPartition> = Api::all(ctx.client.clone());
     let all: Api<InferenceServer> = Api::all(ctx.client.clone());
-    let servers: Vec<InferenceServer> = all
+    let (deleting, servers): (Vec<InferenceServer>, Vec<InferenceServer>) = all
         .list(&ListParams::default())
         .await?
         .items
         .into_iter()
         .filter(|s| s.spec.partition_ref.name == name)
+        .partition(|s| s.metadata.deletion_timestamp.is_some());
+    // Live servers carry our finalizer, so deleting one stops and removes its unit first.
+    for s in &servers {
+        if !s.finalizers().iter().any(|f| f == SERVER_FINALIZER) {
+            let mut f = s.finalizers().to_vec();
+            f.push(SERVER_FINALIZER.into());
+            set_finalizers(&ctx, s, f).await?;
+        }
+    }
+    let deleting: Vec<InferenceServer> = deleting
+        .into_iter()
+        .filter(|s| s.finalizers().iter().any(|f| f == SERVER_FINALIZER))
         .collect();
     let p_ref = p.object_ref(&());
     let observed = observe(&ctx).await?;
@@ -214,11 +251,49 @@ pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action,
             invalid_servers.push((s, vec![format!("{}: {}", e.field, e.message)]));
         }
     }
+    // Units of deleted servers (an invalid one has no known unit: nothing to remove).
+    let removed: Vec<(&InferenceServer, Option<crate::host::model::UnitRef>)> = deleting
+        .iter()
+        .map(|s| (s, resolve_server(s, &dp).ok().map(|d| d.unit)))
+        .collect();
     let desired = Desired {
         partition: dp,
         servers: valid.iter().map(|(d, _)| d.clone()).collect(),
+        removed_units: removed.iter().filter_map(|(_, u)| u.clone()).collect(),
     };
     let report = run_converge(&ctx, desired.clone(), false).await?;
+    // A deleted server is released once its unit is gone from the host.
+    if let Some(host) = &report.final_host {
+        for (s, unit) in &removed {
+            let gone = unit.as_ref().is_none_or(|u| {
+                host.unit(u)
+                    .is_none_or(|o| o.file.is_none() && !o.is_active())
+            });
+            if gone {
+                let f: Vec<String> = s
+                    .finalizers()
+                    .iter()
+                    .filter(|f| *f != SERVER_FINALIZER)
+                    .cloned()
+                    .collect();
+                set_finalizers(&ctx, s, f).await?;
+                publish(
+                    &ctx,
+                    &s.object_ref(&()),
+                    EventType::Normal,
+                    "UnitRemoved",
+                    "Delete",
+                    format!(
+                        "the server was deleted; its unit {} is stopped and removed",
+                        unit.as_ref()
+                            .map(|u| u.to_string())
+                            .unwrap_or_else(|| "(none)".into())
+                    ),
+                )
+                .await;
+            }
+        }
+    }
 
     let mut generations = BTreeMap::new();
     generations.insert(

@@ -50,14 +50,19 @@ fn mock(
                 ev["metadata"]["resourceVersion"] = "1".into();
                 ev
             } else {
-                // A patch of status: answer with the stored object carrying the new status.
-                let name = path.rsplit('/').nth(1).unwrap_or("");
+                // A patch: answer with the stored object carrying the new status or finalizers.
+                let is_status = path.ends_with("/status");
+                let name = path.rsplit('/').nth(usize::from(is_status)).unwrap_or("");
                 let mut obj = objects
                     .iter()
                     .find(|o| o["metadata"]["name"] == name)
                     .cloned()
                     .unwrap_or_default();
-                obj["status"] = body["status"].clone();
+                if is_status {
+                    obj["status"] = body["status"].clone();
+                } else if let Some(f) = body["metadata"].get("finalizers") {
+                    obj["metadata"]["finalizers"] = f.clone();
+                }
                 obj
             };
             send.send_response(
@@ -143,6 +148,14 @@ async fn converges_the_twin_and_reports_through_status_and_events() {
         "a starting server is looked at again soon"
     );
     let log = seen.lock().unwrap().clone();
+    let fin = log
+        .iter()
+        .find(|r| r.method == "PATCH" && r.path.ends_with("/inferenceservers/qwen35-122b"))
+        .expect("finalizer added");
+    assert_eq!(
+        fin.body["metadata"]["finalizers"],
+        serde_json::json!([partition::SERVER_FINALIZER])
+    );
     let ps = status_patches(&log, "gpupartitions");
     assert_eq!(ps.len(), 1);
     assert_eq!(condition(ps[0], "Ready")["status"], "True");
@@ -230,4 +243,60 @@ async fn an_invalid_partition_is_reported_and_not_retried() {
         h.save().unwrap().unwrap()
     };
     assert_eq!(after, serde_yaml::to_string(&before).unwrap());
+}
+
+#[tokio::test]
+async fn a_deleted_server_has_its_unit_stopped_and_removed_then_is_released() {
+    let (p, mut s) = reference();
+    let (client, _) = mock(&p, vec![s.clone()]);
+    let c = ctx(client, crate::testutil::twin());
+    partition::apply(Arc::new(p.clone()), c.clone())
+        .await
+        .unwrap();
+    // The server is deleted: it has our finalizer and a deletion timestamp.
+    s.metadata.finalizers = Some(vec![partition::SERVER_FINALIZER.into()]);
+    s.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::now(),
+    ));
+    let (client, seen) = mock(&p, vec![s]);
+    let c2 = Arc::new(clone_ctx(&c, client));
+    partition::apply(Arc::new(p), c2.clone()).await.unwrap();
+    let st = c2.host.lock().unwrap().observe().unwrap();
+    let unit = crate::host::model::UnitRef {
+        location: crate::host::model::Location::Container(129),
+        name: "sglang-qwen.service".into(),
+    };
+    assert!(st.unit(&unit).is_none(), "unit removed");
+    let log = seen.lock().unwrap().clone();
+    let release = log
+        .iter()
+        .find(|r| r.method == "PATCH" && r.path.ends_with("/inferenceservers/qwen35-122b"))
+        .expect("finalizer released");
+    assert_eq!(
+        release.body["metadata"]["finalizers"],
+        serde_json::json!([])
+    );
+    assert!(log
+        .iter()
+        .any(|r| r.path.contains("/events") && r.body["reason"] == "UnitRemoved"));
+}
+
+fn clone_ctx(c: &Ctx, client: Client) -> Ctx {
+    Ctx {
+        client: client.clone(),
+        opts: c.opts.clone(),
+        host: c.host.clone(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: MANAGER.into(),
+                instance: None,
+            },
+        ),
+        metrics: metrics::Metrics::new().unwrap(),
+        lease: NodeLease::new(client, "default", "kpro6", "test", Duration::from_secs(15)),
+        progress: Mutex::new(BTreeMap::new()),
+        failures: Mutex::new(HashMap::new()),
+        api_ok: Arc::new(AtomicBool::new(false)),
+    }
 }

@@ -323,6 +323,7 @@ impl LocalHost {
             }
             Step::SaveReadyUnit { unit, content } => self.write_state(unit, "ready", content)?,
             Step::MarkUnitFailed { unit, hash } => self.write_state(unit, "failed", hash)?,
+            Step::RemoveUnit { unit } => self.remove_unit(unit)?,
             Step::WaitReady { .. } => {}
         }
         Ok(None)

@@ -193,6 +193,32 @@ impl LocalHost {
         }
     }
 
+    /// Removes the unit file and the agent's records of it, then reloads systemd.
+    pub(super) fn remove_unit(&self, r: &UnitRef) -> Result<(), String> {
+        let paths = [
+            format!("{UNIT_DIR}/{}", r.name),
+            format!("{STATE_DIR}/{}.ready", r.name),
+            format!("{STATE_DIR}/{}.failed", r.name),
+        ];
+        for p in &paths {
+            match r.location {
+                Location::Host => match std::fs::remove_file(self.root.path(p)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(format!("cannot remove {p}: {e}"))
+                    }
+                    _ => {}
+                },
+                Location::Container(v) => {
+                    let o = self.at(r.location, &["rm", "-f", p])?;
+                    if !o.ok() {
+                        return Err(format!("rm {p} in container {v}: {}", o.stderr.trim()));
+                    }
+                }
+            }
+        }
+        self.daemon_reload(r.location)
+    }
+
     pub(super) fn unit_action(&self, r: &UnitRef, action: &str) -> Result<(), String> {
         self.systemctl(r.location, &[action, &r.name]).map(|_| ())
     }

@@ -699,6 +699,9 @@ impl SimHost {
             Step::MarkUnitFailed { unit, hash } => {
                 self.unit_mut(unit).failed_hash = Some(hash.clone())
             }
+            Step::RemoveUnit { unit } => {
+                self.file.units.remove(&unit.key());
+            }
             Step::WaitReady { .. } => {}
         }
         Ok(StepOutcome::default())
