@@ -29,6 +29,23 @@ fn agent_binary() -> PathBuf {
     p
 }
 
+/// A temp dir and, in it, a tarball of the SGLang stand-in (`e2e/standin`) for the VM.
+fn standin_tar(name: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tar = dir.join("standin.tar");
+    let ok = Command::new("tar")
+        .arg("cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(repo().join("e2e"))
+        .arg("standin")
+        .status()
+        .unwrap();
+    assert!(ok.success(), "tar of e2e/standin failed");
+    (dir, tar)
+}
+
 /// Boots the VM with `script` and files, returns what the script printed.
 fn boot(script: &str, files: &[PathBuf], kargs: &str) -> String {
     let _one = VM.lock().unwrap_or_else(|e| e.into_inner());
@@ -133,18 +150,7 @@ fn ready(j: &Value, resource: &str) -> (String, String, String) {
 
 #[test]
 fn real_kernel_partition_rebinding_refusals_and_a_real_unit() {
-    let dir = std::env::temp_dir().join(format!("gpuplane-vm-agent-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let tar = dir.join("standin.tar");
-    assert!(Command::new("tar")
-        .arg("cf")
-        .arg(&tar)
-        .arg("-C")
-        .arg(repo().join("e2e"))
-        .arg("standin")
-        .status()
-        .unwrap()
-        .success());
+    let (dir, tar) = standin_tar("gpuplane-vm-agent");
     let out = boot("host-agent.sh", &[agent_binary(), tar], "");
     let m = lines(&out);
 
@@ -333,18 +339,7 @@ fn iommu_mode_is_observed_from_the_kernel() {
 /// The reference story on a real kernel with a real systemd unit running the SGLang stand-in.
 #[test]
 fn reference_story_stall_then_p2p_auto_then_one_restart() {
-    let dir = std::env::temp_dir().join(format!("gpuplane-vm-story-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let tar = dir.join("standin.tar");
-    assert!(Command::new("tar")
-        .arg("cf")
-        .arg(&tar)
-        .arg("-C")
-        .arg(repo().join("e2e"))
-        .arg("standin")
-        .status()
-        .unwrap()
-        .success());
+    let (dir, tar) = standin_tar("gpuplane-vm-story");
     let out = boot("story.sh", &[agent_binary(), tar], "");
     let m = lines(&out);
     const S: &str = "InferenceServer/default/qwen";

@@ -243,45 +243,18 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
                 },
                 why,
             );
-            p.push(
-                Step::DaemonReload {
-                    location: s.unit.location,
-                },
+            reload_start_wait(
+                p,
+                s,
                 "systemd reads unit files only on daemon-reload",
+                active,
+                start_why,
+                wait,
+                wait_why,
             );
-            let why = if active {
-                "the running server uses the old unit".to_string()
-            } else {
-                start_why
-            };
-            p.push(
-                Step::StartUnit {
-                    unit: s.unit.clone(),
-                    restart: active,
-                },
-                why,
-            );
-            p.push(wait, wait_why);
         } else if observed.is_some_and(|u| u.needs_reload) {
-            p.push(
-                Step::DaemonReload {
-                    location: s.unit.location,
-                },
-                "the unit file on disk is newer than what systemd loaded",
-            );
-            let why = if active {
-                "the running server uses the old unit".to_string()
-            } else {
-                start_why
-            };
-            p.push(
-                Step::StartUnit {
-                    unit: s.unit.clone(),
-                    restart: active,
-                },
-                why,
-            );
-            p.push(wait, wait_why);
+            let why = "the unit file on disk is newer than what systemd loaded";
+            reload_start_wait(p, s, why, active, start_why, wait, wait_why);
         } else if failed && content == spec_content && rollback_to.is_some() && !spec_failed {
             p.push(
                 Step::MarkUnitFailed { unit: s.unit.clone(), hash: spec_hash },
@@ -349,6 +322,37 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
             }
         }
     }
+}
+
+/// `daemon-reload`, then start (or restart what runs the old unit), then wait for readiness.
+fn reload_start_wait(
+    p: &mut Planner<'_>,
+    s: &DesiredServer,
+    reload_why: &str,
+    active: bool,
+    start_why: String,
+    wait: Step,
+    wait_why: String,
+) {
+    p.push(
+        Step::DaemonReload {
+            location: s.unit.location,
+        },
+        reload_why,
+    );
+    let why = if active {
+        "the running server uses the old unit".to_string()
+    } else {
+        start_why
+    };
+    p.push(
+        Step::StartUnit {
+            unit: s.unit.clone(),
+            restart: active,
+        },
+        why,
+    );
+    p.push(wait, wait_why);
 }
 
 /// SHA-256 of a unit's text, hex.

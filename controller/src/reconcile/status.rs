@@ -66,12 +66,18 @@ pub fn waiting_for_partition(
     }
 }
 
-pub async fn patch_partition(
-    api: &Api<GpuPartition>,
+/// Server-side apply of `status` on the status subresource of `kind`/`name`.
+async fn patch_status<K>(
+    api: &Api<K>,
+    kind: &str,
     name: &str,
-    status: &GpuPartitionStatus,
-) -> Result<(), Error> {
-    let patch = serde_json::json!({"apiVersion": "gpuplane.dev/v1alpha1", "kind": "GpuPartition", "status": status});
+    status: &impl serde::Serialize,
+) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch =
+        serde_json::json!({"apiVersion": "gpuplane.dev/v1alpha1", "kind": kind, "status": status});
     api.patch_status(
         name,
         &PatchParams::apply(MANAGER).force(),
@@ -81,19 +87,20 @@ pub async fn patch_partition(
     Ok(())
 }
 
+pub async fn patch_partition(
+    api: &Api<GpuPartition>,
+    name: &str,
+    status: &GpuPartitionStatus,
+) -> Result<(), Error> {
+    patch_status(api, "GpuPartition", name, status).await
+}
+
 pub async fn patch_server(
     api: &Api<InferenceServer>,
     name: &str,
     status: &InferenceServerStatus,
 ) -> Result<(), Error> {
-    let patch = serde_json::json!({"apiVersion": "gpuplane.dev/v1alpha1", "kind": "InferenceServer", "status": status});
-    api.patch_status(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
+    patch_status(api, "InferenceServer", name, status).await
 }
 
 #[cfg(test)]
