@@ -189,6 +189,12 @@ pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), Str
 
 fn error_policy(p: Arc<GpuPartition>, err: &Error, ctx: Arc<Ctx>) -> Action {
     let key = p.metadata.name.clone().unwrap_or_default();
+    if is_stale_finalizer_race(err) {
+        // The watch cache still showed the object without our finalizer after we had added it
+        // (the finalizer patch tests the old list): look again at once, this is not a failure.
+        tracing::debug!(partition = %key, "finalizer already being added; reconciling again with a fresh object");
+        return Action::requeue(std::time::Duration::from_secs(1));
+    }
     let reason = match err {
         Error::Kube(_) => "ApiError",
         Error::Finalizer(_) => "FinalizerError",
@@ -199,4 +205,10 @@ fn error_policy(p: Arc<GpuPartition>, err: &Error, ctx: Arc<Ctx>) -> Action {
     let wait = ctx.backoff(&key);
     tracing::warn!(partition = %key, "reconcile failed ({reason}), retrying in {wait:?}: {err}");
     Action::requeue(wait)
+}
+
+/// The kube-runtime finalizer helper adds the finalizer with a JSON patch that first tests the
+/// list it saw; a stale cache makes that test fail (422 Invalid, or 409 Conflict).
+fn is_stale_finalizer_race(err: &Error) -> bool {
+    matches!(err, Error::Finalizer(m) if m.contains("failed to add finalizer") && (m.contains("422") || m.contains("409")))
 }

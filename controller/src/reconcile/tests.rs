@@ -300,3 +300,17 @@ fn clone_ctx(c: &Ctx, client: Client) -> Ctx {
         api_ok: Arc::new(AtomicBool::new(false)),
     }
 }
+
+#[test]
+fn a_stale_cache_finalizer_conflict_is_retried_at_once_not_reported() {
+    let stale = Error::Finalizer(
+        "failed to add finalizer: ApiError: the server rejected our request due to an error in our request: Invalid (Status { code: 422 })".into(),
+    );
+    assert!(super::is_stale_finalizer_race(&stale));
+    assert!(!super::is_stale_finalizer_race(&Error::Finalizer(
+        "failed to remove finalizer: ApiError: (Status { code: 422 })".into()
+    )));
+    assert!(!super::is_stale_finalizer_race(&Error::Host(
+        "failed to add finalizer 422".into()
+    )));
+}
