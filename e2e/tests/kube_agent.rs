@@ -386,6 +386,18 @@ impl Cluster {
         serde_json::from_str(&self.k(&a)).expect("kubectl -o json")
     }
 
+    /// Waits until `kubectl get ARGS` answers NotFound.
+    fn wait_gone(&self, what: &str, get_args: &[&str], timeout: Duration) {
+        wait_for(&format!("{what} gone"), timeout, || {
+            let out = self.cp.kubectl(get_args).run();
+            if !out.success && out.stderr.contains("NotFound") {
+                Ok(())
+            } else {
+                Err(out.stdout + &out.stderr)
+            }
+        });
+    }
+
     fn partition(&self) -> Json {
         self.json(&["get", "gpupartition", NODE])
     }
@@ -1551,14 +1563,11 @@ fn agent_honours_deletion_policy_retain_and_restore() {
     let n0 = a.host_writes().len();
     let t = Instant::now();
     c.k(&["delete", "gpupartition", NODE, "--timeout=60s"]);
-    wait_for("GpuPartition gone", Duration::from_secs(30), || {
-        let out = c.cp.kubectl(&["get", "gpupartition", NODE]).run();
-        if !out.success && out.stderr.contains("NotFound") {
-            Ok(())
-        } else {
-            Err(out.stdout + &out.stderr)
-        }
-    });
+    c.wait_gone(
+        "GpuPartition",
+        &["get", "gpupartition", NODE],
+        Duration::from_secs(30),
+    );
     eprintln!(
         "[kube_agent] Retain: deleted in {:.1}s",
         t.elapsed().as_secs_f64()
@@ -1590,14 +1599,11 @@ fn agent_honours_deletion_policy_retain_and_restore() {
     let n1 = a.host_writes().len();
     let t = Instant::now();
     c.k(&["delete", "gpupartition", NODE, "--timeout=60s"]);
-    wait_for("GpuPartition gone", Duration::from_secs(60), || {
-        let out = c.cp.kubectl(&["get", "gpupartition", NODE]).run();
-        if !out.success && out.stderr.contains("NotFound") {
-            Ok(())
-        } else {
-            Err(out.stdout + &out.stderr)
-        }
-    });
+    c.wait_gone(
+        "GpuPartition",
+        &["get", "gpupartition", NODE],
+        Duration::from_secs(60),
+    );
     eprintln!(
         "[kube_agent] Restore: deleted in {:.1}s",
         t.elapsed().as_secs_f64()
@@ -1901,16 +1907,11 @@ fn deleting_a_server_stops_and_removes_its_unit() {
         "default",
         "--timeout=60s",
     ]);
-    wait_for("InferenceServer gone", Duration::from_secs(60), || {
-        let out =
-            c.cp.kubectl(&["get", "inferenceserver", "qwen35-122b", "-n", "default"])
-                .run();
-        if !out.success && out.stderr.contains("NotFound") {
-            Ok(())
-        } else {
-            Err(out.stdout + &out.stderr)
-        }
-    });
+    c.wait_gone(
+        "InferenceServer",
+        &["get", "inferenceserver", "qwen35-122b", "-n", "default"],
+        Duration::from_secs(60),
+    );
     let h = c.host();
     assert!(
         entry(&h["units"], UNIT_KEY).is_none(),

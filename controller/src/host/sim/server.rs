@@ -183,14 +183,18 @@ pub(super) fn run(sim: &SimHost, r: &UnitRef, u: &SimUnit) -> Run {
     };
     let mem = |m: u64| vec![m; gpus.len()];
     obs.gpu_memory_mib = mem(b.base_mib);
-    // NCCL with P2P over a translating IOMMU: hangs in init, memory flat.
-    if corrupt && nccl_p2p {
+    // A hung process: alive, holding its GPUs, its log and memory frozen where it stopped.
+    let hung = |mut unit: Unit, log: Vec<String>, obs: ServerObservation, gpus: Vec<String>| {
         unit.log_tail = log;
         unit.server = Some(obs);
-        return Run {
+        Run {
             unit,
             running: Some(Running { gpus }),
-        };
+        }
+    };
+    // NCCL with P2P over a translating IOMMU: hangs in init, memory flat.
+    if corrupt && nccl_p2p {
+        return hung(unit, log, obs, gpus);
     }
     if now >= t_load {
         log.push(line(
@@ -207,12 +211,7 @@ pub(super) fn run(sim: &SimHost, r: &UnitRef, u: &SimUnit) -> Run {
         obs.gpu_memory_mib = mem(b.weights_mib);
         // SGLang's custom all-reduce does its own P2P through CUDA IPC: the first collective never returns.
         if corrupt && custom_ar {
-            unit.log_tail = log;
-            unit.server = Some(obs);
-            return Run {
-                unit,
-                running: Some(Running { gpus }),
-            };
+            return hung(unit, log, obs, gpus);
         }
         obs.phase = Some(StartupPhase::AllocatingKvCache);
     }
