@@ -5,7 +5,7 @@
 //! only ever mutated from here.
 
 use crate::host::{Host, HostError, StepOutcome};
-use crate::plan::Step;
+use crate::step::Step;
 use std::collections::BTreeMap;
 
 /// Counts, logs and optionally suppresses host writes.

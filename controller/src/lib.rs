@@ -26,11 +26,13 @@ pub mod converge;
 pub mod desired;
 pub mod host;
 pub mod manifests;
+pub mod p2p;
 pub mod plan;
 pub mod proxmox;
 pub mod reconcile;
 pub mod sglang;
 pub mod status;
+pub mod step;
 pub mod systemd;
 #[cfg(test)]
 pub(crate) mod testutil;

@@ -22,7 +22,8 @@ pub fn manifests() -> Manifests {
 /// The reference split resolved against `host`.
 pub fn desired(host: &mut SimHost, m: &Manifests) -> Desired {
     let st = host.observe().expect("observe");
-    let partition = resolve_partition(&m.partitions[0], &st, "10de").expect("partition valid");
+    let partition =
+        resolve_partition(&m.partitions[0], &st, "10de", "nvidia").expect("partition valid");
     let servers = m
         .servers
         .iter()

@@ -423,7 +423,7 @@ proptest! {
     fn converge_is_safe_terminates_and_is_idempotent(c in case()) {
         let Some((mut host, part, server)) = build(&c) else { return Ok(()) };
         let st = host.observe().unwrap();
-        let dp = resolve_partition(&part, &st, "10de").expect("generated partition is valid");
+        let dp = resolve_partition(&part, &st, "10de", "nvidia").expect("generated partition is valid");
         let ds = resolve_server(&server, &dp).expect("generated server is valid");
         let desired = Desired { partition: dp, servers: vec![ds], removed_units: vec![] };
         let mut checked = Checked { inner: host, violations: vec![], desired: desired.clone() };

@@ -244,9 +244,13 @@ pub fn load_desired(input: &InputArgs, host: &mut dyn Host) -> Result<Desired, F
             )));
         }
     };
-    let mut dp =
-        resolve_partition(partition, &observed, &input.host.gpu_vendor).map_err(spec_failure)?;
-    dp.host_driver = input.host.gpu_driver.clone();
+    let dp = resolve_partition(
+        partition,
+        &observed,
+        &input.host.gpu_vendor,
+        &input.host.gpu_driver,
+    )
+    .map_err(spec_failure)?;
     let mut servers = Vec::new();
     let mut errors: Vec<SpecError> = Vec::new();
     for s in manifests
@@ -380,31 +384,17 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             })?;
             let mut out = Vec::new();
             for s in &desired.servers {
-                let targets: std::collections::BTreeMap<String, String> =
-                    std::collections::BTreeMap::new();
-                let minors = match s.unit.location {
-                    crate::host::model::Location::Container(v) => {
-                        st.containers.get(&v).map(|c| c.gpu_mounts.minors.clone())
-                    }
-                    crate::host::model::Location::Host => None,
-                };
-                let indices = crate::plan::servers::cuda_indices(
+                let rendered = crate::plan::servers::observed_server_unit(
                     s,
                     &st,
-                    &targets,
                     &desired.partition.host_driver,
-                    minors.as_ref(),
-                );
-                let disabled = p2p_disabled
-                    || matches!(
-                        crate::plan::servers::decide_p2p(s, &st, &Default::default()),
-                        crate::plan::servers::P2p::Off(_)
-                    );
-                let spec = crate::sglang::command::unit_spec(&s.id, &s.spec, &indices, disabled);
-                let unit = crate::systemd::unit::render(&spec).map_err(|e| Failure {
+                    p2p_disabled,
+                )
+                .map_err(|e| Failure {
                     code: 1,
                     message: e.to_string(),
                 })?;
+                let (spec, unit) = (rendered.spec, rendered.file);
                 out.push(serde_json::json!({
                     "server": s.id,
                     "unit": s.unit.name,

@@ -4,8 +4,9 @@
 //! reference hang loaded weights (59.6 GB per GPU in 20 s) and then sat flat while the
 //! unit stayed `active`. No change in either for `stall_after` seconds is a stall.
 
-use crate::host::model::{HostState, HttpState, StartupPhase, UnitRef};
+use crate::host::model::{HostState, HttpState, UnitRef};
 use crate::host::Host;
+use crate::sglang::StartupPhase;
 use serde::Serialize;
 
 /// How waiting ended.

@@ -6,7 +6,8 @@ use gpuplane_crds::{GpuDriver, GpuPartition, IommuModeExpectation};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Validates `p` and resolves its selectors against `host`, whose GPUs are the display-class
-/// devices of `gpu_vendor`.
+/// devices of `gpu_vendor`; `gpu_driver` is the kernel driver that `driver: nvidia` means
+/// there (`nvidia`, or the display driver of emulated GPUs in tests).
 ///
 /// # Guarantees
 /// On `Ok`, every slice has at least one GPU, no GPU is in two slices, and consumers fit
@@ -15,6 +16,7 @@ pub fn resolve_partition(
     p: &GpuPartition,
     host: &HostState,
     gpu_vendor: &str,
+    gpu_driver: &str,
 ) -> Result<DesiredPartition, Vec<SpecError>> {
     let res = format!(
         "GpuPartition/{}",
@@ -241,7 +243,7 @@ pub fn resolve_partition(
             .as_ref()
             .map(|i| i.mode)
             .unwrap_or(IommuModeExpectation::Any),
-        host_driver: "nvidia".into(),
+        host_driver: gpu_driver.into(),
     })
 }
 

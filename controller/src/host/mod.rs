@@ -8,7 +8,7 @@ pub mod local;
 pub mod model;
 pub mod sim;
 
-use crate::plan::Step;
+use crate::step::Step;
 use model::HostState;
 
 /// A failure of a backend.

@@ -7,6 +7,7 @@
 
 use crate::proxmox::lxc_conf::GpuMounts;
 use crate::proxmox::pci_cfg::MapEntry;
+use crate::sglang::StartupPhase;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -314,31 +315,6 @@ pub struct Unit {
 impl Unit {
     pub fn is_active(&self) -> bool {
         self.active_state == "active" || self.active_state == "activating"
-    }
-}
-
-/// Startup phases of SGLang, in order, as its log shows them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum StartupPhase {
-    Launching,
-    LoadingWeights,
-    AllocatingKvCache,
-    CapturingCudaGraphs,
-    WarmingUp,
-    Ready,
-}
-
-impl StartupPhase {
-    /// The `Progressing` condition reason for this phase.
-    pub fn reason(self) -> &'static str {
-        match self {
-            StartupPhase::Launching => "Launching",
-            StartupPhase::LoadingWeights => "LoadingWeights",
-            StartupPhase::AllocatingKvCache => "AllocatingKvCache",
-            StartupPhase::CapturingCudaGraphs => "CapturingCudaGraphs",
-            StartupPhase::WarmingUp => "WarmingUp",
-            StartupPhase::Ready => "Ready",
-        }
     }
 }
 

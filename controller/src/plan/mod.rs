@@ -19,10 +19,11 @@ pub mod companions;
 mod containers;
 mod holders;
 mod mappings;
+mod output;
 pub mod servers;
-pub mod step;
 
-pub use step::{Blocker, Note, Plan, PlannedStep, Step};
+pub use crate::step::Step;
+pub use output::{Blocker, Note, Plan, PlannedStep};
 
 use crate::desired::Desired;
 use crate::host::model::{HostState, RunState};

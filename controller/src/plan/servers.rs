@@ -2,10 +2,10 @@
 
 use super::{Note, Planner, Step};
 use crate::desired::DesiredServer;
-use crate::host::model::{HostState, HttpState, IommuMode, Location};
+use crate::host::model::{HostState, HttpState, Location};
+use crate::p2p::{decide_p2p, P2p};
 use crate::sglang::command;
-use crate::systemd::unit;
-use gpuplane_crds::P2pPolicy;
+use crate::systemd::unit::{self, UnitError, UnitSpec};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the partition part of the plan leaves behind, as the server part needs it.
@@ -18,66 +18,6 @@ pub(super) struct Ctx<'a> {
     pub restarted: &'a BTreeSet<u32>,
     /// GPUs rebound by this plan (cached P2P results for them are void).
     pub rebound: &'a BTreeSet<String>,
-}
-
-/// The P2P decision for one server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum P2p {
-    On,
-    Off(String),
-    /// A probe must run first.
-    Probe(String),
-}
-
-/// Decides P2P for `s` from its policy, the IOMMU mode, faults and cached probe results.
-pub fn decide_p2p(s: &DesiredServer, h: &HostState, rebound: &BTreeSet<String>) -> P2p {
-    match s.spec.p2p {
-        P2pPolicy::Enabled => return P2p::On,
-        P2pPolicy::Disabled => return P2p::Off("p2p: Disabled in the spec".into()),
-        P2pPolicy::Auto => {}
-    }
-    if s.gpus.len() < 2 || s.spec.tensor_parallel_size < 2 {
-        return P2p::On;
-    }
-    let faults: Vec<String> = s
-        .gpus
-        .iter()
-        .filter_map(|g| {
-            h.iommu
-                .page_faults
-                .get(g)
-                .filter(|n| **n > 0)
-                .map(|n| format!("{g} ({n})"))
-        })
-        .collect();
-    if !faults.is_empty() {
-        return P2p::Off(format!(
-            "IO_PAGE_FAULTs were logged for the slice's GPUs: {}; P2P DMA is being blocked or corrupted by the IOMMU",
-            faults.join(", ")
-        ));
-    }
-    let mode = h.iommu.mode();
-    if mode != IommuMode::Translated {
-        return P2p::On;
-    }
-    let why_probe = format!(
-        "the IOMMU translates DMA{}; under translation GPU peer-to-peer copies can be silently corrupted while CUDA still reports P2P available, so p2p: Auto checks correctness first",
-        if h.iommu.sev_snp { " (SEV-SNP forces it)" } else { "" }
-    );
-    let cached = if s.gpus.iter().any(|g| rebound.contains(g)) {
-        None
-    } else {
-        h.p2p_probe(&s.gpus)
-    };
-    match cached {
-        None => P2p::Probe(why_probe),
-        Some(p) if p.failing_pairs.is_empty() => P2p::On,
-        Some(p) => P2p::Off(format!(
-            "the P2P probe found corrupted copies between GPU pairs {} with the IOMMU translating DMA{}; NCCL_P2P_DISABLE=1 routes NCCL through host memory and --disable-custom-all-reduce stops SGLang's own CUDA-IPC P2P all-reduce (NCCL_P2P_DISABLE alone leaves the server hung after loading)",
-            p.failing_pairs.join(", "),
-            if h.iommu.sev_snp { " (SEV-SNP)" } else { "" }
-        )),
-    }
 }
 
 /// CUDA indices of `gpus` where the unit runs: position among the GPUs visible there, by PCI address
@@ -109,6 +49,53 @@ pub fn cuda_indices(
         .iter()
         .filter_map(|g| visible.iter().position(|v| *v == g).map(|i| i as u32))
         .collect()
+}
+
+/// A server's unit as the planner writes it: the command and environment, and the file.
+#[derive(Debug, Clone)]
+pub struct ServerUnit {
+    pub spec: UnitSpec,
+    pub file: String,
+}
+
+/// Renders the unit of `s` for the GPUs visible where it runs once the plan's bindings
+/// (`targets`) are in place. The one place a server's unit is built, for the planner and for
+/// `gpuplane render`.
+pub fn server_unit(
+    s: &DesiredServer,
+    h: &HostState,
+    targets: &BTreeMap<String, String>,
+    host_driver: &str,
+    container_minors: Option<&BTreeSet<u32>>,
+    p2p_disabled: bool,
+) -> Result<ServerUnit, UnitError> {
+    let indices = cuda_indices(s, h, targets, host_driver, container_minors);
+    let spec = command::unit_spec(&s.id, &s.spec, &indices, p2p_disabled);
+    let file = unit::render(&spec)?;
+    Ok(ServerUnit { spec, file })
+}
+
+/// The unit `s` gets on the host as observed now, with no binding pending: what
+/// `gpuplane render` prints. `force_p2p_off` renders it as if P2P were disabled.
+pub fn observed_server_unit(
+    s: &DesiredServer,
+    h: &HostState,
+    host_driver: &str,
+    force_p2p_off: bool,
+) -> Result<ServerUnit, UnitError> {
+    let minors = match s.unit.location {
+        Location::Container(v) => h.containers.get(&v).map(|c| c.gpu_mounts.minors.clone()),
+        Location::Host => None,
+    };
+    let disabled = force_p2p_off || matches!(decide_p2p(s, h, &BTreeSet::new()), P2p::Off(_));
+    server_unit(
+        s,
+        h,
+        &BTreeMap::new(),
+        host_driver,
+        minors.as_ref(),
+        disabled,
+    )
 }
 
 pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
@@ -172,15 +159,15 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
                 continue;
             }
         };
-        let indices = cuda_indices(
+        let content = match server_unit(
             s,
             h,
             ctx.targets,
             &p.d.partition.host_driver,
             container_minors,
-        );
-        let content = match unit::render(&command::unit_spec(&s.id, &s.spec, &indices, disabled)) {
-            Ok(c) => c,
+            disabled,
+        ) {
+            Ok(u) => u.file,
             Err(e) => {
                 p.block(
                     res,

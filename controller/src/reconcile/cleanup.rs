@@ -84,11 +84,8 @@ pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Actio
         return Ok(Action::await_change());
     }
     let observed = observe(&ctx).await?;
-    let dp = match resolve_partition(&p, &observed, &ctx.opts.gpu_vendor) {
-        Ok(mut dp) => {
-            dp.host_driver = ctx.opts.gpu_driver.clone();
-            dp
-        }
+    let dp = match resolve_partition(&p, &observed, &ctx.opts.gpu_vendor, &ctx.opts.gpu_driver) {
+        Ok(dp) => dp,
         Err(errs) => {
             let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
             publish(

@@ -172,11 +172,8 @@ pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action,
     let p_ref = p.object_ref(&());
     let observed = observe(&ctx).await?;
 
-    let dp = match resolve_partition(&p, &observed, &ctx.opts.gpu_vendor) {
-        Ok(mut dp) => {
-            dp.host_driver = ctx.opts.gpu_driver.clone();
-            dp
-        }
+    let dp = match resolve_partition(&p, &observed, &ctx.opts.gpu_vendor, &ctx.opts.gpu_driver) {
+        Ok(dp) => dp,
         Err(errs) => {
             let msgs: Vec<String> = errs
                 .iter()

@@ -1,6 +1,6 @@
 //! Startup phase from SGLang's log, tolerant of old and new (0.5.23) line formats.
 
-use crate::host::model::StartupPhase;
+use crate::sglang::StartupPhase;
 
 /// The latest startup phase the log lines show, if any line is recognised.
 pub fn phase(lines: &[String]) -> Option<StartupPhase> {

@@ -5,4 +5,7 @@
 pub mod command;
 pub mod flags;
 pub mod log;
+pub mod phase;
 pub mod speculative;
+
+pub use phase::StartupPhase;

@@ -4,8 +4,8 @@
 use crate::converge::{Report, Stop, WaitOutcome};
 use crate::desired::Desired;
 use crate::host::model::{HostState, HttpState, IommuMode, Location};
-use crate::plan::servers::{decide_p2p, P2p};
-use crate::plan::Step;
+use crate::p2p::{decide_p2p, P2p};
+use crate::step::Step;
 use gpuplane_crds::condition::{types, Condition, Time};
 use gpuplane_crds::{set_condition, IommuModeExpectation};
 use serde::Serialize;

@@ -25,9 +25,9 @@ mod systemd;
 
 use super::model::*;
 use super::{Host, HostError, StepOutcome};
-use crate::plan::Step;
 use crate::proxmox::lxc_conf::{DesiredGpuMounts, LxcConfig, MountStyle};
 use crate::proxmox::pci_cfg::PciCfg;
+use crate::step::Step;
 use pci::GpuFilter;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

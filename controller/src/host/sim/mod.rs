@@ -14,9 +14,9 @@ mod server;
 
 use super::model::*;
 use super::{Host, HostError, StepOutcome};
-use crate::plan::Step;
 use crate::proxmox::lxc_conf::{DesiredGpuMounts, LxcConfig, MountStyle};
 use crate::proxmox::pci_cfg::PciCfg;
+use crate::step::Step;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 

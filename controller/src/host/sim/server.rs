@@ -5,6 +5,7 @@ use super::SimHost;
 use super::SimUnit;
 use crate::host::model::*;
 use crate::sglang::flags;
+use crate::sglang::StartupPhase;
 use crate::systemd::unit;
 
 /// The observed unit, plus the GPUs the process holds while it lives.

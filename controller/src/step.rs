@@ -1,4 +1,8 @@
-//! Plan steps: one idempotent host mutation (or wait) each.
+//! Steps: the words the planner and the host backends share.
+//!
+//! The planner (`plan/`) produces steps; every backend (`host/`) applies them one at a time
+//! through the one door (`apply.rs`). The type lives below both so that neither imports the
+//! other: backends never see the planner, the planner never sees a backend.
 
 use crate::host::model::{Location, UnitRef};
 use crate::proxmox::pci_cfg::MapEntry;
@@ -70,7 +74,9 @@ pub enum Step {
 }
 
 impl Step {
-    /// Whether applying the step changes the host (waits and probes are reads).
+    /// Whether applying the step changes the host. Only `WaitReady` is a pure read; the P2P
+    /// probe counts as a write: it runs a program on the GPUs and stores its result in the
+    /// agent's state directory.
     pub fn is_write(&self) -> bool {
         !matches!(self, Step::WaitReady { .. })
     }
@@ -189,56 +195,5 @@ impl std::fmt::Display for Step {
             } => write!(f, "restart unit {unit}"),
             Step::WaitReady { unit, .. } => write!(f, "wait for {unit} to be ready"),
         }
-    }
-}
-
-/// A step and why the planner wants it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PlannedStep {
-    #[serde(flatten)]
-    pub step: Step,
-    pub why: String,
-}
-
-/// Something that keeps the plan from going on, to be reported as a condition.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Blocker {
-    /// `GpuPartition/<name>` or `InferenceServer/<ns>/<name>`.
-    pub resource: String,
-    /// Condition reason (`GpuInUse`, `IommuMismatch`, ...).
-    pub reason: String,
-    pub message: String,
-}
-
-/// The ordered steps from the observed to the desired host.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Plan {
-    pub steps: Vec<PlannedStep>,
-    /// Problems that keep parts of the plan from being made; steps for other parts may remain.
-    #[serde(default)]
-    pub blockers: Vec<Blocker>,
-    /// Why the plan stops early (later steps depend on a step's result), if it does.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub continues_after: Option<String>,
-    /// Facts the planner decided (e.g. why P2P was disabled), for the status and the user.
-    #[serde(default)]
-    pub notes: Vec<Note>,
-}
-
-/// A decision worth telling the user about.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Note {
-    pub resource: String,
-    pub message: String,
-}
-
-impl Plan {
-    /// Converged: nothing to do and nothing blocking.
-    pub fn is_empty(&self) -> bool {
-        self.steps.is_empty() && self.blockers.is_empty()
     }
 }
