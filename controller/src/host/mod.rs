@@ -23,6 +23,13 @@ pub enum HostError {
     Parse { path: String, message: String },
     #[error("{step} failed: {message}")]
     Step { step: String, message: String },
+    /// A process holds a GPU the step would take away (the step was not done).
+    #[error("{step} failed: GpuInUse: {address} is held by {}; not unbinding", holders.join(", "))]
+    InUse {
+        step: String,
+        address: String,
+        holders: Vec<String>,
+    },
     #[error("{0}")]
     Other(String),
 }

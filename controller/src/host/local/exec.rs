@@ -6,6 +6,7 @@
 //! agent. A blocked write runs on a detached thread that is abandoned, not killed (a thread in
 //! an uninterruptible kernel wait cannot be killed); the error says so.
 
+use super::error::LocalError;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -27,9 +28,9 @@ impl CmdOutput {
 }
 
 /// Runs `argv` (no shell) with a deadline; the child is killed when it passes.
-pub fn run(argv: &[String], deadline: Duration) -> Result<CmdOutput, String> {
+pub fn run(argv: &[String], deadline: Duration) -> Result<CmdOutput, LocalError> {
     let Some((prog, args)) = argv.split_first() else {
-        return Err("empty command".into());
+        return Err(LocalError::EmptyCommand);
     };
     let mut child = Command::new(prog)
         .args(args)
@@ -37,7 +38,10 @@ pub fn run(argv: &[String], deadline: Duration) -> Result<CmdOutput, String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run {prog}: {e}"))?;
+        .map_err(|source| LocalError::Spawn {
+            program: prog.clone(),
+            source,
+        })?;
     let mut out = child.stdout.take();
     let mut err = child.stderr.take();
     let t_out = std::thread::spawn(move || {
@@ -61,14 +65,18 @@ pub fn run(argv: &[String], deadline: Duration) -> Result<CmdOutput, String> {
             Ok(None) if start.elapsed() > deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
-                    "{} did not finish within {} s and was killed",
-                    argv.join(" "),
-                    deadline.as_secs()
-                ));
+                return Err(LocalError::Killed {
+                    command: argv.join(" "),
+                    seconds: deadline.as_secs(),
+                });
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(format!("waiting for {prog}: {e}")),
+            Err(e) => {
+                return Err(LocalError::failed(
+                    format!("waiting for {prog}"),
+                    &e.to_string(),
+                ))
+            }
         }
     };
     Ok(CmdOutput {
@@ -79,7 +87,7 @@ pub fn run(argv: &[String], deadline: Duration) -> Result<CmdOutput, String> {
 }
 
 /// Writes `value` to a sysfs attribute, failing if the write takes longer than `deadline`.
-pub fn sysfs_write(path: &Path, value: &str, deadline: Duration) -> Result<(), String> {
+pub fn sysfs_write(path: &Path, value: &str, deadline: Duration) -> Result<(), LocalError> {
     let (tx, rx) = mpsc::channel();
     let p = path.to_path_buf();
     let v = value.to_string();
@@ -88,12 +96,14 @@ pub fn sysfs_write(path: &Path, value: &str, deadline: Duration) -> Result<(), S
         let _ = tx.send(r);
     });
     match rx.recv_timeout(deadline) {
-        Ok(r) => r.map_err(|e| format!("writing {value:?} to {}: {e}", path.display())),
-        Err(_) => Err(format!(
+        Ok(r) => r.map_err(|e| {
+            LocalError::Sysfs(format!("writing {value:?} to {}: {e}", path.display()))
+        }),
+        Err(_) => Err(LocalError::Sysfs(format!(
             "writing {value:?} to {} blocked for more than {} s (the driver may be waiting for a user of the device); the write was abandoned",
             path.display(),
             deadline.as_secs()
-        )),
+        ))),
     }
 }
 
@@ -104,7 +114,7 @@ mod tests {
     #[test]
     fn commands_get_killed_at_the_deadline() {
         let e = run(&["sleep".into(), "5".into()], Duration::from_millis(200)).unwrap_err();
-        assert!(e.contains("did not finish"), "{e}");
+        assert!(e.to_string().contains("did not finish"), "{e}");
         let o = run(
             &[
                 "sh".into(),
@@ -131,6 +141,6 @@ mod tests {
             .unwrap()
             .success());
         let e = sysfs_write(&fifo, "0000:01:00.0", Duration::from_millis(300)).unwrap_err();
-        assert!(e.contains("blocked for more than"), "{e}");
+        assert!(e.to_string().contains("blocked for more than"), "{e}");
     }
 }

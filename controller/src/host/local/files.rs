@@ -6,17 +6,17 @@
 //! (`/run/lock/lxc/pve-config-<vmid>.lock`), shared files such as `mapping/pci.cfg` by a
 //! cluster-wide cfs lock (a directory `/etc/pve/priv/lock/file-<name>`). We do the same.
 
+use super::error::LocalError;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Writes `content` to `path` atomically (temp file in the same directory + rename).
-pub fn write_atomic(path: &Path, content: &str) -> Result<(), String> {
+pub fn write_atomic(path: &Path, content: &str) -> Result<(), LocalError> {
     if content.len() > 1024 * 1024 {
-        return Err(format!(
-            "{} would exceed pmxcfs's 1 MiB file limit",
-            path.display()
-        ));
+        return Err(LocalError::TooLarge {
+            path: path.to_path_buf(),
+        });
     }
     let tmp = path.with_file_name(format!(
         "{}.tmp.{}",
@@ -30,16 +30,20 @@ pub fn write_atomic(path: &Path, content: &str) -> Result<(), String> {
         .write(true)
         .create_new(true)
         .open(&tmp)
-        .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+        .map_err(|e| LocalError::io("cannot create", &tmp, e))?;
     let res = f.write_all(content.as_bytes()).and_then(|_| f.flush());
     drop(f);
     if let Err(e) = res {
         let _ = std::fs::remove_file(&tmp);
-        return Err(format!("cannot write {}: {e}", tmp.display()));
+        return Err(LocalError::io("cannot write", &tmp, e));
     }
-    std::fs::rename(&tmp, path).map_err(|e| {
+    std::fs::rename(&tmp, path).map_err(|source| {
         let _ = std::fs::remove_file(&tmp);
-        format!("cannot rename {} to {}: {e}", tmp.display(), path.display())
+        LocalError::Rename {
+            from: tmp.clone(),
+            to: path.to_path_buf(),
+            source,
+        }
     })
 }
 
@@ -47,8 +51,8 @@ pub fn write_atomic(path: &Path, content: &str) -> Result<(), String> {
 pub fn with_flock<T>(
     lock_path: &Path,
     timeout: Duration,
-    f: impl FnOnce() -> Result<T, String>,
-) -> Result<T, String> {
+    f: impl FnOnce() -> Result<T, LocalError>,
+) -> Result<T, LocalError> {
     if let Some(dir) = lock_path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
@@ -56,7 +60,7 @@ pub fn with_flock<T>(
         .append(true)
         .create(true)
         .open(lock_path)
-        .map_err(|e| format!("cannot open lock {}: {e}", lock_path.display()))?;
+        .map_err(|e| LocalError::io("cannot open lock", lock_path, e))?;
     let start = Instant::now();
     loop {
         match file.try_lock() {
@@ -64,7 +68,12 @@ pub fn with_flock<T>(
             Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < timeout => {
                 std::thread::sleep(Duration::from_millis(100))
             }
-            Err(e) => return Err(format!("can't lock file '{}' - {e}", lock_path.display())),
+            Err(e) => {
+                return Err(LocalError::Lock(format!(
+                    "can't lock file '{}' - {e}",
+                    lock_path.display()
+                )))
+            }
         }
     }
     let r = f();
@@ -76,8 +85,8 @@ pub fn with_flock<T>(
 pub fn with_cfs_lock<T>(
     lock_dir: &Path,
     timeout: Duration,
-    f: impl FnOnce() -> Result<T, String>,
-) -> Result<T, String> {
+    f: impl FnOnce() -> Result<T, LocalError>,
+) -> Result<T, LocalError> {
     if let Some(parent) = lock_dir.parent() {
         let _ = std::fs::create_dir_all(parent);
     }
@@ -90,7 +99,12 @@ pub fn with_cfs_lock<T>(
             {
                 std::thread::sleep(Duration::from_millis(200))
             }
-            Err(e) => return Err(format!("cfs-lock '{}' error: {e}", lock_dir.display())),
+            Err(e) => {
+                return Err(LocalError::Lock(format!(
+                    "cfs-lock '{}' error: {e}",
+                    lock_dir.display()
+                )))
+            }
         }
     }
     let r = f();
@@ -120,7 +134,7 @@ mod tests {
             assert!(lock.is_dir());
             with_cfs_lock(&lock, Duration::from_millis(300), || Ok(())).map(|_| ())
         });
-        assert!(r.unwrap_err().contains("cfs-lock"));
+        assert!(r.unwrap_err().to_string().contains("cfs-lock"));
         assert!(!lock.exists(), "released after use");
         let fl = d.path().join("pve-config-129.lock");
         let held = std::fs::OpenOptions::new()
@@ -130,7 +144,7 @@ mod tests {
             .unwrap();
         held.lock().unwrap();
         let e = with_flock(&fl, Duration::from_millis(300), || Ok(())).unwrap_err();
-        assert!(e.contains("can't lock"), "{e}");
+        assert!(e.to_string().contains("can't lock"), "{e}");
         held.unlock().unwrap();
         assert!(with_flock(&fl, Duration::from_millis(300), || Ok(1)).is_ok());
     }

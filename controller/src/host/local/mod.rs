@@ -13,6 +13,7 @@
 //!   `driver` link is re-read afterwards: a probe that bound nothing is an error.
 //! - Proxmox files are edited in place of only our lines, atomically, under Proxmox's locks.
 
+mod error;
 pub mod exec;
 mod files;
 pub mod holders;
@@ -28,6 +29,7 @@ use super::{Host, HostError, StepOutcome};
 use crate::proxmox::lxc_conf::{DesiredGpuMounts, LxcConfig, MountStyle};
 use crate::proxmox::pci_cfg::PciCfg;
 use crate::step::Step;
+pub use error::LocalError;
 use pci::GpuFilter;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -123,7 +125,7 @@ impl LocalHost {
         }
     }
 
-    pub(crate) fn cmd(&self, argv: &[&str]) -> Result<exec::CmdOutput, String> {
+    pub(crate) fn cmd(&self, argv: &[&str]) -> Result<exec::CmdOutput, LocalError> {
         let v: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
         exec::run(&v, self.command_timeout)
     }
@@ -138,11 +140,11 @@ impl LocalHost {
         })
     }
 
-    fn sysfs(&self, abs: &str, value: &str) -> Result<(), String> {
+    fn sysfs(&self, abs: &str, value: &str) -> Result<(), LocalError> {
         exec::sysfs_write(&self.root.path(abs), value, self.write_timeout)
     }
 
-    fn observe_state(&self) -> Result<HostState, String> {
+    fn observe_state(&self) -> Result<HostState, LocalError> {
         let mut devices = pci::scan(&self.root, &self.filter);
         for (addr, hs) in holders::scan(&self.root, &devices) {
             if let Some(d) = devices.get_mut(&addr) {
@@ -201,7 +203,7 @@ impl LocalHost {
         Ok(st)
     }
 
-    fn step(&mut self, step: &Step) -> Result<Option<String>, String> {
+    fn step(&mut self, step: &Step) -> Result<Option<String>, LocalError> {
         match step {
             Step::StopUnit { unit } => self.unit_action(unit, "stop")?,
             Step::StartUnit { unit, restart } => {
@@ -214,7 +216,7 @@ impl LocalHost {
             Step::LoadDriver { driver } => {
                 let o = self.cmd(&[&self.tools.modprobe, driver])?;
                 if !o.ok() {
-                    return Err(format!("modprobe {driver}: {}", o.stderr.trim()));
+                    return Err(LocalError::failed(format!("modprobe {driver}"), &o.stderr));
                 }
             }
             Step::SetDriverOverride { address, driver } => {
@@ -226,8 +228,10 @@ impl LocalHost {
                 )?;
             }
             Step::Unbind { address, driver } => {
-                let dev = pci::read_device(&self.root, address)
-                    .ok_or_else(|| format!("no PCI device {address}"))?;
+                let dev =
+                    pci::read_device(&self.root, address).ok_or_else(|| LocalError::NoDevice {
+                        address: address.clone(),
+                    })?;
                 if dev.driver.as_deref() != Some(driver.as_str()) {
                     return Ok(None);
                 }
@@ -235,11 +239,10 @@ impl LocalHost {
                 one.insert(address.clone(), dev);
                 let hs = holders::scan(&self.root, &one);
                 if let Some(h) = hs.get(address).filter(|h| !h.is_empty()) {
-                    let names: Vec<String> = h.iter().map(|h| h.to_string()).collect();
-                    return Err(format!(
-                        "GpuInUse: {address} is held by {}; not unbinding",
-                        names.join(", ")
-                    ));
+                    return Err(LocalError::InUse {
+                        address: address.clone(),
+                        holders: h.iter().map(|h| h.to_string()).collect(),
+                    });
                 }
                 self.sysfs(
                     &format!("/sys/bus/pci/devices/{address}/driver/unbind"),
@@ -255,15 +258,18 @@ impl LocalHost {
             }
             Step::Probe { address } => {
                 self.sysfs("/sys/bus/pci/drivers_probe", address)?;
-                let dev = pci::read_device(&self.root, address)
-                    .ok_or_else(|| format!("no PCI device {address}"))?;
+                let dev =
+                    pci::read_device(&self.root, address).ok_or_else(|| LocalError::NoDevice {
+                        address: address.clone(),
+                    })?;
                 // drivers_probe reports success even when no driver took the device.
                 if let Some(want) = &dev.driver_override {
                     if dev.driver.as_deref() != Some(want.as_str()) {
-                        return Err(format!(
-                            "probe of {address} bound {} instead of {want}",
-                            dev.driver.as_deref().unwrap_or("no driver")
-                        ));
+                        return Err(LocalError::WrongDriver {
+                            address: address.clone(),
+                            bound: dev.driver.clone(),
+                            want: want.clone(),
+                        });
                     }
                 }
             }
@@ -279,7 +285,7 @@ impl LocalHost {
                     .path(&format!("/run/lock/lxc/pve-config-{vmid}.lock"));
                 files::with_flock(&lock, Duration::from_secs(10), || {
                     let text = std::fs::read_to_string(&path)
-                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                        .map_err(|e| LocalError::io("cannot read", &path, e))?;
                     let mut cfg = LxcConfig::parse(&text);
                     let desired = DesiredGpuMounts {
                         minors: minors.clone(),
@@ -301,10 +307,11 @@ impl LocalHost {
                     let mut cfg = PciCfg::parse(&text);
                     if cfg
                         .try_set_node_entries(mapping, &node, entries)
-                        .map_err(|e| e.to_string())?
+                        .map_err(|e| LocalError::Edit(e.to_string()))?
                     {
                         if let Some(dir) = path.parent() {
-                            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+                            std::fs::create_dir_all(dir)
+                                .map_err(|e| LocalError::io("cannot create", dir, e))?;
                         }
                         files::write_atomic(&path, &cfg.render())?;
                     }
@@ -329,10 +336,13 @@ impl LocalHost {
         Ok(None)
     }
 
-    fn pct_simple(&self, action: &str, vmid: u32) -> Result<(), String> {
+    fn pct_simple(&self, action: &str, vmid: u32) -> Result<(), LocalError> {
         let o = self.cmd(&[&self.tools.pct, action, &vmid.to_string()])?;
         if !o.ok() {
-            return Err(format!("pct {action} {vmid}: {}", o.stderr.trim()));
+            return Err(LocalError::failed(
+                format!("pct {action} {vmid}"),
+                &o.stderr,
+            ));
         }
         Ok(())
     }
@@ -361,16 +371,14 @@ pub fn uvm_major(text: &str) -> Option<u32> {
 
 impl Host for LocalHost {
     fn observe(&mut self) -> Result<HostState, HostError> {
-        self.observe_state().map_err(HostError::Other)
+        self.observe_state()
+            .map_err(|e| HostError::Other(e.to_string()))
     }
 
     fn apply(&mut self, step: &Step) -> Result<StepOutcome, HostError> {
         self.step(step)
             .map(|detail| StepOutcome { detail })
-            .map_err(|message| HostError::Step {
-                step: step.to_string(),
-                message,
-            })
+            .map_err(|e| e.into_host_error(step))
     }
 
     fn sleep(&mut self, secs: u64) {

@@ -6,6 +6,7 @@
 //! cached in `<state_dir>/p2p-cache.json`, keyed by the GPUs' bindings and the IOMMU state, so a
 //! change to either invalidates it.
 
+use super::error::LocalError;
 use super::LocalHost;
 use crate::host::model::{Location, P2pProbe};
 use std::path::Path;
@@ -23,13 +24,13 @@ pub fn load_cache(state_dir: &Path) -> Vec<P2pProbe> {
         .unwrap_or_default()
 }
 
-fn store(state_dir: &Path, probe: P2pProbe) -> Result<(), String> {
+fn store(state_dir: &Path, probe: P2pProbe) -> Result<(), LocalError> {
     let mut all = load_cache(state_dir);
     all.retain(|p| p.gpus != probe.gpus);
     all.push(probe);
     std::fs::create_dir_all(state_dir)
-        .map_err(|e| format!("cannot create {}: {e}", state_dir.display()))?;
-    let text = serde_json::to_string_pretty(&all).map_err(|e| e.to_string())?;
+        .map_err(|e| LocalError::io("cannot create", state_dir, e))?;
+    let text = serde_json::to_string_pretty(&all).map_err(|e| LocalError::Probe(e.to_string()))?;
     super::files::write_atomic(&state_dir.join(CACHE), &text)
 }
 
@@ -70,7 +71,7 @@ impl LocalHost {
         python: &str,
         gpus: &[String],
         indices: &[u32],
-    ) -> Result<String, String> {
+    ) -> Result<String, LocalError> {
         let visible = indices
             .iter()
             .map(u32::to_string)
@@ -78,7 +79,7 @@ impl LocalHost {
             .join(",");
         let local =
             std::env::temp_dir().join(format!("gpuplane-p2p-probe-{}.py", std::process::id()));
-        std::fs::write(&local, PROBE_PY).map_err(|e| e.to_string())?;
+        std::fs::write(&local, PROBE_PY).map_err(|e| LocalError::io("cannot write", &local, e))?;
         let local_s = local.to_string_lossy().into_owned();
         let script = match loc {
             Location::Host => local_s.clone(),
@@ -86,7 +87,7 @@ impl LocalHost {
                 let dest = "/tmp/gpuplane-p2p-probe.py";
                 let o = self.cmd(&[&self.tools.pct, "push", &v.to_string(), &local_s, dest])?;
                 if !o.ok() {
-                    return Err(format!("pct push: {}", o.stderr.trim()));
+                    return Err(LocalError::failed("pct push", &o.stderr));
                 }
                 dest.to_string()
             }
@@ -105,7 +106,7 @@ impl LocalHost {
         let _ = std::fs::remove_file(&local);
         let out = out?;
         let failing = failing_pairs(&out.stdout, gpus)
-            .map_err(|e| format!("{e}; stderr: {}", out.stderr.trim()))?;
+            .map_err(|e| LocalError::Probe(format!("{e}; stderr: {}", out.stderr.trim())))?;
         let st = self.observe_state()?;
         let n = gpus.len() * gpus.len().saturating_sub(1) / 2;
         let detail = if failing.is_empty() {

@@ -1,6 +1,7 @@
 //! Proxmox: containers (`/etc/pve/lxc/*.conf` + `pct`), VMs (`/etc/pve/qemu-server/*.conf` +
 //! `qm status`) and PCI mappings (`/etc/pve/mapping/pci.cfg`).
 
+use super::error::LocalError;
 use super::{LocalHost, Root};
 use crate::host::model::{Container, RunState, Vm};
 use crate::proxmox::lxc_conf::LxcConfig;
@@ -17,8 +18,9 @@ fn vmids(root: &Root, dir: &str) -> Vec<u32> {
     v
 }
 
-fn state_of(out: Result<super::exec::CmdOutput, String>) -> Result<RunState, String> {
-    let o = out?;
+/// `pct status` / `qm status` output as a state; the error is what the tool (or running it) said.
+fn state_of(out: Result<super::exec::CmdOutput, LocalError>) -> Result<RunState, String> {
+    let o = out.map_err(|e| e.to_string())?;
     if !o.ok() {
         return Err(o.stderr.trim().to_string());
     }
@@ -30,7 +32,7 @@ fn state_of(out: Result<super::exec::CmdOutput, String>) -> Result<RunState, Str
 }
 
 /// Containers with their GPU lines and state.
-pub fn containers(h: &LocalHost) -> Result<BTreeMap<u32, Container>, String> {
+pub fn containers(h: &LocalHost) -> Result<BTreeMap<u32, Container>, LocalError> {
     let mut out = BTreeMap::new();
     for vmid in vmids(&h.root, "/etc/pve/lxc") {
         let text = h
@@ -38,7 +40,7 @@ pub fn containers(h: &LocalHost) -> Result<BTreeMap<u32, Container>, String> {
             .read(&format!("/etc/pve/lxc/{vmid}.conf"))
             .unwrap_or_default();
         let state = state_of(h.cmd(&[&h.tools.pct, "status", &vmid.to_string()]))
-            .map_err(|e| format!("pct status {vmid}: {e}"))?;
+            .map_err(|e| LocalError::failed(format!("pct status {vmid}"), &e))?;
         let nvidia_userspace_version = if state == RunState::Running {
             userspace_version(h, vmid)
         } else {
@@ -77,7 +79,7 @@ fn userspace_version(h: &LocalHost, vmid: u32) -> Option<String> {
 }
 
 /// VMs and the mappings their `hostpciN` lines use.
-pub fn vms(h: &LocalHost) -> Result<BTreeMap<u32, Vm>, String> {
+pub fn vms(h: &LocalHost) -> Result<BTreeMap<u32, Vm>, LocalError> {
     let mut out = BTreeMap::new();
     for vmid in vmids(&h.root, "/etc/pve/qemu-server") {
         let text = h

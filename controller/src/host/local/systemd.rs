@@ -5,6 +5,7 @@
 //! has its own systemd and bus), and because their output is what an operator would check by
 //! hand. Unit files are replaced atomically (temp file + rename).
 
+use super::error::LocalError;
 use super::LocalHost;
 use crate::host::model::{Location, Unit, UnitRef};
 
@@ -17,7 +18,7 @@ impl LocalHost {
         &self,
         loc: Location,
         argv: &[&str],
-    ) -> Result<super::exec::CmdOutput, String> {
+    ) -> Result<super::exec::CmdOutput, LocalError> {
         match loc {
             Location::Host => self.cmd(argv),
             Location::Container(v) => {
@@ -29,12 +30,15 @@ impl LocalHost {
         }
     }
 
-    fn systemctl(&self, loc: Location, args: &[&str]) -> Result<String, String> {
+    fn systemctl(&self, loc: Location, args: &[&str]) -> Result<String, LocalError> {
         let mut a = vec![self.tools.systemctl.as_str()];
         a.extend_from_slice(args);
         let o = self.at(loc, &a)?;
         if !o.ok() {
-            return Err(format!("systemctl {}: {}", args.join(" "), o.stderr.trim()));
+            return Err(LocalError::failed(
+                format!("systemctl {}", args.join(" ")),
+                &o.stderr,
+            ));
         }
         Ok(o.stdout)
     }
@@ -129,44 +133,53 @@ impl LocalHost {
         }
     }
 
-    pub(super) fn write_state(&self, r: &UnitRef, kind: &str, content: &str) -> Result<(), String> {
+    pub(super) fn write_state(
+        &self,
+        r: &UnitRef,
+        kind: &str,
+        content: &str,
+    ) -> Result<(), LocalError> {
         let path = format!("{STATE_DIR}/{}.{kind}", r.name);
         match r.location {
             Location::Host => {
                 let p = self.root.path(&path);
                 if let Some(d) = p.parent() {
                     std::fs::create_dir_all(d)
-                        .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+                        .map_err(|e| LocalError::io("cannot create", d, e))?;
                 }
                 super::files::write_atomic(&p, content)
             }
             Location::Container(v) => {
                 let o = self.at(r.location, &["mkdir", "-p", STATE_DIR])?;
                 if !o.ok() {
-                    return Err(format!("mkdir in container {v}: {}", o.stderr.trim()));
+                    return Err(LocalError::failed(
+                        format!("mkdir in container {v}"),
+                        &o.stderr,
+                    ));
                 }
                 let tmp = tempfile_path(&format!("{}.{kind}", r.name));
-                std::fs::write(&tmp, content).map_err(|e| e.to_string())?;
+                std::fs::write(&tmp, content)
+                    .map_err(|e| LocalError::io("cannot write", &tmp, e))?;
                 let tmp_s = tmp.to_string_lossy().into_owned();
                 let o = self.cmd(&[&self.tools.pct, "push", &v.to_string(), &tmp_s, &path]);
                 let _ = std::fs::remove_file(&tmp);
                 let o = o?;
                 if !o.ok() || !o.stderr.trim().is_empty() {
-                    return Err(format!("pct push: {}", o.stderr.trim()));
+                    return Err(LocalError::failed("pct push", &o.stderr));
                 }
                 Ok(())
             }
         }
     }
 
-    pub(super) fn write_unit(&self, r: &UnitRef, content: &str) -> Result<(), String> {
+    pub(super) fn write_unit(&self, r: &UnitRef, content: &str) -> Result<(), LocalError> {
         let path = format!("{UNIT_DIR}/{}", r.name);
         match r.location {
             Location::Host => super::files::write_atomic(&self.root.path(&path), content),
             Location::Container(v) => {
                 let tmp = tempfile_path(&r.name);
                 std::fs::write(&tmp, content)
-                    .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+                    .map_err(|e| LocalError::io("cannot write", &tmp, e))?;
                 let staged = format!("{path}.gpuplane-new");
                 let vmid = v.to_string();
                 let tmp_s = tmp.to_string_lossy().into_owned();
@@ -182,11 +195,14 @@ impl LocalHost {
                 let _ = std::fs::remove_file(&tmp);
                 let o = pushed?;
                 if !o.ok() || !o.stderr.trim().is_empty() {
-                    return Err(format!("pct push: {}", o.stderr.trim()));
+                    return Err(LocalError::failed("pct push", &o.stderr));
                 }
                 let o = self.at(r.location, &["mv", "-f", &staged, &path])?;
                 if !o.ok() {
-                    return Err(format!("mv in container {v}: {}", o.stderr.trim()));
+                    return Err(LocalError::failed(
+                        format!("mv in container {v}"),
+                        &o.stderr,
+                    ));
                 }
                 Ok(())
             }
@@ -194,7 +210,7 @@ impl LocalHost {
     }
 
     /// Removes the unit file and the agent's records of it, then reloads systemd.
-    pub(super) fn remove_unit(&self, r: &UnitRef) -> Result<(), String> {
+    pub(super) fn remove_unit(&self, r: &UnitRef) -> Result<(), LocalError> {
         let paths = [
             format!("{UNIT_DIR}/{}", r.name),
             format!("{STATE_DIR}/{}.ready", r.name),
@@ -204,14 +220,17 @@ impl LocalHost {
             match r.location {
                 Location::Host => match std::fs::remove_file(self.root.path(p)) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        return Err(format!("cannot remove {p}: {e}"))
+                        return Err(LocalError::io("cannot remove", p, e))
                     }
                     _ => {}
                 },
                 Location::Container(v) => {
                     let o = self.at(r.location, &["rm", "-f", p])?;
                     if !o.ok() {
-                        return Err(format!("rm {p} in container {v}: {}", o.stderr.trim()));
+                        return Err(LocalError::failed(
+                            format!("rm {p} in container {v}"),
+                            &o.stderr,
+                        ));
                     }
                 }
             }
@@ -219,11 +238,11 @@ impl LocalHost {
         self.daemon_reload(r.location)
     }
 
-    pub(super) fn unit_action(&self, r: &UnitRef, action: &str) -> Result<(), String> {
+    pub(super) fn unit_action(&self, r: &UnitRef, action: &str) -> Result<(), LocalError> {
         self.systemctl(r.location, &[action, &r.name]).map(|_| ())
     }
 
-    pub(super) fn daemon_reload(&self, loc: Location) -> Result<(), String> {
+    pub(super) fn daemon_reload(&self, loc: Location) -> Result<(), LocalError> {
         self.systemctl(loc, &["daemon-reload"]).map(|_| ())
     }
 }

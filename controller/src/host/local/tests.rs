@@ -177,6 +177,11 @@ fn unbind_of_a_held_gpu_is_refused_and_writes_nothing() {
         })
         .unwrap_err();
     assert!(
+        matches!(&e, crate::host::HostError::InUse { address, holders, .. }
+            if address == "0000:81:00.0" && holders.len() == 1),
+        "{e:?}"
+    );
+    assert!(
         e.to_string().contains("GpuInUse")
             && e.to_string()
                 .contains("pid 4242 (python3) in container 129"),
