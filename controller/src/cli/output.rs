@@ -1,6 +1,6 @@
 //! Text and JSON output of `plan` and `converge`.
 
-use super::Format;
+use super::args::Format;
 use crate::converge::{Report, Stop};
 use crate::desired::Desired;
 use crate::plan::Plan;

@@ -1,0 +1,137 @@
+//! The command line: subcommands and their flags (clap).
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "gpuplane",
+    version,
+    about = "Declarative GPU host partitioning and SGLang servers: observe -> plan -> apply"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print the observed host state (YAML, or JSON with --output json).
+    Observe {
+        #[command(flatten)]
+        host: HostArgs,
+        #[arg(long, value_enum, default_value = "yaml")]
+        output: ObserveFormat,
+    },
+    /// Print the steps that would converge the host; changes nothing.
+    Plan {
+        #[command(flatten)]
+        input: InputArgs,
+        #[arg(long, value_enum, default_value = "text")]
+        output: Format,
+    },
+    /// Print what the agent would run for each InferenceServer: argv, environment and the unit
+    /// file, as rendered for the host given (P2P as currently decided, or forced off).
+    Render {
+        #[command(flatten)]
+        input: InputArgs,
+        /// Render as if P2P were disabled (NCCL_P2P_DISABLE=1, --disable-custom-all-reduce).
+        #[arg(long)]
+        p2p_disabled: bool,
+    },
+    /// Check GPU peer-to-peer correctness: copy random data between every GPU pair and compare.
+    /// Reads only, apart from the agent's own cache (`/var/lib/gpuplane/p2p-cache.json`).
+    P2pProbe {
+        #[command(flatten)]
+        host: HostArgs,
+        /// Python interpreter with PyTorch.
+        #[arg(long, default_value = "python3")]
+        python: String,
+        /// GPU addresses to probe (default: every GPU bound to nvidia).
+        gpus: Vec<String>,
+    },
+    /// Run the agent: reconcile this node's GpuPartition and its InferenceServers from the
+    /// Kubernetes API until stopped.
+    Run {
+        #[command(flatten)]
+        host: HostArgs,
+        /// Kubeconfig file (default: in-cluster configuration, then ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Address of /metrics, /healthz and /readyz.
+        #[arg(long, default_value = "0.0.0.0:9464")]
+        metrics_addr: String,
+        /// Seconds between re-observations of the host when nothing changed in the API (drift check).
+        #[arg(long, default_value_t = 30)]
+        drift_interval: u64,
+        /// Seconds between readiness checks of a starting server.
+        #[arg(long, default_value_t = 5)]
+        poll_interval: u64,
+        /// Namespace of the per-node Lease (default: $POD_NAMESPACE, else "default").
+        #[arg(long)]
+        lease_namespace: Option<String>,
+        /// Lease duration in seconds.
+        #[arg(long, default_value_t = 15)]
+        lease_duration: u64,
+        /// This agent's identity in the Lease (default: hostname-pid).
+        #[arg(long)]
+        identity: Option<String>,
+        /// With a simulated host: run its clock this many times faster than wall time.
+        #[arg(long, default_value_t = 1)]
+        sim_speed: u64,
+    },
+    /// Apply the plan step by step until converged, then print the status.
+    Converge {
+        #[command(flatten)]
+        input: InputArgs,
+        #[arg(long, value_enum, default_value = "text")]
+        output: Format,
+        /// Write the simulated host's final state to this file (loadable with --host sim:FILE).
+        #[arg(long)]
+        save_host: Option<PathBuf>,
+        /// Log the writes instead of making them.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct HostArgs {
+    /// `sim:FILE` (a host description), `sim:embedded` (the reference twin, default) or `local`.
+    #[arg(long, default_value = "sim:embedded")]
+    pub host: String,
+    /// Vendor ID (hex, no 0x) of the devices treated as GPUs (display class 03xx).
+    #[arg(long, default_value = "10de")]
+    pub gpu_vendor: String,
+    /// The kernel driver slices with `driver: nvidia` bind to (tests on emulated devices use
+    /// their display driver, e.g. bochs-drm).
+    #[arg(long, default_value = "nvidia")]
+    pub gpu_driver: String,
+    /// With `--host local`: read and write host paths under this directory instead of `/`.
+    #[arg(long, default_value = "/")]
+    pub host_root: PathBuf,
+    /// With `--host local`: the node name (default: /etc/hostname).
+    #[arg(long)]
+    pub node_name: Option<String>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct InputArgs {
+    /// Manifest file or directory (default: the embedded reference split, examples/kpro6/).
+    #[arg(short = 'f', long = "filename")]
+    pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub host: HostArgs,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObserveFormat {
+    Yaml,
+    Json,
+}

@@ -1,0 +1,161 @@
+//! One function per subcommand; each returns the exit code or a [`Failure`].
+
+use super::args::{Format, HostArgs, InputArgs, ObserveFormat};
+use super::failure::Failure;
+use super::input::{load_desired, open_host};
+use super::output;
+use crate::apply::Door;
+use crate::converge::Options;
+use crate::host::sim::SimHost;
+use crate::host::Host;
+use gpuplane_crds::condition::{types, ConditionStatus};
+use std::path::Path;
+
+/// `gpuplane observe`: the host state as YAML or JSON.
+pub fn observe(host: &HostArgs, format: ObserveFormat) -> Result<i32, Failure> {
+    let mut h = open_host(host)?;
+    let st = h.observe()?;
+    let text = match format {
+        ObserveFormat::Yaml => serde_yaml::to_string(&st)?,
+        ObserveFormat::Json => serde_json::to_string_pretty(&st)? + "\n",
+    };
+    print!("{text}");
+    Ok(0)
+}
+
+/// `gpuplane run`: the Kubernetes agent, until the process is stopped.
+pub fn run_agent(
+    host: &HostArgs,
+    opts: crate::reconcile::RunOptions,
+    sim_speed: u64,
+) -> Result<i32, Failure> {
+    // A simulated host is live in run mode: others may edit its file to make drift.
+    let backend: Box<dyn Host + Send> = match host.host.split_once(':') {
+        Some(("sim", path)) if path != "embedded" => {
+            Box::new(SimHost::live(path, sim_speed).map_err(|e| Failure::input(e.to_string()))?)
+        }
+        _ => open_host(host)?,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(crate::reconcile::run(opts, backend))
+        .map_err(Failure::Failed)?;
+    Ok(0)
+}
+
+/// `gpuplane render`: argv, environment and unit file of each server, as the planner builds them.
+pub fn render(input: &InputArgs, p2p_disabled: bool) -> Result<i32, Failure> {
+    let mut h = open_host(&input.host)?;
+    let desired = load_desired(input, h.as_mut())?;
+    let st = h.observe()?;
+    let mut out = Vec::new();
+    for s in &desired.servers {
+        let rendered = crate::plan::servers::observed_server_unit(
+            s,
+            &st,
+            &desired.partition.host_driver,
+            p2p_disabled,
+        )?;
+        let (spec, unit) = (rendered.spec, rendered.file);
+        out.push(serde_json::json!({
+            "server": s.id,
+            "unit": s.unit.name,
+            "argv": spec.exec_start,
+            "env": spec.environment.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+            "unitFile": unit,
+        }));
+    }
+    println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    Ok(0)
+}
+
+/// `gpuplane p2p-probe`: copies random data between GPU pairs; exit 1 when a pair is corrupt.
+pub fn p2p_probe(host: &HostArgs, python: String, gpus: Vec<String>) -> Result<i32, Failure> {
+    let mut h = open_host(host)?;
+    let st = h.observe()?;
+    let mut on_nvidia: Vec<String> = st
+        .gpus(&host.gpu_vendor)
+        .filter(|d| d.driver.as_deref() == Some("nvidia"))
+        .map(|d| d.address.clone())
+        .collect();
+    on_nvidia.sort();
+    let gpus = if gpus.is_empty() {
+        on_nvidia.clone()
+    } else {
+        gpus
+    };
+    let mut indices = Vec::new();
+    for g in &gpus {
+        match on_nvidia.iter().position(|a| a == g) {
+            Some(i) => indices.push(i as u32),
+            None => {
+                return Err(Failure::input(format!(
+                    "{g} is not a GPU bound to nvidia on this host"
+                )))
+            }
+        }
+    }
+    let step = crate::step::Step::ProbeP2p {
+        location: crate::host::model::Location::Host,
+        python,
+        gpus: gpus.clone(),
+        cuda_indices: indices,
+    };
+    let out = Door::new(h.as_mut()).apply(&step)?;
+    println!("{}", out.detail.unwrap_or_default());
+    let st = h.observe()?;
+    let failing = st
+        .p2p_probe(&gpus)
+        .map(|p| p.failing_pairs.len())
+        .unwrap_or(0);
+    Ok(if failing == 0 { 0 } else { 1 })
+}
+
+/// `gpuplane plan`: the steps, changing nothing; exit 1 when something blocks.
+pub fn plan(input: &InputArgs, format: Format) -> Result<i32, Failure> {
+    let mut h = open_host(&input.host)?;
+    let desired = load_desired(input, h.as_mut())?;
+    let st = h.observe()?;
+    let p = crate::plan::plan(&desired, &st);
+    output::print_plan(&p, format);
+    Ok(if p.blockers.is_empty() { 0 } else { 1 })
+}
+
+/// `gpuplane converge`: applies the plan step by step; exit 0 only when converged and Ready.
+pub fn converge(
+    input: &InputArgs,
+    format: Format,
+    save_host: Option<&Path>,
+    dry_run: bool,
+) -> Result<i32, Failure> {
+    let mut h = open_host(&input.host)?;
+    let desired = load_desired(input, h.as_mut())?;
+    let report = {
+        let mut door = Door::new(h.as_mut()).dry_run(dry_run);
+        crate::converge::converge(&desired, &mut door, &Options::default())
+    };
+    let status = crate::status::compute(&desired, &report, &Default::default());
+    output::print_converge(&desired, &report, &status, format);
+    if let Some(path) = save_host {
+        match h.save() {
+            Some(Ok(text)) => std::fs::write(path, text)
+                .map_err(|e| Failure::Failed(format!("cannot write {}: {e}", path.display())))?,
+            Some(Err(e)) => return Err(e.into()),
+            None => {
+                return Err(Failure::input(
+                    "--save-host works only with a simulated host",
+                ))
+            }
+        }
+    }
+    let all_ready = status.values().all(|s| {
+        s.condition(types::READY)
+            .is_some_and(|c| c.status == ConditionStatus::True.as_str())
+    });
+    Ok(if report.converged() && all_ready {
+        0
+    } else {
+        1
+    })
+}
