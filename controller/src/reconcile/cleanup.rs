@@ -1,16 +1,16 @@
 //! What deleting a `GpuPartition` does to the host, by `spec.deletionPolicy`.
 
-use super::partition::{observe, publish, run_converge, set_finalizers, SERVER_FINALIZER};
+use super::host_io::{observe, run_converge};
+use super::kube_io::{has_server_finalizer, publish, release_server, servers_of};
 use super::{Ctx, Error};
 use crate::desired::{
     resolve_partition, resolve_server, Desired, DesiredPartition, ResolvedConsumer, ResolvedSlice,
 };
 use gpuplane_crds::{DeletionPolicy, GpuDriver, GpuPartition, InferenceServer};
-use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::Resource;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use std::sync::Arc;
 
 /// The desired host when a partition with `deletionPolicy: Restore` goes away: every GPU back on
@@ -45,30 +45,21 @@ pub fn restore_desired(dp: &DesiredPartition) -> Desired {
 /// Lets the partition's servers go: they are reconciled through their partition, which is leaving.
 async fn release_servers(ctx: &Ctx, servers: &[InferenceServer]) -> Result<(), Error> {
     for s in servers {
-        let f: Vec<String> = s
-            .finalizers()
-            .iter()
-            .filter(|f| *f != SERVER_FINALIZER)
-            .cloned()
-            .collect();
-        set_finalizers(ctx, s, f).await?;
+        release_server(ctx, s).await?;
     }
     Ok(())
 }
 
+/// Applies `spec.deletionPolicy` to the host before the partition goes: `Retain` leaves the
+/// host as it is; `Restore` returns every GPU to nvidia, removes our lines and the units of the
+/// partition's servers, and releases the servers once that converged.
 pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let p_ref = p.object_ref(&());
     let name = p.name_any();
-    let all: Api<InferenceServer> = Api::all(ctx.client.clone());
-    let servers: Vec<InferenceServer> = all
-        .list(&ListParams::default())
+    let servers: Vec<InferenceServer> = servers_of(&ctx, &name)
         .await?
-        .items
         .into_iter()
-        .filter(|s| {
-            s.spec.partition_ref.name == name
-                && s.finalizers().iter().any(|f| f == SERVER_FINALIZER)
-        })
+        .filter(has_server_finalizer)
         .collect();
     if p.spec.deletion_policy == DeletionPolicy::Retain {
         release_servers(&ctx, &servers).await?;

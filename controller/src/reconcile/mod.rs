@@ -7,6 +7,8 @@
 //! A per-node Lease makes sure only one agent acts for a node.
 
 mod cleanup;
+mod host_io;
+mod kube_io;
 mod lease;
 pub mod metrics;
 mod partition;
@@ -27,6 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use kube_io::SERVER_FINALIZER;
 pub use lease::NodeLease;
 
 /// Field manager of every status write.
@@ -55,7 +58,7 @@ pub enum Error {
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     #[error("finalizer: {0}")]
-    Finalizer(String),
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
     #[error("host: {0}")]
     Host(String),
     #[error("internal: {0}")]
@@ -210,5 +213,12 @@ fn error_policy(p: Arc<GpuPartition>, err: &Error, ctx: Arc<Ctx>) -> Action {
 /// The kube-runtime finalizer helper adds the finalizer with a JSON patch that first tests the
 /// list it saw; a stale cache makes that test fail (422 Invalid, or 409 Conflict).
 fn is_stale_finalizer_race(err: &Error) -> bool {
-    matches!(err, Error::Finalizer(m) if m.contains("failed to add finalizer") && (m.contains("422") || m.contains("409")))
+    use kube::runtime::finalizer::Error as F;
+    match err {
+        Error::Finalizer(e) => matches!(
+            e.as_ref(),
+            F::AddFinalizer(kube::Error::Api(s)) if s.code == 422 || s.code == 409
+        ),
+        _ => false,
+    }
 }

@@ -1,20 +1,36 @@
-//! Reconciling one node's `GpuPartition` and the `InferenceServer`s on it.
+//! Reconciling one node's `GpuPartition` and the `InferenceServer`s on it, in phases:
+//!
+//! 1. [`gather`]: the partition's servers from the API (adding our finalizer), the host observed;
+//! 2. [`resolve`]: pure, the desired state, and which servers are invalid and why;
+//! 3. converge through the one door ([`super::host_io::run_converge`]);
+//! 4. [`release_deleted`]: deleted servers whose unit is gone lose their finalizer;
+//! 5. [`write_status`]: conditions computed from the report, written by server-side apply;
+//! 6. [`publish_events`]: one event per host change, drift, blockers, failures;
+//! 7. [`record_metrics`];
+//! 8. [`next_action`]: when to look again.
+//!
+//! An invalid partition stops after phase 2: [`report_invalid_partition`] writes its condition
+//! and waits for a spec change.
 
+use super::host_io::{observe, run_converge};
+use super::kube_io::{
+    has_server_finalizer, publish, release_server, servers_of, set_finalizers, SERVER_FINALIZER,
+};
 use super::status::{invalid, merge, patch_partition, patch_server, waiting_for_partition};
 use super::{Ctx, Error, FINALIZER};
-use crate::apply::Door;
-use crate::converge::{converge_with, Options, Report, Stop};
+use crate::converge::{Report, Stop};
 use crate::desired::{
     check_servers_together, resolve_partition, resolve_server, Desired, DesiredPartition,
-    DesiredServer,
+    DesiredServer, SpecError,
 };
-use crate::host::model::HostState;
+use crate::host::model::{HostState, UnitRef};
+use crate::step::Step;
+use gpuplane_crds::condition::{types, Condition, ConditionStatus};
 use gpuplane_crds::{
     GpuPartition, GpuPartitionStatus, InferenceServer, InferenceServerStatus, SliceStatus,
 };
-use kube::api::ListParams;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event as Finalized};
 use kube::{Api, Resource, ResourceExt};
 use sha2::{Digest, Sha256};
@@ -50,191 +66,90 @@ pub async fn reconcile(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Er
 async fn reconcile_inner(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let api: Api<GpuPartition> = Api::all(ctx.client.clone());
     let c = ctx.clone();
-    let result = finalizer(&api, FINALIZER, p, |ev| async move {
+    finalizer(&api, FINALIZER, p, |ev| async move {
         match ev {
             Finalized::Apply(p) => apply(p, c).await,
             Finalized::Cleanup(p) => super::cleanup::cleanup(p, c).await,
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(e.to_string()));
-    result
+    .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
-pub(super) async fn observe(ctx: &Arc<Ctx>) -> Result<HostState, Error> {
-    let host = ctx.host.clone();
-    tokio::task::spawn_blocking(move || host.lock().unwrap_or_else(|e| e.into_inner()).observe())
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?
-        .map_err(|e| Error::Host(e.to_string()))
+/// What phase 1 found.
+struct Gathered {
+    /// Live servers of the partition (each now carries our finalizer).
+    servers: Vec<InferenceServer>,
+    /// Servers being deleted that still carry our finalizer: their units must go first.
+    deleting: Vec<InferenceServer>,
+    observed: HostState,
 }
 
-pub(super) async fn run_converge(
-    ctx: &Arc<Ctx>,
+/// What phase 2 decided.
+struct Resolved<'a> {
     desired: Desired,
-    block: bool,
-) -> Result<Report, Error> {
-    let c = ctx.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut host = c.host.lock().unwrap_or_else(|e| e.into_inner());
-        let units: Vec<_> = desired
-            .servers
-            .iter()
-            .map(|s| s.unit.clone())
-            .chain(desired.removed_units.iter().cloned())
-            .collect();
-        host.watch_units(&units);
-        let mut progress = c.progress.lock().unwrap_or_else(|e| e.into_inner());
-        let opts = Options {
-            poll_seconds: c.opts.poll_interval.as_secs().max(1),
-            block_on_ready: block,
-            ..Options::default()
-        };
-        let mut door = Door::new(host.as_mut());
-        converge_with(&desired, &mut door, &opts, &mut progress)
-    })
-    .await
-    .map_err(|e| Error::Internal(e.to_string()))
+    /// Valid servers with their resolved form.
+    valid: Vec<(DesiredServer, &'a InferenceServer)>,
+    /// Invalid servers with their messages (`field: message`).
+    invalid: Vec<(&'a InferenceServer, Vec<String>)>,
+    /// Deleted servers and their unit (an invalid one has no known unit: nothing to remove).
+    removed: Vec<(&'a InferenceServer, Option<UnitRef>)>,
 }
 
-pub(super) async fn publish(
-    ctx: &Ctx,
-    obj_ref: &k8s_openapi::api::core::v1::ObjectReference,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: String,
-) {
-    // Events of cluster-scoped objects live in "default"; API servers before 1.22 insist that the
-    // regarding object's namespace equals the event's.
-    let mut obj_ref = obj_ref.clone();
-    if obj_ref.namespace.as_deref().unwrap_or("").is_empty() {
-        obj_ref.namespace = Some("default".into());
-    }
-    let obj_ref = &obj_ref;
-    let mut note = note;
-    note.truncate(1000);
-    let ev = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: action.into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, obj_ref).await {
-        tracing::warn!("cannot publish event {reason}: {e}");
-    }
-}
-
-/// Finalizer on InferenceServers: their unit is stopped and removed before they go.
-pub const SERVER_FINALIZER: &str = "gpuplane.dev/unit-cleanup";
-
-pub(super) async fn set_finalizers(
-    ctx: &Ctx,
-    s: &InferenceServer,
-    finalizers: Vec<String>,
-) -> Result<(), Error> {
-    let api: Api<InferenceServer> =
-        Api::namespaced(ctx.client.clone(), &s.namespace().unwrap_or_default());
-    let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": s.resource_version()}});
-    api.patch(
-        &s.name_any(),
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
-}
-
+/// Converges the host to the partition and its servers, then reports.
 pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let name = p.name_any();
-    let api: Api<GpuPartition> = Api::all(ctx.client.clone());
-    let all: Api<InferenceServer> = Api::all(ctx.client.clone());
-    let (deleting, servers): (Vec<InferenceServer>, Vec<InferenceServer>) = all
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|s| s.spec.partition_ref.name == name)
-        .partition(|s| s.metadata.deletion_timestamp.is_some());
+    let g = gather(&p, &ctx).await?;
+    let dp = match resolve_partition(&p, &g.observed, &ctx.opts.gpu_vendor, &ctx.opts.gpu_driver) {
+        Ok(dp) => dp,
+        Err(errs) => return report_invalid_partition(&ctx, &p, &g.servers, &errs).await,
+    };
+    let r = resolve(dp, &g.servers, &g.deleting);
+    let report = run_converge(&ctx, r.desired.clone(), false).await?;
+    release_deleted(&ctx, &r.removed, &report).await?;
+    let old = p.status.clone().unwrap_or_default();
+    let was_ready = is_ready(&old.conditions) && old.observed_generation == p.metadata.generation;
+    let ready = write_status(&ctx, &p, &r, &report).await?;
+    publish_events(&ctx, &p, &r, &report, was_ready, &old.conditions).await;
+    record_metrics(&ctx, &r, &report, ready);
+    Ok(next_action(&ctx, &p.name_any(), &report))
+}
+
+/// Phase 1: the partition's servers (live ones get our finalizer) and the observed host.
+async fn gather(p: &GpuPartition, ctx: &Arc<Ctx>) -> Result<Gathered, Error> {
+    let (deleting, servers): (Vec<InferenceServer>, Vec<InferenceServer>) =
+        servers_of(ctx, &p.name_any())
+            .await?
+            .into_iter()
+            .partition(|s| s.metadata.deletion_timestamp.is_some());
     // Live servers carry our finalizer, so deleting one stops and removes its unit first.
     for s in &servers {
-        if !s.finalizers().iter().any(|f| f == SERVER_FINALIZER) {
+        if !has_server_finalizer(s) {
             let mut f = s.finalizers().to_vec();
             f.push(SERVER_FINALIZER.into());
-            set_finalizers(&ctx, s, f).await?;
+            set_finalizers(ctx, s, f).await?;
         }
     }
-    let deleting: Vec<InferenceServer> = deleting
-        .into_iter()
-        .filter(|s| s.finalizers().iter().any(|f| f == SERVER_FINALIZER))
-        .collect();
-    let p_ref = p.object_ref(&());
-    let observed = observe(&ctx).await?;
+    let deleting = deleting.into_iter().filter(has_server_finalizer).collect();
+    let observed = observe(ctx).await?;
+    Ok(Gathered {
+        servers,
+        deleting,
+        observed,
+    })
+}
 
-    let dp = match resolve_partition(&p, &observed, &ctx.opts.gpu_vendor, &ctx.opts.gpu_driver) {
-        Ok(dp) => dp,
-        Err(errs) => {
-            let msgs: Vec<String> = errs
-                .iter()
-                .map(|e| format!("{}: {}", e.field, e.message))
-                .collect();
-            let computed = invalid(&msgs, p.metadata.generation);
-            let st = GpuPartitionStatus {
-                observed_generation: p.metadata.generation,
-                conditions: merge(
-                    &p.status.clone().unwrap_or_default().conditions,
-                    &computed.conditions,
-                ),
-                slice_count: p.spec.slices.len() as u32,
-                slices: vec![],
-                last_applied_plan: p.status.clone().unwrap_or_default().last_applied_plan,
-            };
-            patch_partition(&api, &name, &st).await?;
-            publish(
-                &ctx,
-                &p_ref,
-                EventType::Warning,
-                "InvalidSpec",
-                "Validate",
-                msgs.join("; "),
-            )
-            .await;
-            for s in &servers {
-                let sapi: Api<InferenceServer> =
-                    Api::namespaced(ctx.client.clone(), &s.namespace().unwrap_or_default());
-                let w = waiting_for_partition(
-                    "PartitionInvalid",
-                    format!("GpuPartition {name} is invalid: {}", msgs.join("; ")),
-                    s.metadata.generation,
-                );
-                let st = InferenceServerStatus {
-                    observed_generation: s.metadata.generation,
-                    conditions: merge(
-                        &s.status.clone().unwrap_or_default().conditions,
-                        &w.conditions,
-                    ),
-                    ..s.status.clone().unwrap_or_default()
-                };
-                patch_server(&sapi, &s.name_any(), &st).await?;
-            }
-            ctx.metrics.errors.with_label_values(&["InvalidSpec"]).inc();
-            // No retry storm: an invalid spec waits for a change.
-            return Ok(Action::await_change());
-        }
-    };
-
+/// Phase 2 (pure): the desired state from a valid partition and its servers.
+fn resolve<'a>(
+    dp: DesiredPartition,
+    servers: &'a [InferenceServer],
+    deleting: &'a [InferenceServer],
+) -> Resolved<'a> {
     let mut valid: Vec<(DesiredServer, &InferenceServer)> = vec![];
-    let mut invalid_servers: Vec<(&InferenceServer, Vec<String>)> = vec![];
-    for s in &servers {
+    let mut invalid: Vec<(&InferenceServer, Vec<String>)> = vec![];
+    for s in servers {
         match resolve_server(s, &dp) {
             Ok(d) => valid.push((d, s)),
-            Err(errs) => invalid_servers.push((
-                s,
-                errs.iter()
-                    .map(|e| format!("{}: {}", e.field, e.message))
-                    .collect(),
-            )),
+            Err(errs) => invalid.push((s, field_messages(&errs))),
         }
     }
     let together =
@@ -245,11 +160,10 @@ pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action,
             .position(|(d, _)| format!("InferenceServer/{}", d.id) == e.resource)
         {
             let (_, s) = valid.remove(pos);
-            invalid_servers.push((s, vec![format!("{}: {}", e.field, e.message)]));
+            invalid.push((s, vec![format!("{}: {}", e.field, e.message)]));
         }
     }
-    // Units of deleted servers (an invalid one has no known unit: nothing to remove).
-    let removed: Vec<(&InferenceServer, Option<crate::host::model::UnitRef>)> = deleting
+    let removed: Vec<(&InferenceServer, Option<UnitRef>)> = deleting
         .iter()
         .map(|s| (s, resolve_server(s, &dp).ok().map(|d| d.unit)))
         .collect();
@@ -258,283 +172,408 @@ pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action,
         servers: valid.iter().map(|(d, _)| d.clone()).collect(),
         removed_units: removed.iter().filter_map(|(_, u)| u.clone()).collect(),
     };
-    let report = run_converge(&ctx, desired.clone(), false).await?;
-    // A deleted server is released once its unit is gone from the host.
-    if let Some(host) = &report.final_host {
-        for (s, unit) in &removed {
-            let gone = unit.as_ref().is_none_or(|u| {
-                host.unit(u)
-                    .is_none_or(|o| o.file.is_none() && !o.is_active())
-            });
-            if gone {
-                let f: Vec<String> = s
-                    .finalizers()
-                    .iter()
-                    .filter(|f| *f != SERVER_FINALIZER)
-                    .cloned()
-                    .collect();
-                set_finalizers(&ctx, s, f).await?;
-                publish(
-                    &ctx,
-                    &s.object_ref(&()),
-                    EventType::Normal,
-                    "UnitRemoved",
-                    "Delete",
-                    format!(
-                        "the server was deleted; its unit {} is stopped and removed",
-                        unit.as_ref()
-                            .map(|u| u.to_string())
-                            .unwrap_or_else(|| "(none)".into())
-                    ),
-                )
-                .await;
-            }
-        }
+    Resolved {
+        desired,
+        valid,
+        invalid,
+        removed,
     }
+}
 
+/// `field: message` for each error.
+fn field_messages(errs: &[SpecError]) -> Vec<String> {
+    errs.iter()
+        .map(|e| format!("{}: {}", e.field, e.message))
+        .collect()
+}
+
+/// An invalid partition: its condition and event, its servers waiting; nothing on the host
+/// changes, and no retry storm (it waits for a spec change).
+async fn report_invalid_partition(
+    ctx: &Ctx,
+    p: &GpuPartition,
+    servers: &[InferenceServer],
+    errs: &[SpecError],
+) -> Result<Action, Error> {
+    let name = p.name_any();
+    let api: Api<GpuPartition> = Api::all(ctx.client.clone());
+    let msgs = field_messages(errs);
+    let computed = invalid(&msgs, p.metadata.generation);
+    let old = p.status.clone().unwrap_or_default();
+    let st = GpuPartitionStatus {
+        observed_generation: p.metadata.generation,
+        conditions: merge(&old.conditions, &computed.conditions),
+        slice_count: p.spec.slices.len() as u32,
+        slices: vec![],
+        last_applied_plan: old.last_applied_plan,
+    };
+    patch_partition(&api, &name, &st).await?;
+    publish(
+        ctx,
+        &p.object_ref(&()),
+        EventType::Warning,
+        "InvalidSpec",
+        "Validate",
+        msgs.join("; "),
+    )
+    .await;
+    for s in servers {
+        let w = waiting_for_partition(
+            "PartitionInvalid",
+            format!("GpuPartition {name} is invalid: {}", msgs.join("; ")),
+            s.metadata.generation,
+        );
+        let old = s.status.clone().unwrap_or_default();
+        let st = InferenceServerStatus {
+            observed_generation: s.metadata.generation,
+            conditions: merge(&old.conditions, &w.conditions),
+            ..old
+        };
+        patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
+    }
+    ctx.metrics.errors.with_label_values(&["InvalidSpec"]).inc();
+    Ok(Action::await_change())
+}
+
+/// Phase 4: a deleted server is released once its unit is gone from the host.
+async fn release_deleted(
+    ctx: &Ctx,
+    removed: &[(&InferenceServer, Option<UnitRef>)],
+    report: &Report,
+) -> Result<(), Error> {
+    let Some(host) = &report.final_host else {
+        return Ok(());
+    };
+    for (s, unit) in removed {
+        let gone = unit.as_ref().is_none_or(|u| {
+            host.unit(u)
+                .is_none_or(|o| o.file.is_none() && !o.is_active())
+        });
+        if !gone {
+            continue;
+        }
+        release_server(ctx, s).await?;
+        publish(
+            ctx,
+            &s.object_ref(&()),
+            EventType::Normal,
+            "UnitRemoved",
+            "Delete",
+            format!(
+                "the server was deleted; its unit {} is stopped and removed",
+                unit.as_ref()
+                    .map(|u| u.to_string())
+                    .unwrap_or_else(|| "(none)".into())
+            ),
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// Phase 5: status of the partition, its valid servers and its invalid ones; returns how many
+/// servers are Ready.
+async fn write_status(
+    ctx: &Ctx,
+    p: &GpuPartition,
+    r: &Resolved<'_>,
+    report: &Report,
+) -> Result<i64, Error> {
+    let name = p.name_any();
+    let part_key = format!("GpuPartition/{name}");
     let mut generations = BTreeMap::new();
-    generations.insert(
-        format!("GpuPartition/{name}"),
-        p.metadata.generation.unwrap_or(0),
-    );
-    for (d, s) in &valid {
+    generations.insert(part_key.clone(), p.metadata.generation.unwrap_or(0));
+    for (d, s) in &r.valid {
         generations.insert(
             format!("InferenceServer/{}", d.id),
             s.metadata.generation.unwrap_or(0),
         );
     }
-    let computed = crate::status::compute(&desired, &report, &generations);
+    let computed = crate::status::compute(&r.desired, report, &generations);
     let host = report.final_host.clone().unwrap_or_default();
 
-    // Partition status.
     let old = p.status.clone().unwrap_or_default();
-    let was_ready = old
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
-        && old.observed_generation == p.metadata.generation;
-    let applied: Vec<String> = report
-        .applied
-        .iter()
-        .filter(|a| a.planned.step.is_write())
-        .map(|a| a.planned.step.to_string())
-        .collect();
-    let pc = computed
-        .get(&format!("GpuPartition/{name}"))
-        .cloned()
-        .unwrap_or_default();
+    let applied = applied_steps(report);
+    let pc = computed.get(&part_key).cloned().unwrap_or_default();
     let st = GpuPartitionStatus {
         observed_generation: p.metadata.generation,
         conditions: merge(&old.conditions, &pc.conditions),
-        slice_count: desired.partition.slices.len() as u32,
-        slices: slice_status(&desired.partition, &host),
+        slice_count: r.desired.partition.slices.len() as u32,
+        slices: slice_status(&r.desired.partition, &host),
         last_applied_plan: if applied.is_empty() {
             old.last_applied_plan.clone()
         } else {
-            applied.clone()
+            applied
         },
     };
-    patch_partition(&api, &name, &st).await?;
+    patch_partition(&Api::all(ctx.client.clone()), &name, &st).await?;
 
-    // Server statuses.
     let mut ready = 0i64;
-    for (d, s) in &valid {
+    for (d, s) in &r.valid {
         let sc = computed
             .get(&format!("InferenceServer/{}", d.id))
             .cloned()
             .unwrap_or_default();
-        if sc.condition("Ready").is_some_and(|c| c.status == "True") {
+        if is_ready(&sc.conditions) {
             ready += 1;
         }
-        let u = host.unit(&d.unit);
-        let old = s.status.clone().unwrap_or_default();
-        let st = InferenceServerStatus {
-            observed_generation: s.metadata.generation,
-            conditions: merge(&old.conditions, &sc.conditions),
-            endpoint: Some(format!(
-                "http://{}:{}",
-                d.spec.listen.host, d.spec.listen.port
-            )),
-            unit_hash: u
-                .and_then(|u| u.file.as_ref())
-                .map(|f| format!("{:x}", Sha256::digest(f.as_bytes()))),
-            gpus: d.gpus.clone(),
-            command: u
-                .and_then(|u| u.file.as_deref())
-                .and_then(|f| crate::systemd::unit::parse(f).ok())
-                .map(|pu| pu.exec_start)
-                .unwrap_or_default(),
-        };
-        let sapi: Api<InferenceServer> =
-            Api::namespaced(ctx.client.clone(), &s.namespace().unwrap_or_default());
-        patch_server(&sapi, &s.name_any(), &st).await?;
+        let st = server_status(d, s, &sc.conditions, &host);
+        patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
     }
-    for (s, msgs) in &invalid_servers {
-        let sapi: Api<InferenceServer> =
-            Api::namespaced(ctx.client.clone(), &s.namespace().unwrap_or_default());
-        let computed = invalid(msgs, s.metadata.generation);
-        let old = s.status.clone().unwrap_or_default();
-        let st = InferenceServerStatus {
-            observed_generation: s.metadata.generation,
-            conditions: merge(&old.conditions, &computed.conditions),
-            ..old
-        };
-        patch_server(&sapi, &s.name_any(), &st).await?;
-        if old_reason(s) != Some("InvalidSpec".into()) {
-            publish(
-                &ctx,
-                &s.object_ref(&()),
-                EventType::Warning,
-                "InvalidSpec",
-                "Validate",
-                msgs.join("; "),
-            )
-            .await;
-        }
-        ctx.metrics.errors.with_label_values(&["InvalidSpec"]).inc();
+    for (s, msgs) in &r.invalid {
+        write_invalid_server(ctx, s, msgs).await?;
     }
+    Ok(ready)
+}
 
-    // Events: every host change, and drift corrected.
+/// The status of a valid server: conditions, endpoint, and what its unit on the host runs.
+fn server_status(
+    d: &DesiredServer,
+    s: &InferenceServer,
+    conditions: &[Condition],
+    host: &HostState,
+) -> InferenceServerStatus {
+    let u = host.unit(&d.unit);
+    let old = s.status.clone().unwrap_or_default();
+    InferenceServerStatus {
+        observed_generation: s.metadata.generation,
+        conditions: merge(&old.conditions, conditions),
+        endpoint: Some(format!(
+            "http://{}:{}",
+            d.spec.listen.host, d.spec.listen.port
+        )),
+        unit_hash: u
+            .and_then(|u| u.file.as_ref())
+            .map(|f| format!("{:x}", Sha256::digest(f.as_bytes()))),
+        gpus: d.gpus.clone(),
+        command: u
+            .and_then(|u| u.file.as_deref())
+            .and_then(|f| crate::systemd::unit::parse(f).ok())
+            .map(|pu| pu.exec_start)
+            .unwrap_or_default(),
+    }
+}
+
+/// An invalid server's condition, and an event when it was not invalid before.
+async fn write_invalid_server(
+    ctx: &Ctx,
+    s: &InferenceServer,
+    msgs: &[String],
+) -> Result<(), Error> {
+    let computed = invalid(msgs, s.metadata.generation);
+    let old = s.status.clone().unwrap_or_default();
+    let st = InferenceServerStatus {
+        observed_generation: s.metadata.generation,
+        conditions: merge(&old.conditions, &computed.conditions),
+        ..old
+    };
+    patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
+    if ready_reason(s).as_deref() != Some("InvalidSpec") {
+        publish(
+            ctx,
+            &s.object_ref(&()),
+            EventType::Warning,
+            "InvalidSpec",
+            "Validate",
+            msgs.join("; "),
+        )
+        .await;
+    }
+    ctx.metrics.errors.with_label_values(&["InvalidSpec"]).inc();
+    Ok(())
+}
+
+/// Phase 6: one event per host change (on the server it was for, else the partition), P2P
+/// decisions, corrected drift, and why the run stopped.
+async fn publish_events(
+    ctx: &Ctx,
+    p: &GpuPartition,
+    r: &Resolved<'_>,
+    report: &Report,
+    was_ready: bool,
+    old_conditions: &[Condition],
+) {
+    let p_ref = p.object_ref(&());
     for a in report.applied.iter().filter(|a| a.planned.step.is_write()) {
-        let target = server_of(&a.planned.step, &valid)
+        let target = server_of(&a.planned.step, &r.valid)
             .map(|s| s.object_ref(&()))
             .unwrap_or_else(|| p_ref.clone());
         let note = match &a.detail {
             Some(d) => format!("{}: {} ({d})", a.planned.step, a.planned.why),
             None => format!("{}: {}", a.planned.step, a.planned.why),
         };
+        let action = a.planned.step.action();
         publish(
-            &ctx,
+            ctx,
             &target,
             EventType::Normal,
             "HostChanged",
-            &a.planned.step.action(),
+            &action,
             note,
         )
         .await;
     }
-    for n in &report.notes {
-        let target = valid
-            .iter()
-            .find(|(d, _)| n.resource == format!("InferenceServer/{}", d.id))
-            .map(|(_, s)| s.object_ref(&()));
-        if let Some(t) = target {
-            if !report.applied.is_empty() {
+    if !report.applied.is_empty() {
+        for n in &report.notes {
+            let target = r
+                .valid
+                .iter()
+                .find(|(d, _)| n.resource == format!("InferenceServer/{}", d.id))
+                .map(|(_, s)| s.object_ref(&()));
+            if let Some(t) = target {
+                let note = n.message.clone();
                 publish(
-                    &ctx,
+                    ctx,
                     &t,
                     EventType::Warning,
                     "P2PDisabled",
                     "DecideP2P",
-                    n.message.clone(),
+                    note,
                 )
                 .await;
             }
         }
     }
     if was_ready && report.writes > 0 {
-        ctx.metrics.drifts_corrected.inc();
+        let note = format!(
+            "the host had drifted from the spec; {} host writes restored it: {}",
+            report.writes,
+            applied_steps(report).join("; ")
+        );
         publish(
-            &ctx,
+            ctx,
             &p_ref,
             EventType::Warning,
             "DriftCorrected",
             "Converge",
-            format!(
-                "the host had drifted from the spec; {} host writes restored it: {}",
-                report.writes,
-                applied.join("; ")
-            ),
+            note,
         )
         .await;
     }
-    for (kind, n) in &report.writes_by_kind {
-        ctx.metrics
-            .host_writes
-            .with_label_values(&[kind])
-            .inc_by(*n);
-    }
-    ctx.metrics.gpus.reset();
-    for s in &desired.partition.slices {
-        for g in &s.gpus {
-            let driver = host
-                .pci_devices
-                .get(g)
-                .and_then(|d| d.driver.clone())
-                .unwrap_or_else(|| "none".into());
-            ctx.metrics
-                .gpus
-                .with_label_values(&[s.name.as_str(), driver.as_str()])
-                .inc();
-        }
-    }
-    ctx.metrics.servers_ready.set(ready);
-
-    Ok(match &report.stop {
-        None => {
-            ctx.succeeded(&name);
-            Action::requeue(ctx.opts.drift_interval)
-        }
-        Some(Stop::Waiting { .. }) => Action::requeue(ctx.opts.poll_interval),
+    match &report.stop {
         Some(Stop::Blocked { blockers }) => {
-            for b in blockers {
-                ctx.metrics
-                    .errors
-                    .with_label_values(&[b.reason.as_str()])
-                    .inc();
-            }
-            if !old
-                .conditions
+            // Once per blocker reason: not again while Ready already says it.
+            let known = old_conditions
                 .iter()
-                .any(|c| c.type_ == "Ready" && blockers.iter().any(|b| b.reason == c.reason))
-            {
+                .any(|c| c.type_ == types::READY && blockers.iter().any(|b| b.reason == c.reason));
+            if !known {
                 let msgs: Vec<String> = blockers.iter().map(|b| b.message.clone()).collect();
+                let reason = &blockers[0].reason;
                 publish(
-                    &ctx,
+                    ctx,
                     &p_ref,
                     EventType::Warning,
-                    &blockers[0].reason,
+                    reason,
                     "Converge",
                     msgs.join("; "),
                 )
                 .await;
             }
-            Action::requeue(ctx.backoff(&name).min(ctx.opts.drift_interval))
         }
         Some(Stop::StepFailed { step, error }) => {
-            ctx.metrics.errors.with_label_values(&["ApplyFailed"]).inc();
+            let note = format!("{step}: {error}");
             publish(
-                &ctx,
+                ctx,
                 &p_ref,
                 EventType::Warning,
                 "ApplyFailed",
                 "Converge",
-                format!("{step}: {error}"),
+                note,
             )
             .await;
-            Action::requeue(ctx.backoff(&name))
         }
-        Some(Stop::NotReady { .. }) => {
-            Action::requeue(ctx.backoff(&name).max(ctx.opts.poll_interval))
-        }
-        Some(Stop::NoProgress { .. }) => Action::requeue(ctx.backoff(&name)),
-    })
+        _ => {}
+    }
 }
 
-fn old_reason(s: &InferenceServer) -> Option<String> {
+/// Phase 7: host writes by kind, GPUs by slice and driver, Ready servers, errors by reason.
+fn record_metrics(ctx: &Ctx, r: &Resolved<'_>, report: &Report, ready: i64) {
+    let m = &ctx.metrics;
+    for (kind, n) in &report.writes_by_kind {
+        m.host_writes.with_label_values(&[kind]).inc_by(*n);
+    }
+    m.gpus.reset();
+    let empty = HostState::default();
+    let host = report.final_host.as_ref().unwrap_or(&empty);
+    for s in &r.desired.partition.slices {
+        for g in &s.gpus {
+            let driver = driver_of(host, g);
+            m.gpus
+                .with_label_values(&[s.name.as_str(), driver.as_str()])
+                .inc();
+        }
+    }
+    m.servers_ready.set(ready);
+    match &report.stop {
+        Some(Stop::Blocked { blockers }) => {
+            for b in blockers {
+                m.errors.with_label_values(&[b.reason.as_str()]).inc();
+            }
+        }
+        Some(Stop::StepFailed { .. }) => m.errors.with_label_values(&["ApplyFailed"]).inc(),
+        _ => {}
+    }
+}
+
+/// Phase 8: converged → the drift interval; a server starting → the poll interval; a failure →
+/// exponential backoff (blockers at most the drift interval, a not-ready server at least the
+/// poll interval).
+fn next_action(ctx: &Ctx, name: &str, report: &Report) -> Action {
+    match &report.stop {
+        None => {
+            ctx.succeeded(name);
+            Action::requeue(ctx.opts.drift_interval)
+        }
+        Some(Stop::Waiting { .. }) => Action::requeue(ctx.opts.poll_interval),
+        Some(Stop::Blocked { .. }) => {
+            Action::requeue(ctx.backoff(name).min(ctx.opts.drift_interval))
+        }
+        Some(Stop::StepFailed { .. }) | Some(Stop::NoProgress { .. }) => {
+            Action::requeue(ctx.backoff(name))
+        }
+        Some(Stop::NotReady { .. }) => {
+            Action::requeue(ctx.backoff(name).max(ctx.opts.poll_interval))
+        }
+    }
+}
+
+fn server_api(ctx: &Ctx, s: &InferenceServer) -> Api<InferenceServer> {
+    Api::namespaced(ctx.client.clone(), &s.namespace().unwrap_or_default())
+}
+
+/// Whether `Ready` is `True` among `conditions`.
+fn is_ready(conditions: &[Condition]) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == types::READY && c.status == ConditionStatus::True.as_str())
+}
+
+/// The reason of the server's current `Ready` condition.
+fn ready_reason(s: &InferenceServer) -> Option<String> {
     s.status
         .as_ref()?
         .conditions
         .iter()
-        .find(|c| c.type_ == "Ready")
+        .find(|c| c.type_ == types::READY)
         .map(|c| c.reason.clone())
 }
 
+/// The host writes the run made, as text.
+fn applied_steps(report: &Report) -> Vec<String> {
+    report
+        .applied
+        .iter()
+        .filter(|a| a.planned.step.is_write())
+        .map(|a| a.planned.step.to_string())
+        .collect()
+}
+
+/// The server a step was for, if any.
 fn server_of<'a>(
-    step: &crate::plan::Step,
+    step: &Step,
     valid: &'a [(DesiredServer, &InferenceServer)],
 ) -> Option<&'a InferenceServer> {
-    use crate::plan::Step::*;
+    use Step::*;
     let unit = match step {
         WriteUnit { unit, .. }
         | StartUnit { unit, .. }
@@ -548,6 +587,14 @@ fn server_of<'a>(
     valid.iter().find(|(d, _)| &d.unit == unit).map(|(_, s)| *s)
 }
 
+/// The driver a GPU is bound to, `none` when unbound.
+fn driver_of(host: &HostState, gpu: &str) -> String {
+    host.pci_devices
+        .get(gpu)
+        .and_then(|d| d.driver.clone())
+        .unwrap_or_else(|| "none".into())
+}
+
 fn slice_status(dp: &DesiredPartition, host: &HostState) -> Vec<SliceStatus> {
     dp.slices
         .iter()
@@ -557,15 +604,7 @@ fn slice_status(dp: &DesiredPartition, host: &HostState) -> Vec<SliceStatus> {
             drivers: s
                 .gpus
                 .iter()
-                .map(|g| {
-                    format!(
-                        "{g}={}",
-                        host.pci_devices
-                            .get(g)
-                            .and_then(|d| d.driver.clone())
-                            .unwrap_or_else(|| "none".into())
-                    )
-                })
+                .map(|g| format!("{g}={}", driver_of(host, g)))
                 .collect(),
         })
         .collect()

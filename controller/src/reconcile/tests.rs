@@ -154,7 +154,7 @@ async fn converges_the_twin_and_reports_through_status_and_events() {
         .expect("finalizer added");
     assert_eq!(
         fin.body["metadata"]["finalizers"],
-        serde_json::json!([partition::SERVER_FINALIZER])
+        serde_json::json!([SERVER_FINALIZER])
     );
     let ps = status_patches(&log, "gpupartitions");
     assert_eq!(ps.len(), 1);
@@ -254,7 +254,7 @@ async fn a_deleted_server_has_its_unit_stopped_and_removed_then_is_released() {
         .await
         .unwrap();
     // The server is deleted: it has our finalizer and a deletion timestamp.
-    s.metadata.finalizers = Some(vec![partition::SERVER_FINALIZER.into()]);
+    s.metadata.finalizers = Some(vec![SERVER_FINALIZER.into()]);
     s.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         jiff::Timestamp::now(),
     ));
@@ -303,12 +303,23 @@ fn clone_ctx(c: &Ctx, client: Client) -> Ctx {
 
 #[test]
 fn a_stale_cache_finalizer_conflict_is_retried_at_once_not_reported() {
-    let stale = Error::Finalizer(
-        "failed to add finalizer: ApiError: the server rejected our request due to an error in our request: Invalid (Status { code: 422 })".into(),
-    );
+    use kube::runtime::finalizer::Error as F;
+    let api = |code: u16| {
+        kube::Error::Api(
+            kube::core::Status::failure("Invalid", "Invalid")
+                .with_code(code)
+                .boxed(),
+        )
+    };
+    let stale = Error::Finalizer(Box::new(F::AddFinalizer(api(422))));
     assert!(super::is_stale_finalizer_race(&stale));
+    let conflict = Error::Finalizer(Box::new(F::AddFinalizer(api(409))));
+    assert!(super::is_stale_finalizer_race(&conflict));
     assert!(!super::is_stale_finalizer_race(&Error::Finalizer(
-        "failed to remove finalizer: ApiError: (Status { code: 422 })".into()
+        Box::new(F::RemoveFinalizer(api(422)))
+    )));
+    assert!(!super::is_stale_finalizer_race(&Error::Finalizer(
+        Box::new(F::AddFinalizer(api(403)))
     )));
     assert!(!super::is_stale_finalizer_race(&Error::Host(
         "failed to add finalizer 422".into()
