@@ -203,6 +203,7 @@ impl LocalHost {
         Ok(st)
     }
 
+    /// Applies one step: the one place this backend writes to the host.
     fn step(&mut self, step: &Step) -> Result<Option<String>, LocalError> {
         match step {
             Step::StopUnit { unit } => self.unit_action(unit, "stop")?,
@@ -227,28 +228,7 @@ impl LocalHost {
                     &v,
                 )?;
             }
-            Step::Unbind { address, driver } => {
-                let dev =
-                    pci::read_device(&self.root, address).ok_or_else(|| LocalError::NoDevice {
-                        address: address.clone(),
-                    })?;
-                if dev.driver.as_deref() != Some(driver.as_str()) {
-                    return Ok(None);
-                }
-                let mut one = std::collections::BTreeMap::new();
-                one.insert(address.clone(), dev);
-                let hs = holders::scan(&self.root, &one);
-                if let Some(h) = hs.get(address).filter(|h| !h.is_empty()) {
-                    return Err(LocalError::InUse {
-                        address: address.clone(),
-                        holders: h.iter().map(|h| h.to_string()).collect(),
-                    });
-                }
-                self.sysfs(
-                    &format!("/sys/bus/pci/devices/{address}/driver/unbind"),
-                    address,
-                )?;
-            }
+            Step::Unbind { address, driver } => self.unbind(address, driver)?,
             Step::ReturnToHostDriver { address } => {
                 self.sysfs(
                     &format!("/sys/bus/pci/devices/{address}/driver_override"),
@@ -256,68 +236,9 @@ impl LocalHost {
                 )?;
                 self.sysfs("/sys/bus/pci/drivers_probe", address)?;
             }
-            Step::Probe { address } => {
-                self.sysfs("/sys/bus/pci/drivers_probe", address)?;
-                let dev =
-                    pci::read_device(&self.root, address).ok_or_else(|| LocalError::NoDevice {
-                        address: address.clone(),
-                    })?;
-                // drivers_probe reports success even when no driver took the device.
-                if let Some(want) = &dev.driver_override {
-                    if dev.driver.as_deref() != Some(want.as_str()) {
-                        return Err(LocalError::WrongDriver {
-                            address: address.clone(),
-                            bound: dev.driver.clone(),
-                            want: want.clone(),
-                        });
-                    }
-                }
-            }
-            Step::SetContainerGpus { vmid, minors } => {
-                let uvm = self
-                    .root
-                    .read("/proc/devices")
-                    .and_then(|t| uvm_major(&t))
-                    .unwrap_or(NvidiaState::default().uvm_major);
-                let path = self.root.path(&format!("/etc/pve/lxc/{vmid}.conf"));
-                let lock = self
-                    .root
-                    .path(&format!("/run/lock/lxc/pve-config-{vmid}.lock"));
-                files::with_flock(&lock, Duration::from_secs(10), || {
-                    let text = std::fs::read_to_string(&path)
-                        .map_err(|e| LocalError::io("cannot read", &path, e))?;
-                    let mut cfg = LxcConfig::parse(&text);
-                    let desired = DesiredGpuMounts {
-                        minors: minors.clone(),
-                        uvm_major: uvm,
-                        default_style: MountStyle::MountEntry,
-                    };
-                    if cfg.set_gpu_mounts(&desired) {
-                        files::write_atomic(&path, &cfg.render())?;
-                    }
-                    Ok(())
-                })?;
-            }
-            Step::SetPciMapping { mapping, entries } => {
-                let node = self.node();
-                let path = self.root.path("/etc/pve/mapping/pci.cfg");
-                let lock = self.root.path("/etc/pve/priv/lock/file-mapping_pci_cfg");
-                files::with_cfs_lock(&lock, Duration::from_secs(10), || {
-                    let text = std::fs::read_to_string(&path).unwrap_or_default();
-                    let mut cfg = PciCfg::parse(&text);
-                    if cfg
-                        .try_set_node_entries(mapping, &node, entries)
-                        .map_err(|e| LocalError::Edit(e.to_string()))?
-                    {
-                        if let Some(dir) = path.parent() {
-                            std::fs::create_dir_all(dir)
-                                .map_err(|e| LocalError::io("cannot create", dir, e))?;
-                        }
-                        files::write_atomic(&path, &cfg.render())?;
-                    }
-                    Ok(())
-                })?;
-            }
+            Step::Probe { address } => self.probe(address)?,
+            Step::SetContainerGpus { vmid, minors } => self.set_container_gpus(*vmid, minors)?,
+            Step::SetPciMapping { mapping, entries } => self.set_pci_mapping(mapping, entries)?,
             Step::ProbeP2p {
                 location,
                 python,
@@ -334,6 +255,108 @@ impl LocalHost {
             Step::WaitReady { .. } => {}
         }
         Ok(None)
+    }
+
+    /// Unbinds a GPU from `driver`, unless a process holds it (checked right before the write).
+    fn unbind(&self, address: &str, driver: &str) -> Result<(), LocalError> {
+        let dev = pci::read_device(&self.root, address).ok_or_else(|| LocalError::NoDevice {
+            address: address.to_string(),
+        })?;
+        if dev.driver.as_deref() != Some(driver) {
+            return Ok(());
+        }
+        let mut one = std::collections::BTreeMap::new();
+        one.insert(address.to_string(), dev);
+        let hs = holders::scan(&self.root, &one);
+        if let Some(h) = hs.get(address).filter(|h| !h.is_empty()) {
+            return Err(LocalError::InUse {
+                address: address.to_string(),
+                holders: h.iter().map(|h| h.to_string()).collect(),
+            });
+        }
+        self.sysfs(
+            &format!("/sys/bus/pci/devices/{address}/driver/unbind"),
+            address,
+        )?;
+        Ok(())
+    }
+
+    /// `drivers_probe` for a device, then checks that it landed on its `driver_override`.
+    fn probe(&self, address: &str) -> Result<(), LocalError> {
+        self.sysfs("/sys/bus/pci/drivers_probe", address)?;
+        let dev = pci::read_device(&self.root, address).ok_or_else(|| LocalError::NoDevice {
+            address: address.to_string(),
+        })?;
+        // drivers_probe reports success even when no driver took the device.
+        if let Some(want) = &dev.driver_override {
+            if dev.driver.as_deref() != Some(want.as_str()) {
+                return Err(LocalError::WrongDriver {
+                    address: address.to_string(),
+                    bound: dev.driver.clone(),
+                    want: want.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the GPU lines of `/etc/pve/lxc/<vmid>.conf` give exactly `minors`, under the
+    /// container's config lock.
+    fn set_container_gpus(
+        &self,
+        vmid: u32,
+        minors: &std::collections::BTreeSet<u32>,
+    ) -> Result<(), LocalError> {
+        let uvm = self
+            .root
+            .read("/proc/devices")
+            .and_then(|t| uvm_major(&t))
+            .unwrap_or(NvidiaState::default().uvm_major);
+        let path = self.root.path(&format!("/etc/pve/lxc/{vmid}.conf"));
+        let lock = self
+            .root
+            .path(&format!("/run/lock/lxc/pve-config-{vmid}.lock"));
+        files::with_flock(&lock, Duration::from_secs(10), || {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| LocalError::io("cannot read", &path, e))?;
+            let mut cfg = LxcConfig::parse(&text);
+            let desired = DesiredGpuMounts {
+                minors: minors.clone(),
+                uvm_major: uvm,
+                default_style: MountStyle::MountEntry,
+            };
+            if cfg.set_gpu_mounts(&desired) {
+                files::write_atomic(&path, &cfg.render())?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Makes this node's entries of `mapping` in `/etc/pve/mapping/pci.cfg` exactly `entries`,
+    /// under the cluster lock of that file.
+    fn set_pci_mapping(
+        &self,
+        mapping: &str,
+        entries: &[crate::proxmox::pci_cfg::MapEntry],
+    ) -> Result<(), LocalError> {
+        let node = self.node();
+        let path = self.root.path("/etc/pve/mapping/pci.cfg");
+        let lock = self.root.path("/etc/pve/priv/lock/file-mapping_pci_cfg");
+        files::with_cfs_lock(&lock, Duration::from_secs(10), || {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let mut cfg = PciCfg::parse(&text);
+            if cfg
+                .try_set_node_entries(mapping, &node, entries)
+                .map_err(|e| LocalError::Edit(e.to_string()))?
+            {
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)
+                        .map_err(|e| LocalError::io("cannot create", dir, e))?;
+                }
+                files::write_atomic(&path, &cfg.render())?;
+            }
+            Ok(())
+        })
     }
 
     fn pct_simple(&self, action: &str, vmid: u32) -> Result<(), LocalError> {
