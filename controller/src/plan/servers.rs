@@ -98,9 +98,21 @@ pub fn observed_server_unit(
     )
 }
 
+/// Units of deleted servers, then each server's unit: write, reload, (re)start, wait, roll back.
 pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
+    plan_removed_units(p);
+    for s in &p.d.servers {
+        let Some(content) = unit_content(p, ctx, s) else {
+            continue;
+        };
+        let chosen = choose_unit(p, s, content);
+        plan_unit(p, ctx, s, chosen);
+    }
+}
+
+/// Units of deleted servers go away (unless a live server uses the same unit).
+fn plan_removed_units(p: &mut Planner<'_>) {
     let h = p.h;
-    // Units of deleted servers go away (unless a live server uses the same unit).
     for u in &p.d.removed_units {
         if p.d.servers.iter().any(|s| &s.unit == u) {
             continue;
@@ -119,196 +131,246 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
             );
         }
     }
-    for s in &p.d.servers {
-        let res = format!("InferenceServer/{}", s.id);
-        let container_minors = match s.unit.location {
-            Location::Container(v) => ctx.container_minors.get(&v).and_then(|m| m.as_ref()),
-            Location::Host => None,
-        };
-        let p2p = decide_p2p(s, h, ctx.rebound);
-        let disabled = match &p2p {
-            P2p::On => false,
-            P2p::Off(why) => {
-                p.plan.notes.push(Note {
-                    resource: res.clone(),
-                    message: format!("P2P disabled: {why}"),
-                });
-                true
-            }
-            P2p::Probe(why) => {
-                let indices = cuda_indices(
-                    s,
-                    h,
-                    ctx.targets,
-                    &p.d.partition.host_driver,
-                    container_minors,
-                );
-                p.push(
-                    Step::ProbeP2p {
-                        location: s.unit.location,
-                        python: s.spec.python.clone(),
-                        gpus: s.gpus.clone(),
-                        cuda_indices: indices,
-                    },
-                    why.clone(),
-                );
-                p.plan.continues_after = Some(format!(
-                    "the P2P probe for {}: its result decides the unit's NCCL settings",
-                    s.id
-                ));
-                continue;
-            }
-        };
-        let content = match server_unit(
-            s,
-            h,
-            ctx.targets,
-            &p.d.partition.host_driver,
-            container_minors,
-            disabled,
-        ) {
-            Ok(u) => u.file,
-            Err(e) => {
-                p.block(
-                    res,
-                    "InvalidSpec",
-                    format!("the unit cannot be rendered: {e}"),
-                );
-                continue;
-            }
-        };
-        let observed = h.unit(&s.unit);
-        // rollback: Auto: a spec whose unit failed is not written again while the last unit
-        // that reached Ready runs instead; a new spec (another unit) is tried.
-        let spec_hash = unit_hash(&content);
-        let spec_failed =
-            observed.and_then(|u| u.failed_hash.as_deref()) == Some(spec_hash.as_str());
-        let rollback_to = (s.spec.rollback == gpuplane_crds::RollbackPolicy::Auto)
-            .then(|| observed.and_then(|u| u.last_ready.clone()))
-            .flatten()
-            .filter(|r| *r != content);
-        let spec_content = content.clone();
-        let content = match (&rollback_to, spec_failed) {
-            (Some(r), true) => {
-                p.plan.notes.push(Note {
-                    resource: res.clone(),
-                    message: format!("Rolled back: the unit rendered from this spec failed to start, so {} runs the last unit that reached Ready; change the spec to try again", s.unit),
-                });
-                r.clone()
-            }
-            _ => content,
-        };
-        let restarted =
-            matches!(s.unit.location, Location::Container(v) if ctx.restarted.contains(&v));
-        let active = !restarted && observed.is_some_and(|u| u.is_active());
-        let current = observed.and_then(|u| u.file.as_deref());
-        let wait = Step::WaitReady {
-            unit: s.unit.clone(),
-            served_name: s.spec.model.served_name.clone(),
-            stall_after_seconds: s.spec.startup.stall_after_seconds,
-            deadline_seconds: s.spec.startup.deadline_seconds,
-        };
-        let wait_why = format!(
-            "SGLang opens its port only after loading weights and capturing CUDA graphs; Ready means /health_generate answers 200 and /v1/models lists {}",
-            s.spec.model.served_name
-        );
-        let start_why = format!("its {} GPUs are in place ({})", s.gpus.len(), place(s));
-        // A failure counts only if it happened with the unit installed now.
-        let failed = observed.is_some_and(|u| u.active_state == "failed" && !u.running_stale);
-        if current != Some(content.as_str()) {
-            let why = match current {
-                None => "the unit does not exist yet".to_string(),
-                Some(old) => format!(
-                    "the installed unit differs from the spec: {}",
-                    describe_change(old, &content)
-                ),
-            };
+}
+
+/// The unit the spec renders to, with P2P decided. `None` when the plan cannot go on for this
+/// server yet: a P2P probe must run first, or the unit cannot be rendered (blocked).
+fn unit_content(p: &mut Planner<'_>, ctx: &Ctx<'_>, s: &DesiredServer) -> Option<String> {
+    let h = p.h;
+    let res = format!("InferenceServer/{}", s.id);
+    let container_minors = match s.unit.location {
+        Location::Container(v) => ctx.container_minors.get(&v).and_then(|m| m.as_ref()),
+        Location::Host => None,
+    };
+    let disabled = match decide_p2p(s, h, ctx.rebound) {
+        P2p::On => false,
+        P2p::Off(why) => {
+            p.plan.notes.push(Note {
+                resource: res.clone(),
+                message: format!("P2P disabled: {why}"),
+            });
+            true
+        }
+        P2p::Probe(why) => {
+            let indices = cuda_indices(
+                s,
+                h,
+                ctx.targets,
+                &p.d.partition.host_driver,
+                container_minors,
+            );
             p.push(
-                Step::WriteUnit {
-                    unit: s.unit.clone(),
-                    content,
+                Step::ProbeP2p {
+                    location: s.unit.location,
+                    python: s.spec.python.clone(),
+                    gpus: s.gpus.clone(),
+                    cuda_indices: indices,
                 },
                 why,
             );
-            reload_start_wait(
-                p,
-                s,
-                "systemd reads unit files only on daemon-reload",
-                active,
-                start_why,
-                wait,
-                wait_why,
-            );
-        } else if observed.is_some_and(|u| u.needs_reload) {
-            let why = "the unit file on disk is newer than what systemd loaded";
-            reload_start_wait(p, s, why, active, start_why, wait, wait_why);
-        } else if failed && content == spec_content && rollback_to.is_some() && !spec_failed {
-            p.push(
-                Step::MarkUnitFailed { unit: s.unit.clone(), hash: spec_hash },
-                "the new unit failed to start and rollback is Auto: remember it failed, then go back to the last unit that reached Ready",
-            );
-        } else if failed {
-            // Same unit, and it failed: starting it again would fail the same way. A spec
-            // change (new unit) or a manual `systemctl reset-failed` lets it go on.
-            let u = observed.cloned().unwrap_or_default();
+            p.plan.continues_after = Some(format!(
+                "the P2P probe for {}: its result decides the unit's NCCL settings",
+                s.id
+            ));
+            return None;
+        }
+    };
+    match server_unit(
+        s,
+        h,
+        ctx.targets,
+        &p.d.partition.host_driver,
+        container_minors,
+        disabled,
+    ) {
+        Ok(u) => Some(u.file),
+        Err(e) => {
             p.block(
                 res,
-                "Crashed",
-                format!(
-                    "{} failed (exit status {}); last log lines: {}",
-                    s.unit,
-                    u.exit_status
-                        .map(|e| e.to_string())
-                        .unwrap_or_else(|| "?".into()),
-                    u.log_tail
-                        .iter()
-                        .rev()
-                        .take(3)
-                        .rev()
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(" | ")
-                ),
+                "InvalidSpec",
+                format!("the unit cannot be rendered: {e}"),
             );
-        } else if !active {
-            p.push(
-                Step::StartUnit {
-                    unit: s.unit.clone(),
-                    restart: false,
-                },
-                format!("the server is not running; {start_why}"),
-            );
-            p.push(wait, wait_why);
-        } else if observed.is_some_and(|u| u.running_stale) {
-            p.push(
-                Step::StartUnit {
-                    unit: s.unit.clone(),
-                    restart: true,
-                },
-                "the running process was started from an older unit",
-            );
-            p.push(wait, wait_why);
-        } else {
-            let ready = observed.and_then(|u| u.server.as_ref()).is_some_and(|o| {
-                o.http == HttpState::Healthy
-                    && o.models.iter().any(|m| m == &s.spec.model.served_name)
-            });
-            if !ready {
-                p.push(wait, wait_why);
-            } else if s.spec.rollback == gpuplane_crds::RollbackPolicy::Auto
-                && content == spec_content
-                && observed.and_then(|u| u.last_ready.as_deref()) != Some(content.as_str())
-            {
-                p.push(
-                    Step::SaveReadyUnit {
-                        unit: s.unit.clone(),
-                        content,
-                    },
-                    "this unit reached Ready: keep it as the one to go back to",
-                );
-            }
+            None
         }
     }
+}
+
+/// Which unit a server gets: the one its spec renders to, or (rollback: Auto) the last unit
+/// that reached Ready when the spec's unit is known to have failed.
+struct ChosenUnit {
+    /// The unit to have on the host.
+    content: String,
+    /// The unit the spec renders to.
+    spec_content: String,
+    /// SHA-256 of `spec_content`.
+    spec_hash: String,
+    /// The spec's unit is recorded as failed.
+    spec_failed: bool,
+    /// The last unit that reached Ready, when rollback is Auto and it differs from the spec's.
+    rollback_to: Option<String>,
+}
+
+/// rollback: Auto: a spec whose unit failed is not written again while the last unit that
+/// reached Ready runs instead; a new spec (another unit) is tried.
+fn choose_unit(p: &mut Planner<'_>, s: &DesiredServer, content: String) -> ChosenUnit {
+    let observed = p.h.unit(&s.unit);
+    let spec_hash = unit_hash(&content);
+    let spec_failed = observed.and_then(|u| u.failed_hash.as_deref()) == Some(spec_hash.as_str());
+    let rollback_to = (s.spec.rollback == gpuplane_crds::RollbackPolicy::Auto)
+        .then(|| observed.and_then(|u| u.last_ready.clone()))
+        .flatten()
+        .filter(|r| *r != content);
+    let spec_content = content.clone();
+    let content = match (&rollback_to, spec_failed) {
+        (Some(r), true) => {
+            p.plan.notes.push(Note {
+                resource: format!("InferenceServer/{}", s.id),
+                message: format!("Rolled back: the unit rendered from this spec failed to start, so {} runs the last unit that reached Ready; change the spec to try again", s.unit),
+            });
+            r.clone()
+        }
+        _ => content,
+    };
+    ChosenUnit {
+        content,
+        spec_content,
+        spec_hash,
+        spec_failed,
+        rollback_to,
+    }
+}
+
+/// The steps that take the server's unit from what is observed to `chosen`, running and Ready.
+fn plan_unit(p: &mut Planner<'_>, ctx: &Ctx<'_>, s: &DesiredServer, chosen: ChosenUnit) {
+    let observed = p.h.unit(&s.unit);
+    let restarted = matches!(s.unit.location, Location::Container(v) if ctx.restarted.contains(&v));
+    let active = !restarted && observed.is_some_and(|u| u.is_active());
+    let current = observed.and_then(|u| u.file.as_deref());
+    let wait = Step::WaitReady {
+        unit: s.unit.clone(),
+        served_name: s.spec.model.served_name.clone(),
+        stall_after_seconds: s.spec.startup.stall_after_seconds,
+        deadline_seconds: s.spec.startup.deadline_seconds,
+    };
+    let wait_why = format!(
+        "SGLang opens its port only after loading weights and capturing CUDA graphs; Ready means /health_generate answers 200 and /v1/models lists {}",
+        s.spec.model.served_name
+    );
+    let start_why = format!("its {} GPUs are in place ({})", s.gpus.len(), place(s));
+    // A failure counts only if it happened with the unit installed now.
+    let failed = observed.is_some_and(|u| u.active_state == "failed" && !u.running_stale);
+    let ChosenUnit {
+        content,
+        spec_content,
+        spec_hash,
+        spec_failed,
+        rollback_to,
+    } = chosen;
+    if current != Some(content.as_str()) {
+        let why = match current {
+            None => "the unit does not exist yet".to_string(),
+            Some(old) => format!(
+                "the installed unit differs from the spec: {}",
+                describe_change(old, &content)
+            ),
+        };
+        p.push(
+            Step::WriteUnit {
+                unit: s.unit.clone(),
+                content,
+            },
+            why,
+        );
+        let why = "systemd reads unit files only on daemon-reload";
+        reload_start_wait(p, s, why, active, start_why, wait, wait_why);
+    } else if observed.is_some_and(|u| u.needs_reload) {
+        let why = "the unit file on disk is newer than what systemd loaded";
+        reload_start_wait(p, s, why, active, start_why, wait, wait_why);
+    } else if failed && content == spec_content && rollback_to.is_some() && !spec_failed {
+        p.push(
+            Step::MarkUnitFailed { unit: s.unit.clone(), hash: spec_hash },
+            "the new unit failed to start and rollback is Auto: remember it failed, then go back to the last unit that reached Ready",
+        );
+    } else if failed {
+        // Same unit, and it failed: starting it again would fail the same way. A spec
+        // change (new unit) or a manual `systemctl reset-failed` lets it go on.
+        let u = observed.cloned().unwrap_or_default();
+        p.block(
+            format!("InferenceServer/{}", s.id),
+            "Crashed",
+            crash_message(s, &u),
+        );
+    } else if !active {
+        p.push(
+            Step::StartUnit {
+                unit: s.unit.clone(),
+                restart: false,
+            },
+            format!("the server is not running; {start_why}"),
+        );
+        p.push(wait, wait_why);
+    } else if observed.is_some_and(|u| u.running_stale) {
+        p.push(
+            Step::StartUnit {
+                unit: s.unit.clone(),
+                restart: true,
+            },
+            "the running process was started from an older unit",
+        );
+        p.push(wait, wait_why);
+    } else {
+        let keep = content == spec_content;
+        plan_running(p, s, content, keep, wait, wait_why);
+    }
+}
+
+/// A running server: wait until it is Ready; once it is (rollback: Auto, running the spec's own
+/// unit, `spec_unit`), keep a copy of its unit as the one to go back to.
+fn plan_running(
+    p: &mut Planner<'_>,
+    s: &DesiredServer,
+    content: String,
+    spec_unit: bool,
+    wait: Step,
+    wait_why: String,
+) {
+    let observed = p.h.unit(&s.unit);
+    let ready = observed.and_then(|u| u.server.as_ref()).is_some_and(|o| {
+        o.http == HttpState::Healthy && o.models.iter().any(|m| m == &s.spec.model.served_name)
+    });
+    if !ready {
+        p.push(wait, wait_why);
+    } else if s.spec.rollback == gpuplane_crds::RollbackPolicy::Auto
+        && spec_unit
+        && observed.and_then(|u| u.last_ready.as_deref()) != Some(content.as_str())
+    {
+        p.push(
+            Step::SaveReadyUnit {
+                unit: s.unit.clone(),
+                content,
+            },
+            "this unit reached Ready: keep it as the one to go back to",
+        );
+    }
+}
+
+/// `Crashed`: the unit, its exit status and its last three log lines.
+fn crash_message(s: &DesiredServer, u: &crate::host::model::Unit) -> String {
+    format!(
+        "{} failed (exit status {}); last log lines: {}",
+        s.unit,
+        u.exit_status
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "?".into()),
+        u.log_tail
+            .iter()
+            .rev()
+            .take(3)
+            .rev()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(" | ")
+    )
 }
 
 /// `daemon-reload`, then start (or restart what runs the old unit), then wait for readiness.
