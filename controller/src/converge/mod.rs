@@ -118,116 +118,11 @@ pub fn converge_with(
         notes: vec![],
     };
     let mut steps = 0usize;
-    loop {
-        let host = match door.host().observe() {
-            Ok(h) => h,
-            Err(e) => {
-                r.stop = Some(Stop::StepFailed {
-                    step: "observe".into(),
-                    error: e.to_string(),
-                });
-                break;
-            }
-        };
-        let p = plan(desired, &host);
-        for n in &p.notes {
-            if !r.notes.contains(n) {
-                r.notes.push(n.clone());
-            }
-        }
-        r.final_host = Some(host);
-        // Blockers stop the loop once nothing else can be done: a server's blocker (a crash)
-        // must not keep the partition's steps, which may fix its cause, from running.
-        if !p.blockers.is_empty() && p.steps.is_empty() {
-            r.stop = Some(Stop::Blocked {
-                blockers: p.blockers.clone(),
-            });
-            r.final_plan = p;
-            break;
-        }
-        let Some(next) = p.steps.first().cloned() else {
-            r.final_plan = p;
-            break;
-        };
-        r.final_plan = p;
-        if steps >= opts.max_steps {
-            r.stop = Some(Stop::NoProgress { steps });
-            break;
-        }
-        // A write that the host did not take (the same step planned right after applying it)
-        // would repeat forever: stop and say which.
-        if next.step.is_write()
-            && r.applied
-                .last()
-                .is_some_and(|a| a.planned.step == next.step)
-        {
-            r.stop = Some(Stop::StepFailed {
-                step: next.step.to_string(),
-                error: "applied, but the host still shows the old state (the change did not take)"
-                    .into(),
-            });
-            break;
-        }
+    while let Some(next) = next_step(desired, door, opts, &mut r, steps) {
         steps += 1;
         let at = door.host().now();
-        match &next.step {
-            Step::WaitReady {
-                unit,
-                served_name,
-                stall_after_seconds,
-                deadline_seconds,
-            } => {
-                let outcome = if opts.block_on_ready {
-                    Some(wait_ready(
-                        door.host(),
-                        unit,
-                        served_name,
-                        *stall_after_seconds,
-                        *deadline_seconds,
-                        opts.poll_seconds,
-                    ))
-                } else {
-                    let p = progress
-                        .entry(unit.key())
-                        .or_insert_with(|| Progress::new(at));
-                    let host = r.final_host.clone().unwrap_or_default();
-                    p.check(
-                        &host,
-                        unit,
-                        served_name,
-                        *stall_after_seconds,
-                        *deadline_seconds,
-                        at,
-                    )
-                };
-                let Some(outcome) = outcome else {
-                    r.stop = Some(Stop::Waiting {
-                        unit: unit.to_string(),
-                    });
-                    break;
-                };
-                let ok = matches!(outcome, WaitOutcome::Ready { .. });
-                // A crash is looked at by the next plan: it may roll back (rollback: Auto) or
-                // report the crash as a blocker.
-                let crashed = matches!(outcome, WaitOutcome::Crashed { .. });
-                r.applied.push(Applied {
-                    planned: next.clone(),
-                    detail: Some(outcome.summary()),
-                    at,
-                });
-                r.waits.insert(unit.key(), outcome);
-                progress.remove(&unit.key());
-                if !ok && !crashed {
-                    r.stop = Some(Stop::NotReady {
-                        unit: unit.to_string(),
-                    });
-                    if let Ok(h) = door.host().observe() {
-                        r.final_plan = plan(desired, &h);
-                        r.final_host = Some(h);
-                    }
-                    break;
-                }
-            }
+        let go_on = match &next.step {
+            Step::WaitReady { .. } => wait_step(desired, door, opts, progress, &mut r, &next, at),
             step => match door.apply(step) {
                 Ok(out) => {
                     // A (re)started unit starts its readiness clock afresh.
@@ -239,18 +134,156 @@ pub fn converge_with(
                         detail: out.detail,
                         at,
                     });
+                    true
                 }
                 Err(e) => {
                     r.stop = Some(Stop::StepFailed {
                         step: step.to_string(),
                         error: e.to_string(),
                     });
-                    break;
+                    false
                 }
             },
+        };
+        if !go_on {
+            break;
         }
     }
     r.writes = door.writes();
     r.writes_by_kind = door.writes_by_kind().clone();
     r
+}
+
+/// Observes, plans and returns the next step to run; `None` (with `r.stop` set when it is not
+/// plain convergence) when the loop ends: converged, blocked, out of steps, or a write that did
+/// not take.
+fn next_step(
+    desired: &Desired,
+    door: &mut Door<'_>,
+    opts: &Options,
+    r: &mut Report,
+    steps: usize,
+) -> Option<PlannedStep> {
+    let host = match door.host().observe() {
+        Ok(h) => h,
+        Err(e) => {
+            r.stop = Some(Stop::StepFailed {
+                step: "observe".into(),
+                error: e.to_string(),
+            });
+            return None;
+        }
+    };
+    let p = plan(desired, &host);
+    for n in &p.notes {
+        if !r.notes.contains(n) {
+            r.notes.push(n.clone());
+        }
+    }
+    r.final_host = Some(host);
+    // Blockers stop the loop once nothing else can be done: a server's blocker (a crash)
+    // must not keep the partition's steps, which may fix its cause, from running.
+    if !p.blockers.is_empty() && p.steps.is_empty() {
+        r.stop = Some(Stop::Blocked {
+            blockers: p.blockers.clone(),
+        });
+        r.final_plan = p;
+        return None;
+    }
+    let Some(next) = p.steps.first().cloned() else {
+        r.final_plan = p;
+        return None;
+    };
+    r.final_plan = p;
+    if steps >= opts.max_steps {
+        r.stop = Some(Stop::NoProgress { steps });
+        return None;
+    }
+    // A write that the host did not take (the same step planned right after applying it)
+    // would repeat forever: stop and say which.
+    if next.step.is_write()
+        && r.applied
+            .last()
+            .is_some_and(|a| a.planned.step == next.step)
+    {
+        r.stop = Some(Stop::StepFailed {
+            step: next.step.to_string(),
+            error: "applied, but the host still shows the old state (the change did not take)"
+                .into(),
+        });
+        return None;
+    }
+    Some(next)
+}
+
+/// Runs a `WaitReady` step (blocking, or one look in non-blocking mode); whether the loop goes on.
+fn wait_step(
+    desired: &Desired,
+    door: &mut Door<'_>,
+    opts: &Options,
+    progress: &mut BTreeMap<String, Progress>,
+    r: &mut Report,
+    next: &PlannedStep,
+    at: u64,
+) -> bool {
+    let Step::WaitReady {
+        unit,
+        served_name,
+        stall_after_seconds,
+        deadline_seconds,
+    } = &next.step
+    else {
+        return true;
+    };
+    let outcome = if opts.block_on_ready {
+        Some(wait_ready(
+            door.host(),
+            unit,
+            served_name,
+            *stall_after_seconds,
+            *deadline_seconds,
+            opts.poll_seconds,
+        ))
+    } else {
+        let p = progress
+            .entry(unit.key())
+            .or_insert_with(|| Progress::new(at));
+        let host = r.final_host.clone().unwrap_or_default();
+        p.check(
+            &host,
+            unit,
+            served_name,
+            *stall_after_seconds,
+            *deadline_seconds,
+            at,
+        )
+    };
+    let Some(outcome) = outcome else {
+        r.stop = Some(Stop::Waiting {
+            unit: unit.to_string(),
+        });
+        return false;
+    };
+    let ok = matches!(outcome, WaitOutcome::Ready { .. });
+    // A crash is looked at by the next plan: it may roll back (rollback: Auto) or
+    // report the crash as a blocker.
+    let crashed = matches!(outcome, WaitOutcome::Crashed { .. });
+    r.applied.push(Applied {
+        planned: next.clone(),
+        detail: Some(outcome.summary()),
+        at,
+    });
+    r.waits.insert(unit.key(), outcome);
+    progress.remove(&unit.key());
+    if !ok && !crashed {
+        r.stop = Some(Stop::NotReady {
+            unit: unit.to_string(),
+        });
+        if let Ok(h) = door.host().observe() {
+            r.final_plan = plan(desired, &h);
+            r.final_host = Some(h);
+        }
+        return false;
+    }
+    true
 }

@@ -69,6 +69,30 @@ pub fn compute(
     let host = r.final_host.as_ref().unwrap_or(&empty);
     let part_res = format!("GpuPartition/{}", desired.partition.name);
     let g = generations.get(&part_res).copied();
+    let ps = partition_status(desired, r, host, &part_res, g, &now);
+    out.insert(part_res.clone(), ps);
+    for s in &desired.servers {
+        let res = format!("InferenceServer/{}", s.id);
+        let g = generations.get(&res).copied();
+        let mut st = ResourceStatus::default();
+        server_readiness(&mut st, s, r, host, &part_res, g, &now);
+        p2p_condition(&mut st, s, host, g, &now);
+        degraded_condition(&mut st, s, r, host, g, &now);
+        out.insert(res, st);
+    }
+    out
+}
+
+/// The partition's `Ready`, `Progressing` (blocked, failed step, steps left, converged) and
+/// `Degraded` (the IOMMU mode against the spec's expectation).
+fn partition_status(
+    desired: &Desired,
+    r: &Report,
+    host: &HostState,
+    part_res: &str,
+    g: Option<i64>,
+    now: &Time,
+) -> ResourceStatus {
     let mut ps = ResourceStatus::default();
     let part_blockers: Vec<_> = r
         .final_plan
@@ -84,13 +108,13 @@ pub fn compute(
         .collect();
     if let Some(b) = part_blockers.first() {
         let all: Vec<String> = part_blockers.iter().map(|b| b.message.clone()).collect();
-        ps.set(types::READY, false, &b.reason, all.join("; "), &now, g);
+        ps.set(types::READY, false, &b.reason, all.join("; "), now, g);
         ps.set(
             types::PROGRESSING,
             false,
             &b.reason,
             "blocked; nothing was changed".into(),
-            &now,
+            now,
             g,
         );
     } else if let Some(Stop::StepFailed { step, error }) = &r.stop {
@@ -99,7 +123,7 @@ pub fn compute(
             false,
             "ApplyFailed",
             format!("{step}: {error}"),
-            &now,
+            now,
             g,
         );
         ps.set(
@@ -107,7 +131,7 @@ pub fn compute(
             false,
             "ApplyFailed",
             "the next reconcile retries from the observed state".into(),
-            &now,
+            now,
             g,
         );
     } else if !part_steps.is_empty() {
@@ -121,7 +145,7 @@ pub fn compute(
             false,
             "Progressing",
             format!("{} steps left, next: {}", part_steps.len(), next.join("; ")),
-            &now,
+            now,
             g,
         );
         ps.set(
@@ -129,7 +153,7 @@ pub fn compute(
             true,
             "Applying",
             format!("{} steps left", part_steps.len()),
-            &now,
+            now,
             g,
         );
     } else {
@@ -146,16 +170,28 @@ pub fn compute(
                 )
             })
             .collect();
-        ps.set(types::READY, true, "Converged", summary.join("; "), &now, g);
+        ps.set(types::READY, true, "Converged", summary.join("; "), now, g);
         ps.set(
             types::PROGRESSING,
             false,
             "Converged",
             "host matches the spec".into(),
-            &now,
+            now,
             g,
         );
     }
+    iommu_condition(&mut ps, desired, host, g, now);
+    ps
+}
+
+/// The partition's `Degraded`: whether the IOMMU mode is what the spec expects.
+fn iommu_condition(
+    st: &mut ResourceStatus,
+    desired: &Desired,
+    host: &HostState,
+    g: Option<i64>,
+    now: &Time,
+) {
     let mode = host.iommu.mode();
     let expect_ok = match desired.partition.iommu {
         IommuModeExpectation::Any => true,
@@ -163,146 +199,174 @@ pub fn compute(
         IommuModeExpectation::Passthrough => mode == IommuMode::Passthrough,
     };
     if expect_ok {
-        ps.set(
+        st.set(
             types::DEGRADED,
             false,
             "AsExpected",
             format!("IOMMU mode {mode:?}"),
-            &now,
+            now,
             g,
         );
     } else {
-        ps.set(
+        st.set(
             types::DEGRADED,
             true,
             "IommuMismatch",
             format!("spec expects IOMMU {:?} but the host runs {mode:?} (kernel command line: {}); changing it needs a reboot", desired.partition.iommu, host.iommu.cmdline.join(" ")),
-            &now,
+            now,
             g,
         );
     }
-    out.insert(part_res.clone(), ps);
+}
 
-    for s in &desired.servers {
-        let res = format!("InferenceServer/{}", s.id);
-        let g = generations.get(&res).copied();
-        let mut st = ResourceStatus::default();
-        let unit = host.unit(&s.unit);
-        let obs = unit.and_then(|u| u.server.as_ref());
-        let ready = obs.is_some_and(|o| {
-            o.http == HttpState::Healthy && o.models.iter().any(|m| m == &s.spec.model.served_name)
-        });
-        let endpoint = format!("http://{}:{}", s.spec.listen.host, s.spec.listen.port);
-        let wait = r.waits.get(&s.unit.key());
-        let blocked = r
-            .final_plan
-            .blockers
-            .iter()
-            .find(|b| b.resource == res || b.resource == part_res);
-        if ready {
-            st.set(
-                types::READY,
-                true,
-                "ServerReady",
-                format!(
-                    "{endpoint} serves {} on {} GPUs",
-                    s.spec.model.served_name,
-                    s.gpus.len()
-                ),
-                &now,
-                g,
-            );
-            let startup = match wait {
-                Some(w @ WaitOutcome::Ready { .. }) => format!("startup finished: {}", w.summary()),
-                _ => "startup finished".to_string(),
-            };
-            st.set(types::PROGRESSING, false, "Ready", startup, &now, g);
-        } else {
-            let (reason, msg) = match (wait, blocked) {
-                (Some(WaitOutcome::Stalled { phase, stalled_seconds, gpu_memory_mib, log_tail }), _) => (
-                    "StartupStalled",
-                    format!(
-                        "no startup progress for {stalled_seconds} s in phase {phase} while the unit is active; GPU memory per device: {} MiB; last log lines: {}",
-                        gpu_memory_mib.iter().map(u64::to_string).collect::<Vec<_>>().join(", "),
-                        log_tail.iter().rev().take(3).rev().cloned().collect::<Vec<_>>().join(" | ")
-                    ),
-                ),
-                (Some(WaitOutcome::Crashed { exit_status, log_tail }), _) => (
-                    "Crashed",
-                    format!(
-                        "the unit failed (exit status {}); last log lines: {}",
-                        exit_status.map(|e| e.to_string()).unwrap_or_else(|| "?".into()),
-                        log_tail.iter().rev().take(3).rev().cloned().collect::<Vec<_>>().join(" | ")
-                    ),
-                ),
-                (Some(WaitOutcome::DeadlineExceeded { phase, after_seconds }), _) => {
-                    ("DeadlineExceeded", format!("not ready {after_seconds} s after start, in phase {phase}"))
-                }
-                (_, Some(b)) if b.resource == res => (b.reason.as_str(), b.message.clone()),
-                (_, Some(b)) => ("WaitingForGpus", format!("the partition is blocked: {}", b.message)),
-                _ => ("Starting", format!("phase {}", obs.and_then(|o| o.phase).map(|p| p.reason()).unwrap_or("NotStarted"))),
-            };
-            st.set(types::READY, false, reason, msg, &now, g);
-            let phase = obs
-                .and_then(|o| o.phase)
-                .map(|p| p.reason())
-                .unwrap_or("NotStarted");
-            st.set(
-                types::PROGRESSING,
-                reason == "Starting",
-                phase,
-                format!("startup phase {phase}"),
-                &now,
-                g,
-            );
-        }
-        // P2P
-        let (p2p_ok, p2p_reason, p2p_msg) = match decide_p2p(s, host, &BTreeSet::new()) {
-            P2p::On => match s.spec.p2p {
-                gpuplane_crds::P2pPolicy::Enabled => (true, "PolicyEnabled", "p2p: Enabled; not checked".to_string()),
-                _ if host.iommu.mode() == IommuMode::Translated => (true, "P2PVerified", "the P2P probe copied correctly between every GPU pair".to_string()),
-                _ => (true, "NotTranslated", format!("IOMMU mode {:?}: GPU DMA is not translated", host.iommu.mode())),
-            },
-            P2p::Off(why) if s.spec.p2p == gpuplane_crds::P2pPolicy::Disabled => (true, "PolicyDisabled", why),
-            P2p::Off(why) => (false, "P2PCorruption", format!("{why}; P2P is disabled for this server (NCCL_P2P_DISABLE=1, --disable-custom-all-reduce)")),
-            P2p::Probe(why) => (false, "ProbePending", why),
-        };
-        st.set(types::P2P_SAFE, p2p_ok, p2p_reason, p2p_msg, &now, g);
-        // Driver mismatch: container userspace vs host kernel module.
-        let mismatch = match s.unit.location {
-            Location::Container(v) => host.containers.get(&v).and_then(|c| {
-                match (&c.nvidia_userspace_version, &host.nvidia.module_version) {
-                    (Some(u), Some(k)) if u != k => Some(format!("container {v} has NVIDIA userspace {u} but the host kernel module is {k}; install the {k} userspace libraries in the container")),
-                    _ => None,
-                }
-            }),
-            Location::Host => None,
-        };
-        let rolled_back = r
-            .notes
-            .iter()
-            .find(|n| n.resource == res && n.message.starts_with("Rolled back"))
-            .map(|n| n.message.clone());
-        let drift = obs.and_then(|o| effective_config_drift(&s.spec, &o.server_info));
-        // The most actionable problem wins.
-        let degraded = mismatch
-            .map(|m| ("DriverMismatch", m))
-            .or_else(|| rolled_back.map(|m| ("RolledBack", m)))
-            .or_else(|| drift.map(|m| ("EffectiveConfigDrift", m)));
-        match degraded {
-            Some((reason, m)) => st.set(types::DEGRADED, true, reason, m, &now, g),
-            None => st.set(
-                types::DEGRADED,
-                false,
-                "AsExpected",
-                "no known problem".into(),
-                &now,
-                g,
+/// A server's `Ready` and `Progressing`: ready, stalled, crashed, past its deadline, blocked, or
+/// starting (with its startup phase).
+fn server_readiness(
+    st: &mut ResourceStatus,
+    s: &crate::desired::DesiredServer,
+    r: &Report,
+    host: &HostState,
+    part_res: &str,
+    g: Option<i64>,
+    now: &Time,
+) {
+    let res = format!("InferenceServer/{}", s.id);
+    let unit = host.unit(&s.unit);
+    let obs = unit.and_then(|u| u.server.as_ref());
+    let ready = obs.is_some_and(|o| {
+        o.http == HttpState::Healthy && o.models.iter().any(|m| m == &s.spec.model.served_name)
+    });
+    let endpoint = format!("http://{}:{}", s.spec.listen.host, s.spec.listen.port);
+    let wait = r.waits.get(&s.unit.key());
+    let blocked = r
+        .final_plan
+        .blockers
+        .iter()
+        .find(|b| b.resource == res || b.resource == part_res);
+    if ready {
+        st.set(
+            types::READY,
+            true,
+            "ServerReady",
+            format!(
+                "{endpoint} serves {} on {} GPUs",
+                s.spec.model.served_name,
+                s.gpus.len()
             ),
-        }
-        out.insert(res, st);
+            now,
+            g,
+        );
+        let startup = match wait {
+            Some(w @ WaitOutcome::Ready { .. }) => format!("startup finished: {}", w.summary()),
+            _ => "startup finished".to_string(),
+        };
+        st.set(types::PROGRESSING, false, "Ready", startup, now, g);
+    } else {
+        let (reason, msg) = match (wait, blocked) {
+            (Some(WaitOutcome::Stalled { phase, stalled_seconds, gpu_memory_mib, log_tail }), _) => (
+                "StartupStalled",
+                format!(
+                    "no startup progress for {stalled_seconds} s in phase {phase} while the unit is active; GPU memory per device: {} MiB; last log lines: {}",
+                    gpu_memory_mib.iter().map(u64::to_string).collect::<Vec<_>>().join(", "),
+                    log_tail.iter().rev().take(3).rev().cloned().collect::<Vec<_>>().join(" | ")
+                ),
+            ),
+            (Some(WaitOutcome::Crashed { exit_status, log_tail }), _) => (
+                "Crashed",
+                format!(
+                    "the unit failed (exit status {}); last log lines: {}",
+                    exit_status.map(|e| e.to_string()).unwrap_or_else(|| "?".into()),
+                    log_tail.iter().rev().take(3).rev().cloned().collect::<Vec<_>>().join(" | ")
+                ),
+            ),
+            (Some(WaitOutcome::DeadlineExceeded { phase, after_seconds }), _) => {
+                ("DeadlineExceeded", format!("not ready {after_seconds} s after start, in phase {phase}"))
+            }
+            (_, Some(b)) if b.resource == res => (b.reason.as_str(), b.message.clone()),
+            (_, Some(b)) => ("WaitingForGpus", format!("the partition is blocked: {}", b.message)),
+            _ => ("Starting", format!("phase {}", obs.and_then(|o| o.phase).map(|p| p.reason()).unwrap_or("NotStarted"))),
+        };
+        st.set(types::READY, false, reason, msg, now, g);
+        let phase = obs
+            .and_then(|o| o.phase)
+            .map(|p| p.reason())
+            .unwrap_or("NotStarted");
+        st.set(
+            types::PROGRESSING,
+            reason == "Starting",
+            phase,
+            format!("startup phase {phase}"),
+            now,
+            g,
+        );
     }
-    out
+}
+
+/// A server's `P2PSafe`: whether GPU peer-to-peer is safe for it, and why.
+fn p2p_condition(
+    st: &mut ResourceStatus,
+    s: &crate::desired::DesiredServer,
+    host: &HostState,
+    g: Option<i64>,
+    now: &Time,
+) {
+    let (p2p_ok, p2p_reason, p2p_msg) = match decide_p2p(s, host, &BTreeSet::new()) {
+        P2p::On => match s.spec.p2p {
+            gpuplane_crds::P2pPolicy::Enabled => (true, "PolicyEnabled", "p2p: Enabled; not checked".to_string()),
+            _ if host.iommu.mode() == IommuMode::Translated => (true, "P2PVerified", "the P2P probe copied correctly between every GPU pair".to_string()),
+            _ => (true, "NotTranslated", format!("IOMMU mode {:?}: GPU DMA is not translated", host.iommu.mode())),
+        },
+        P2p::Off(why) if s.spec.p2p == gpuplane_crds::P2pPolicy::Disabled => (true, "PolicyDisabled", why),
+        P2p::Off(why) => (false, "P2PCorruption", format!("{why}; P2P is disabled for this server (NCCL_P2P_DISABLE=1, --disable-custom-all-reduce)")),
+        P2p::Probe(why) => (false, "ProbePending", why),
+    };
+    st.set(types::P2P_SAFE, p2p_ok, p2p_reason, p2p_msg, now, g);
+}
+
+/// A server's `Degraded`: the most actionable of a driver mismatch, a rollback, or a running
+/// configuration that differs from the spec.
+fn degraded_condition(
+    st: &mut ResourceStatus,
+    s: &crate::desired::DesiredServer,
+    r: &Report,
+    host: &HostState,
+    g: Option<i64>,
+    now: &Time,
+) {
+    let res = format!("InferenceServer/{}", s.id);
+    let obs = host.unit(&s.unit).and_then(|u| u.server.as_ref());
+    // Driver mismatch: container userspace vs host kernel module.
+    let mismatch = match s.unit.location {
+        Location::Container(v) => host.containers.get(&v).and_then(|c| {
+            match (&c.nvidia_userspace_version, &host.nvidia.module_version) {
+                (Some(u), Some(k)) if u != k => Some(format!("container {v} has NVIDIA userspace {u} but the host kernel module is {k}; install the {k} userspace libraries in the container")),
+                _ => None,
+            }
+        }),
+        Location::Host => None,
+    };
+    let rolled_back = r
+        .notes
+        .iter()
+        .find(|n| n.resource == res && n.message.starts_with("Rolled back"))
+        .map(|n| n.message.clone());
+    let drift = obs.and_then(|o| effective_config_drift(&s.spec, &o.server_info));
+    // The most actionable problem wins.
+    let degraded = mismatch
+        .map(|m| ("DriverMismatch", m))
+        .or_else(|| rolled_back.map(|m| ("RolledBack", m)))
+        .or_else(|| drift.map(|m| ("EffectiveConfigDrift", m)));
+    match degraded {
+        Some((reason, m)) => st.set(types::DEGRADED, true, reason, m, now, g),
+        None => st.set(
+            types::DEGRADED,
+            false,
+            "AsExpected",
+            "no known problem".into(),
+            now,
+            g,
+        ),
+    }
 }
 
 /// Differences between what the server reports it runs (`/server_info`) and the spec.
