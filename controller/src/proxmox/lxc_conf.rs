@@ -27,6 +27,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::lines::{content, first_line_ending, is_blank, is_ws, split_lines, terminate};
+
 /// Character device major of `/dev/nvidia<N>` and `/dev/nvidiactl` (fixed by the driver).
 pub const NVIDIA_MAJOR: u32 = 195;
 
@@ -409,23 +411,11 @@ impl LxcConfig {
 
     /// Line ending for lines inserted before index `at`; also fixes a missing final newline.
     fn eol_for_insert(&mut self, at: usize) -> String {
-        let first = self
-            .lines
-            .iter()
-            .find_map(|l| line_ending(l))
-            .unwrap_or("\n")
-            .to_string();
+        let first = first_line_ending(&self.lines).to_string();
         if at == 0 {
             return first;
         }
-        let prev = &mut self.lines[at - 1];
-        match line_ending(prev) {
-            Some(e) => e.to_string(),
-            None => {
-                prev.push_str(&first);
-                first
-            }
-        }
+        terminate(&mut self.lines[at - 1], &first)
     }
 }
 
@@ -573,36 +563,6 @@ fn parse_canonical_u32(s: &str) -> Option<u32> {
 // ---------------------------------------------------------------------------------------------
 // Line-level grammar of parse_pct_config
 // ---------------------------------------------------------------------------------------------
-
-/// Splits into lines that keep their `\n` terminator (PVE splits on `\n` only).
-fn split_lines(text: &str) -> Vec<String> {
-    text.split_inclusive('\n').map(str::to_string).collect()
-}
-
-/// Line without its `\n` (a `\r` stays, as in PVE).
-fn content(line: &str) -> &str {
-    line.strip_suffix('\n').unwrap_or(line)
-}
-
-/// `\r\n`, `\n` or none.
-fn line_ending(line: &str) -> Option<&'static str> {
-    if line.ends_with("\r\n") {
-        Some("\r\n")
-    } else if line.ends_with('\n') {
-        Some("\n")
-    } else {
-        None
-    }
-}
-
-/// Perl `\s` on byte strings: space, \t, \n, \r, \v, \f.
-fn is_ws(c: char) -> bool {
-    matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c')
-}
-
-fn is_blank(s: &str) -> bool {
-    s.chars().all(is_ws)
-}
 
 /// One line as classified by `parse_pct_config` (rules 0-9 of the facts file, in order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1084,6 +1044,7 @@ fn encode_text(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proxmox::lines::testing::{is_subsequence, lines};
     use proptest::prelude::*;
 
     const F8A: &str = include_str!("testdata/lxc-8a.conf");
@@ -1104,19 +1065,6 @@ mod tests {
         let mut c = LxcConfig::parse(text);
         let changed = c.set_gpu_mounts(d);
         (c.render(), changed)
-    }
-
-    /// Lines of `text` without their terminators.
-    fn lines(text: &str) -> Vec<&str> {
-        text.split_inclusive('\n')
-            .map(|l| l.trim_end_matches('\n').trim_end_matches('\r'))
-            .collect()
-    }
-
-    /// True if `sub` is a subsequence of `all`.
-    fn is_subsequence(sub: &[&str], all: &[&str]) -> bool {
-        let mut it = all.iter();
-        sub.iter().all(|s| it.any(|a| a == s))
     }
 
     /// Lines of `text` that the agent does not own for `uvm_major`.

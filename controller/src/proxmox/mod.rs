@@ -15,5 +15,6 @@
 //! the whole file in memory, which is fine at that size. They do not do I/O or locking: the
 //! caller reads, edits and writes back (comparing the digest / using cfs locks as needed).
 
+mod lines;
 pub mod lxc_conf;
 pub mod pci_cfg;

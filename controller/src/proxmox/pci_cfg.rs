@@ -26,6 +26,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::lines::{content, first_line_ending, is_ws, line_ending, split_lines, terminate};
+
 /// Maximum length of the `description` values (schema `maxLength`).
 const MAX_DESCRIPTION_LEN: usize = 4096;
 
@@ -286,7 +288,7 @@ impl PciCfg {
     /// Guarantee: `PciCfg::parse(x).render() == x` for any `x`.
     pub fn parse(text: &str) -> PciCfg {
         PciCfg {
-            lines: text.split_inclusive('\n').map(str::to_string).collect(),
+            lines: split_lines(text),
         }
     }
 
@@ -512,12 +514,7 @@ impl PciCfg {
 
     /// Removes lines and inserts new ones before the given original indices.
     fn apply(&mut self, remove: &BTreeSet<usize>, inserts: &BTreeMap<usize, Vec<String>>) {
-        let fallback_eol = self
-            .lines
-            .iter()
-            .find_map(|l| line_ending(l))
-            .unwrap_or("\n")
-            .to_string();
+        let fallback_eol = first_line_ending(&self.lines).to_string();
         let old = std::mem::take(&mut self.lines);
         let n = old.len();
         let mut out: Vec<String> = Vec::with_capacity(n + inserts.len());
@@ -536,13 +533,7 @@ impl PciCfg {
         }
         if let Some(new) = inserts.get(&n) {
             let eol = match out.last_mut() {
-                Some(last) => match line_ending(last) {
-                    Some(e) => e.to_string(),
-                    None => {
-                        last.push_str(&fallback_eol);
-                        fallback_eol.clone()
-                    }
-                },
+                Some(last) => terminate(last, &fallback_eol),
                 None => fallback_eol.clone(),
             };
             out.extend(new.iter().map(|l| format!("{l}{eol}")));
@@ -580,26 +571,6 @@ fn lcs(a: &[&MapEntry], b: &[MapEntry]) -> Vec<(usize, usize)> {
     out
 }
 
-/// Perl `\s` on byte strings.
-fn is_ws(c: char) -> bool {
-    matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c')
-}
-
-/// Line without its `\n` (a `\r` stays, as in PVE).
-fn content(line: &str) -> &str {
-    line.strip_suffix('\n').unwrap_or(line)
-}
-
-fn line_ending(line: &str) -> Option<&'static str> {
-    if line.ends_with("\r\n") {
-        Some("\r\n")
-    } else if line.ends_with('\n') {
-        Some("\n")
-    } else {
-        None
-    }
-}
-
 /// `^\s*#`
 fn is_comment(c: &str) -> bool {
     c.trim_start_matches(is_ws).starts_with('#')
@@ -632,6 +603,7 @@ fn property(c: &str) -> Option<(&str, Option<&str>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proxmox::lines::testing::{is_subsequence, lines};
     use proptest::prelude::*;
 
     const F101: &str = include_str!("testdata/pci-10-1b.cfg");
@@ -654,17 +626,6 @@ mod tests {
             .get(mapping)
             .map(|v| v.iter().filter(|e| e.node == node).cloned().collect())
             .unwrap_or_default()
-    }
-
-    fn lines(text: &str) -> Vec<&str> {
-        text.split_inclusive('\n')
-            .map(|l| l.trim_end_matches('\n').trim_end_matches('\r'))
-            .collect()
-    }
-
-    fn is_subsequence(sub: &[&str], all: &[&str]) -> bool {
-        let mut it = all.iter();
-        sub.iter().all(|s| it.any(|a| a == s))
     }
 
     #[test]
