@@ -4,9 +4,10 @@
 //! PVE also edit. We therefore keep every original line with its exact bytes (including its
 //! line ending) and only insert/remove the lines the agent owns.
 //!
-//! Line classification follows `PVE::LXC::Config::parse_pct_config` exactly (rule order,
-//! `\s` semantics, `\r` handling; see facts/proxmox/lxc-conf.txt section 1), so that what we
-//! consider "a GPU line" is what PVE would see too.
+//! Line classification follows `PVE::LXC::Config::parse_pct_config` (pve-container,
+//! `src/PVE/LXC/Config.pm`) exactly (rule order, Perl `\s` semantics, and `\r` handling: PVE
+//! splits the file on `\n` only, so a CRLF line keeps its `\r`), so that what we consider
+//! "a GPU line" is what PVE would see too.
 //!
 //! Owned lines (main section only, i.e. before the first `[...]` header):
 //! - `lxc.mount.entry` (`:` or `=` separator) whose source is `/dev/nvidia<N>`,

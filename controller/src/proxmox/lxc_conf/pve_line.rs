@@ -3,7 +3,9 @@
 
 use crate::proxmox::lines::{is_blank, is_ws};
 
-/// One line as classified by `parse_pct_config` (rules 0-9 of the facts file, in order).
+/// One line as classified by `parse_pct_config`. Its rules are tried in the order of the
+/// variants: blank, `[pve:pending]`, snapshot header, `#` comment, `lxc.*` key, `description:`,
+/// `snapstate:`, `delete:` and `key: value`; any other line is unparseable (PVE drops it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum PveLine<'a> {
     Blank,

@@ -215,7 +215,8 @@ fn check_type(key: &str, value: &str) -> String {
     value.to_string()
 }
 
-/// Approximation of `is_valid_lxc_conf_key` (facts 3.4); invalid keys are dropped by PVE.
+/// Approximation of `is_valid_lxc_conf_key` (pve-container, `src/PVE/LXC/Config.pm`); invalid
+/// keys are dropped by PVE.
 fn is_valid_lxc_key(key: &str) -> bool {
     const EXACT: &[&str] = &[
         "lxc.apparmor.profile",

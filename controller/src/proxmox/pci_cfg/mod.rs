@@ -5,8 +5,9 @@
 //! the cluster and edited by humans and the PVE GUI/API. PVE itself would drop comments on its
 //! next write, but until then (and for other nodes' lines always) we must not disturb anything.
 //!
-//! The structure follows `PVE::SectionConfig::parse_config` with the PCI header override
-//! exactly (facts/proxmox/pci-mapping.txt section 2):
+//! The structure follows `PVE::SectionConfig::parse_config` (pve-common,
+//! `src/PVE/SectionConfig.pm`) with the section header override `parse_section_header` of
+//! `PVE::Mapping::PCI` (pve-guest-common, `src/PVE/Mapping/PCI.pm`) exactly:
 //! - input split on `\n`; lines matching `^\s*#` are skipped everywhere (even inside sections);
 //! - at top level, `^(\S+)\s*$` is a section header (the mapping ID, no `type:` prefix);
 //!   other non-empty lines are ignored by PVE;
