@@ -11,9 +11,11 @@
 //! - `parse(x).render() == x` for every input string;
 //! - edits touch only the lines the agent owns and are idempotent.
 //!
-//! Both files are limited to 1 MiB by pmxcfs (see facts/proxmox/pmxcfs.txt); the editors hold
-//! the whole file in memory, which is fine at that size. They do not do I/O or locking: the
+//! Both files are limited to 1 MiB by pmxcfs (`MEMDB_MAX_FILE_SIZE` in pve-cluster's
+//! `src/pmxcfs/memdb.h`; a larger write fails with `EFBIG`); the editors hold the whole file in
+//! memory, which is fine at that size. They do not do I/O or locking: the
 //! caller reads, edits and writes back (comparing the digest / using cfs locks as needed).
 
+mod lines;
 pub mod lxc_conf;
 pub mod pci_cfg;

@@ -12,8 +12,8 @@
 //! that cannot be represented that way is refused with a [`unit::UnitError`]
 //! instead of being written.
 //!
-//! * [`unit::render`] turns a [`unit::UnitSpec`] into deterministic unit text.
-//! * [`unit::parse`] reads the relevant keys back the way systemd does; the
+//! * [`unit::render()`] turns a [`unit::UnitSpec`] into deterministic unit text.
+//! * [`unit::parse()`] reads the relevant keys back the way systemd does; the
 //!   simulated host uses it to "run" a unit and the tests use it to prove the
 //!   round trip `parse(render(spec)) == spec` for hostile input.
 //! * [`name`] validates unit names (systemd.unit(5)).

@@ -1,0 +1,331 @@
+//! The editor: [`LxcConfig`]'s parse, render, read and edit methods, and the text of the lines
+//! it adds. Every original line is kept byte for byte; only the agent's lines (see
+//! `classify.rs`) are inserted or removed.
+
+use std::collections::BTreeSet;
+
+use super::classify::{classify_gpu_line, dev_index, GpuDev, GpuLine};
+use super::pve_line::{parse_pve_line, PveLine};
+use super::{
+    ControlDevice, DesiredGpuMounts, GpuMounts, LxcConfig, MountStyle, DEFAULT_DEVN_OPTIONS,
+    MAX_DEV_INDEX, NVIDIA_MAJOR,
+};
+use crate::proxmox::lines::{content, first_line_ending, is_blank, is_ws, split_lines, terminate};
+
+impl LxcConfig {
+    /// Parses a config. Never fails: every line is kept verbatim, classification happens on
+    /// demand. Guarantee: `LxcConfig::parse(x).render() == x` for any `x`.
+    pub fn parse(text: &str) -> LxcConfig {
+        LxcConfig {
+            lines: split_lines(text),
+        }
+    }
+
+    /// Renders the file; byte-identical to the input when nothing was changed.
+    pub fn render(&self) -> String {
+        self.lines.concat()
+    }
+
+    /// GPU state of the main section (lines before the first `[...]` header).
+    ///
+    /// `style` is `MountEntry` if any GPU `lxc.mount.entry` line exists, else `DevN` if any GPU
+    /// `devN` line exists, else `None`. This rule (rather than "first line wins") keeps
+    /// [`LxcConfig::set_gpu_mounts`] idempotent on mixed files.
+    pub fn gpu_mounts(&self) -> GpuMounts {
+        let mut out = GpuMounts::default();
+        let mut any_entry = false;
+        let mut any_devn = false;
+        for (_, line) in self.main_gpu_lines() {
+            match line {
+                GpuLine::Device { dev, style, .. } => {
+                    match dev {
+                        GpuDev::Minor(n) => {
+                            out.minors.insert(n);
+                        }
+                        GpuDev::Control(c) => {
+                            out.control.insert(c);
+                        }
+                    }
+                    match style {
+                        MountStyle::MountEntry => any_entry = true,
+                        MountStyle::DevN => any_devn = true,
+                    }
+                }
+                GpuLine::Allow(m) => {
+                    out.cgroup_allow_majors.insert(m);
+                }
+            }
+        }
+        out.style = if any_entry {
+            Some(MountStyle::MountEntry)
+        } else if any_devn {
+            Some(MountStyle::DevN)
+        } else {
+            None
+        };
+        out
+    }
+
+    /// Rewrites only the lines the agent owns in the main section so that `gpu_mounts()`
+    /// afterwards has exactly `desired.minors`, the control devices when minors is non-empty
+    /// (none when empty), and (MountEntry style) allow lines for major 195 and `uvm_major`.
+    /// Returns true if anything changed.
+    ///
+    /// Behaviour:
+    /// - Style: the existing style (see [`LxcConfig::gpu_mounts`]) or `default_style` when the
+    ///   file has no GPU device line. Existing wanted lines are kept byte-for-byte whatever
+    ///   their style; only missing devices are added, in the chosen style.
+    /// - Control devices: Ctl, Uvm, UvmTools always; Caps only in MountEntry style, because
+    ///   `/dev/nvidia-caps` is a directory and PVE refuses a `devN` that is not a device node
+    ///   (the container would fail to start). A `devN` line for `/dev/nvidia-caps` is removed.
+    /// - Allow lines (`c 195:* rwm`, `c <uvm_major>:* rwm`) are wanted iff the result still
+    ///   has a GPU `lxc.mount.entry` line; otherwise they are removed (stale broad grants).
+    ///   Allow lines for other majors are foreign and kept.
+    /// - Unwanted owned lines are removed (all of them, e.g. a removed GPU's lines); duplicate
+    ///   wanted lines are kept.
+    /// - New lines go right after the last owned line of the main section (at its position if
+    ///   it was removed), else after the last non-blank line of the main section (never at EOF
+    ///   of a file with sections, which would land in the last section). Order: allow lines,
+    ///   then minors ascending, then ctl, uvm, uvm-tools, caps.
+    /// - New `devN` lines use the lowest index 0..=255 not used in the main section nor in
+    ///   `[pve:pending]` (keys or `delete:`), so a pending change can't clobber them. Options
+    ///   are copied from an existing GPU `devN` line (same kind - GPU or control - preferred),
+    ///   else [`DEFAULT_DEVN_OPTIONS`]. If all 256 indices are taken the device is not added
+    ///   (visible through `gpu_mounts()`).
+    /// - Line endings follow the line before the insertion point (else the file's first
+    ///   line ending, else `\n`); if that line was the unterminated last line it gets one.
+    pub fn set_gpu_mounts(&mut self, desired: &DesiredGpuMounts) -> bool {
+        let gpu_lines = self.main_gpu_lines();
+        let owned_majors: BTreeSet<u32> = [NVIDIA_MAJOR, desired.uvm_major].into();
+        let is_owned = |l: &GpuLine| match l {
+            GpuLine::Device { .. } => true,
+            GpuLine::Allow(m) => owned_majors.contains(m),
+        };
+
+        let current = self.gpu_mounts();
+        let style = current.style.unwrap_or(desired.default_style);
+
+        let mut wanted_devs: BTreeSet<GpuDev> = BTreeSet::new();
+        if !desired.minors.is_empty() {
+            wanted_devs.extend(desired.minors.iter().map(|&n| GpuDev::Minor(n)));
+            wanted_devs.extend(
+                [
+                    ControlDevice::Ctl,
+                    ControlDevice::Uvm,
+                    ControlDevice::UvmTools,
+                ]
+                .map(GpuDev::Control),
+            );
+            if style == MountStyle::MountEntry {
+                wanted_devs.insert(GpuDev::Control(ControlDevice::Caps));
+            }
+        }
+
+        let mut remove: BTreeSet<usize> = BTreeSet::new();
+        let mut present: BTreeSet<GpuDev> = BTreeSet::new();
+        let mut kept_entry_line = false;
+        for (idx, line) in &gpu_lines {
+            if let GpuLine::Device { dev, style, .. } = line {
+                let devn_caps =
+                    *dev == GpuDev::Control(ControlDevice::Caps) && *style == MountStyle::DevN;
+                if wanted_devs.contains(dev) && !devn_caps {
+                    present.insert(*dev);
+                    if *style == MountStyle::MountEntry {
+                        kept_entry_line = true;
+                    }
+                } else {
+                    remove.insert(*idx);
+                }
+            }
+        }
+
+        let mut new_lines: Vec<String> = Vec::new();
+        let missing: Vec<GpuDev> = wanted_devs.difference(&present).copied().collect();
+        let mut new_devs: Vec<String> = Vec::new();
+        let mut adds_entry_line = false;
+        if style == MountStyle::MountEntry {
+            for dev in &missing {
+                new_devs.push(mount_entry_line(*dev));
+                adds_entry_line = true;
+            }
+        } else {
+            let mut used = self.used_dev_indices();
+            for dev in &missing {
+                let Some(index) = (0..=MAX_DEV_INDEX).find(|i| !used.contains(i)) else {
+                    break;
+                };
+                used.insert(index);
+                let options = devn_template(&gpu_lines, *dev);
+                new_devs.push(devn_line(index, *dev, options.as_deref()));
+            }
+        }
+
+        let want_allow = kept_entry_line || adds_entry_line;
+        let mut present_majors: BTreeSet<u32> = BTreeSet::new();
+        for (idx, line) in &gpu_lines {
+            if let GpuLine::Allow(m) = line {
+                if !owned_majors.contains(m) {
+                    continue;
+                }
+                if want_allow {
+                    present_majors.insert(*m);
+                } else {
+                    remove.insert(*idx);
+                }
+            }
+        }
+        if want_allow {
+            for m in owned_majors.difference(&present_majors) {
+                new_lines.push(format!("lxc.cgroup2.devices.allow: c {m}:* rwm"));
+            }
+        }
+        new_lines.extend(new_devs);
+
+        if remove.is_empty() && new_lines.is_empty() {
+            return false;
+        }
+
+        let main_end = self.main_end();
+        let insert_at = match gpu_lines.iter().rfind(|(_, l)| is_owned(l)) {
+            Some((idx, _)) => idx + 1,
+            None => (0..main_end)
+                .rev()
+                .find(|&i| !is_blank(content(&self.lines[i])))
+                .map_or(0, |i| i + 1),
+        };
+        let eol = self.eol_for_insert(insert_at);
+
+        let mut out: Vec<String> = Vec::with_capacity(self.lines.len() + new_lines.len());
+        for (idx, line) in self.lines.iter().enumerate() {
+            if idx == insert_at {
+                push_new_lines(&mut out, &new_lines, &eol);
+            }
+            if !remove.contains(&idx) {
+                out.push(line.clone());
+            }
+        }
+        if insert_at >= self.lines.len() {
+            push_new_lines(&mut out, &new_lines, &eol);
+        }
+        self.lines = out;
+        true
+    }
+
+    /// Index of the first section header (end of the main section), or the line count.
+    pub(super) fn main_end(&self) -> usize {
+        self.lines
+            .iter()
+            .position(|l| {
+                matches!(
+                    parse_pve_line(content(l)),
+                    PveLine::PendingHeader | PveLine::SnapshotHeader(_)
+                )
+            })
+            .unwrap_or(self.lines.len())
+    }
+
+    /// GPU lines of the main section with their line index.
+    fn main_gpu_lines(&self) -> Vec<(usize, GpuLine)> {
+        let end = self.main_end();
+        self.lines[..end]
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| classify_gpu_line(content(l)).map(|g| (i, g)))
+            .collect()
+    }
+
+    /// `devN` indices that a new GPU line must not use: all in the main section plus those
+    /// named in `[pve:pending]` (as keys or in `delete:`).
+    fn used_dev_indices(&self) -> BTreeSet<u32> {
+        let mut used = BTreeSet::new();
+        let mut section = Section::Main;
+        for l in &self.lines {
+            match parse_pve_line(content(l)) {
+                PveLine::PendingHeader => section = Section::Pending,
+                PveLine::SnapshotHeader(_) => section = Section::Snapshot,
+                PveLine::Normal { key, .. } if section != Section::Snapshot => {
+                    if let Some(i) = dev_index(key) {
+                        used.insert(i);
+                    }
+                }
+                PveLine::Delete(list) if section == Section::Pending => {
+                    for item in list.split(|c: char| c == ',' || c == ';' || is_ws(c)) {
+                        if let Some(i) = dev_index(item.trim_start_matches('!')) {
+                            used.insert(i);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        used
+    }
+
+    /// Line ending for lines inserted before index `at`; also fixes a missing final newline.
+    fn eol_for_insert(&mut self, at: usize) -> String {
+        let first = first_line_ending(&self.lines).to_string();
+        if at == 0 {
+            return first;
+        }
+        terminate(&mut self.lines[at - 1], &first)
+    }
+}
+
+fn push_new_lines(out: &mut Vec<String>, new_lines: &[String], eol: &str) {
+    for l in new_lines {
+        out.push(format!("{l}{eol}"));
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Section {
+    Main,
+    Pending,
+    Snapshot,
+}
+
+fn mount_entry_line(dev: GpuDev) -> String {
+    let path = dev.path();
+    let target = path.trim_start_matches('/');
+    let create = if dev == GpuDev::Control(ControlDevice::Caps) {
+        "dir"
+    } else {
+        "file"
+    };
+    format!("lxc.mount.entry: {path} {target} none bind,optional,create={create}")
+}
+
+fn devn_line(index: u32, dev: GpuDev, options: Option<&str>) -> String {
+    let path = dev.path();
+    match options {
+        Some(o) if !o.is_empty() => format!("dev{index}: {path},{o}"),
+        Some(_) => format!("dev{index}: {path}"),
+        None => format!("dev{index}: {path},{DEFAULT_DEVN_OPTIONS}"),
+    }
+}
+
+/// Options of an existing GPU `devN` line to copy onto a new line for `dev`: a line of the
+/// same kind (GPU vs control) first, else any GPU `devN` line. `None` = no template.
+fn devn_template(lines: &[(usize, GpuLine)], dev: GpuDev) -> Option<String> {
+    let is_minor = matches!(dev, GpuDev::Minor(_));
+    let mut any = None;
+    for (_, l) in lines {
+        if let GpuLine::Device {
+            dev: d,
+            style: MountStyle::DevN,
+            options: Some(o),
+        } = l
+        {
+            if *d == GpuDev::Control(ControlDevice::Caps) {
+                continue;
+            }
+            if matches!(d, GpuDev::Minor(_)) == is_minor {
+                return Some(o.clone());
+            }
+            if any.is_none() {
+                any = Some(o.clone());
+            }
+        }
+    }
+    any
+}
