@@ -159,39 +159,4 @@ pub fn scan(root: &Root, devices: &BTreeMap<String, PciDevice>) -> BTreeMap<Stri
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cgroups_attribute_processes() {
-        assert_eq!(
-            attribution("0::/lxc/129/ns/system.slice/sglang-qwen.service\n"),
-            (Some(129), None, None)
-        );
-        assert_eq!(
-            attribution("0::/lxc.payload.130/init.scope\n"),
-            (Some(130), None, None)
-        );
-        assert_eq!(
-            attribution("0::/qemu.slice/200.scope\n"),
-            (None, Some(200), None)
-        );
-        assert_eq!(
-            attribution("0::/system.slice/nvidia-persistenced.service\n"),
-            (None, None, Some("nvidia-persistenced.service".into()))
-        );
-        assert_eq!(
-            attribution("0::/user.slice/user-0.slice/session-3.scope\n"),
-            (None, None, None)
-        );
-    }
-
-    #[test]
-    fn device_numbers_decode_like_the_kernel() {
-        // makedev(195, 3) and makedev(511, 0) in glibc's encoding
-        assert_eq!(dev_numbers((195 << 8) | 3), (195, 3));
-        assert_eq!(dev_numbers(511u64 << 8), (511, 0));
-        // majors above 4095 keep their high bits at bit 32+
-        assert_eq!(dev_numbers((4096u64 << 32) | 5), (4096, 5));
-    }
-}
+mod tests;

@@ -1,0 +1,47 @@
+use super::*;
+
+/// The committed YAML must match what the types generate, or `kubectl apply -f crds/`
+/// would install a schema that differs from the code. Regenerate with
+/// `cargo run -p gpuplane-crds --bin crdgen`.
+#[test]
+fn committed_crd_yaml_is_fresh() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(CRDS_FILE);
+    let committed = std::fs::read_to_string(&path).expect("committed CRD YAML exists");
+    let generated = crds_yaml().expect("CRDs serialize");
+    assert!(
+        committed == generated,
+        "{} is stale: run `cargo run -p gpuplane-crds --bin crdgen`",
+        path.display()
+    );
+}
+
+#[test]
+fn crds_have_status_subresource_and_printer_columns() {
+    for crd in [GpuPartition::crd(), InferenceServer::crd()] {
+        let v = &crd.spec.versions[0];
+        assert!(v
+            .subresources
+            .as_ref()
+            .and_then(|s| s.status.as_ref())
+            .is_some());
+        let cols = v
+            .additional_printer_columns
+            .as_ref()
+            .expect("printer columns");
+        assert!(cols.iter().any(|c| c.name == "Ready"));
+        assert!(crd
+            .spec
+            .names
+            .short_names
+            .as_ref()
+            .is_some_and(|s| !s.is_empty()));
+    }
+    assert_eq!(GpuPartition::crd().spec.scope, "Cluster");
+    assert_eq!(InferenceServer::crd().spec.scope, "Namespaced");
+}
+
+#[test]
+fn pci_address_pattern_is_in_the_schema() {
+    let yaml = crds_yaml().unwrap();
+    assert!(yaml.contains(partition::PCI_ADDRESS_PATTERN));
+}
