@@ -2,23 +2,28 @@
 //!
 //! One idea carries the design: **observe → plan → apply**, with the plan a pure function.
 //!
-//! | folder      | concern                                                        |
-//! |-------------|----------------------------------------------------------------|
-//! | `host`      | the host model and its backends (`local` real host, `sim`)     |
-//! | `desired`   | validation of specs and resolution against the host           |
-//! | `plan`      | the pure planner: ordered, typed steps                         |
-//! | `apply`     | the one door every host write goes through                     |
-//! | `converge`  | the loop: observe, plan, apply one step, repeat; readiness     |
-//! | `status`    | conditions from what was observed                              |
-//! | `proxmox`   | byte-preserving editors of `/etc/pve` files                    |
-//! | `systemd`   | unit rendering with systemd's quoting rules, unit names        |
-//! | `sglang`    | SGLang's flags, launch command and speculative checks          |
-//! | `manifests` | reading resources from YAML files and directories              |
+//! | folder      | concern                                                          |
+//! |-------------|------------------------------------------------------------------|
+//! | `host`      | the host model and its backends (`local` real host, `sim`)       |
+//! | `step`      | `Step`: the words the planner and the backends share             |
+//! | `desired`   | validation of specs and resolution against the host             |
+//! | `p2p`       | GPU peer-to-peer policy and the correctness probe                |
+//! | `plan`      | the pure planner: ordered, typed steps                           |
+//! | `apply`     | the one door every host write goes through                       |
+//! | `converge`  | the loop: observe, plan, apply one step, repeat; readiness       |
+//! | `status`    | conditions from what was observed                                |
+//! | `proxmox`   | byte-preserving editors of `/etc/pve` files                      |
+//! | `systemd`   | unit rendering with systemd's quoting rules, unit names          |
+//! | `sglang`    | SGLang's flags, launch command, startup phases, speculative checks |
+//! | `manifests` | reading resources from YAML files and directories                |
 //! | `reconcile` | the Kubernetes agent (`gpuplane run`): controller, lease, metrics |
-//! | `cli`       | the `gpuplane` command                                         |
+//! | `cli`       | the `gpuplane` command                                           |
 //!
-//! Dependency rules: `plan` knows `desired` and `host::model` only, never a backend;
-//! `host` knows nothing of Kubernetes; only `converge` and `cli` bring them together.
+//! Dependency rules (`ARCHITECTURE.md` has the picture): `desired`, `p2p`, `plan` and
+//! `status` are pure; `plan` knows `desired`, `step` and `host::model`, never a backend; `host`
+//! knows nothing of Kubernetes. Host writes happen only in a backend's `Host::apply`, reached
+//! only through `apply::Door`, which `converge` holds (and `cli` for the single P2P probe step);
+//! `reconcile` and `cli` are the only places where observe, plan and apply meet the outside.
 
 pub mod apply;
 pub mod cli;
