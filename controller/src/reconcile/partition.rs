@@ -110,7 +110,7 @@ pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action,
     let was_ready = is_ready(&old.conditions) && old.observed_generation == p.metadata.generation;
     let ready = write_status(&ctx, &p, &r, &report).await?;
     publish_events(&ctx, &p, &r, &report, was_ready, &old.conditions).await;
-    record_metrics(&ctx, &r, &report, ready);
+    record_metrics(&ctx, &r, &report, ready, was_ready);
     Ok(next_action(&ctx, &p.name_any(), &report))
 }
 
@@ -486,9 +486,13 @@ async fn publish_events(
     }
 }
 
-/// Phase 7: host writes by kind, GPUs by slice and driver, Ready servers, errors by reason.
-fn record_metrics(ctx: &Ctx, r: &Resolved<'_>, report: &Report, ready: i64) {
+/// Phase 7: host writes by kind, corrected drift, GPUs by slice and driver, Ready servers,
+/// errors by reason.
+fn record_metrics(ctx: &Ctx, r: &Resolved<'_>, report: &Report, ready: i64, was_ready: bool) {
     let m = &ctx.metrics;
+    if was_ready && report.writes > 0 {
+        m.drifts_corrected.inc();
+    }
     for (kind, n) in &report.writes_by_kind {
         m.host_writes.with_label_values(&[kind]).inc_by(*n);
     }
