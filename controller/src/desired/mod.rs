@@ -111,3 +111,6 @@ pub(crate) fn err(
         message: message.into(),
     }
 }
+
+#[cfg(test)]
+mod tests;
