@@ -111,3 +111,37 @@ pub(crate) fn err(
         message: message.into(),
     }
 }
+
+/// The problems found in one resource, in the order the checks found them.
+struct Problems<'a> {
+    /// `Kind/name` of the resource.
+    resource: &'a str,
+    errors: Vec<SpecError>,
+}
+
+impl<'a> Problems<'a> {
+    /// No problems yet with `resource` (`Kind/name`).
+    fn new(resource: &'a str) -> Self {
+        Problems {
+            resource,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Records that `field` is wrong, after the problems recorded before.
+    fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(err(self.resource, field, message));
+    }
+
+    /// `Ok` if nothing was recorded, else every problem in the order recorded.
+    fn finish(self) -> Result<(), Vec<SpecError>> {
+        if self.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(self.errors)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,8 +1,11 @@
 //! Validation and GPU selection of a `GpuPartition`.
 
-use super::{err, DesiredPartition, ResolvedConsumer, ResolvedSlice, SpecError};
+use super::{DesiredPartition, Problems, ResolvedConsumer, ResolvedSlice, SpecError};
 use crate::host::model::HostState;
-use gpuplane_crds::{GpuDriver, GpuPartition, IommuModeExpectation};
+use gpuplane_crds::{
+    Consumer, GpuDriver, GpuPartition, GpuPartitionSpec, GpuSelector, GpuSlice,
+    IommuModeExpectation, LxcConsumer, PciAddress, VmConsumer,
+};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Validates `p` and resolves its selectors against `host`, whose GPUs are the display-class
@@ -22,48 +25,126 @@ pub fn resolve_partition(
         "GpuPartition/{}",
         p.metadata.name.as_deref().unwrap_or("<unnamed>")
     );
-    let mut errors = Vec::new();
     let spec = &p.spec;
-    if spec.node_name.is_empty() {
-        errors.push(err(
-            &res,
-            "spec.nodeName",
-            "must name the host this partition is for",
-        ));
-    }
-    if spec.slices.is_empty() {
-        errors.push(err(&res, "spec.slices", "needs at least one slice"));
-    }
-    let host_gpus: Vec<&str> = host.gpus(gpu_vendor).map(|d| d.address.as_str()).collect();
-    let mut names = BTreeSet::new();
-    let mut mappings = BTreeMap::new();
-    let mut vmids: BTreeMap<u32, String> = BTreeMap::new();
+    let mut check = Check::new(&res, host, gpu_vendor);
+    check.node_and_slices(spec);
     // First pass: explicit selectors (addresses, NUMA); count selectors take what is left.
-    let mut chosen: Vec<Option<Vec<String>>> = vec![None; spec.slices.len()];
-    let mut claimed: BTreeMap<String, String> = BTreeMap::new();
+    let mut chosen: Vec<Option<Vec<String>>> = spec
+        .slices
+        .iter()
+        .enumerate()
+        .map(|(i, s)| check.slice(i, s))
+        .collect();
+    // Second pass: count selectors. Prefer GPUs already in place (driver and consumer), then by address.
     for (i, s) in spec.slices.iter().enumerate() {
-        let f = |x: &str| format!("spec.slices[{i}].{x}");
+        if let Some(v) = check.count(i, s) {
+            chosen[i] = Some(v);
+        }
+    }
+    check.problems.finish()?;
+    Ok(DesiredPartition {
+        name: p.metadata.name.clone().unwrap_or_default(),
+        node_name: spec.node_name.clone(),
+        slices: resolved_slices(spec, chosen),
+        iommu: iommu_expectation(spec),
+        host_driver: gpu_driver.into(),
+    })
+}
+
+/// `spec.slices[i].x`.
+fn field(i: usize, x: &str) -> String {
+    format!("spec.slices[{i}].{x}")
+}
+
+/// What the checks of one partition share: the host's GPUs, what earlier slices took, and
+/// the problems found so far.
+struct Check<'a> {
+    problems: Problems<'a>,
+    host: &'a HostState,
+    gpu_vendor: &'a str,
+    /// Addresses of the host's GPUs.
+    host_gpus: Vec<&'a str>,
+    /// Names of the slices checked so far.
+    names: BTreeSet<String>,
+    /// PCI mapping → the slice whose VM uses it.
+    mappings: BTreeMap<String, String>,
+    /// Consumer vmid → the slice it consumes.
+    vmids: BTreeMap<u32, String>,
+    /// GPU address → the slice that has it.
+    claimed: BTreeMap<String, String>,
+}
+
+impl<'a> Check<'a> {
+    /// Starts checking the partition `resource` against the GPUs of `gpu_vendor` on `host`.
+    fn new(resource: &'a str, host: &'a HostState, gpu_vendor: &'a str) -> Self {
+        Check {
+            problems: Problems::new(resource),
+            host,
+            gpu_vendor,
+            host_gpus: host.gpus(gpu_vendor).map(|d| d.address.as_str()).collect(),
+            names: BTreeSet::new(),
+            mappings: BTreeMap::new(),
+            vmids: BTreeMap::new(),
+            claimed: BTreeMap::new(),
+        }
+    }
+
+    /// The partition names its node and has at least one slice.
+    fn node_and_slices(&mut self, spec: &GpuPartitionSpec) {
+        if spec.node_name.is_empty() {
+            self.problems
+                .add("spec.nodeName", "must name the host this partition is for");
+        }
+        if spec.slices.is_empty() {
+            self.problems.add("spec.slices", "needs at least one slice");
+        }
+    }
+
+    /// Checks slice `i` and picks its explicit GPUs (addresses or NUMA node); `None` for a
+    /// count selector (picked in the second pass) or a selector that is not exactly one.
+    fn slice(&mut self, i: usize, s: &GpuSlice) -> Option<Vec<String>> {
+        self.slice_name(i, s);
+        if !self.one_selector(i, &s.gpus) {
+            return None;
+        }
+        if let Some(c) = &s.consumer {
+            self.consumer(i, s, c);
+        }
+        let picked = if let Some(addrs) = &s.gpus.addresses {
+            Some(self.addresses(i, addrs))
+        } else {
+            s.gpus.numa_node.map(|n| self.numa_node(i, n))
+        };
+        if let Some(v) = &picked {
+            self.claim(i, s, v);
+        }
+        picked
+    }
+
+    /// The slice name is a DNS label that no earlier slice uses.
+    fn slice_name(&mut self, i: usize, s: &GpuSlice) {
         if !is_dns_label(&s.name) {
-            errors.push(err(
-                &res,
-                f("name"),
+            self.problems.add(
+                field(i, "name"),
                 format!(
                     "{:?} is not a DNS label (lower-case letters, digits and '-', at most 63)",
                     s.name
                 ),
-            ));
+            );
         }
-        if !names.insert(s.name.clone()) {
-            errors.push(err(
-                &res,
-                f("name"),
+        if !self.names.insert(s.name.clone()) {
+            self.problems.add(
+                field(i, "name"),
                 format!(
                     "slice name {:?} is used twice; slice names must be unique",
                     s.name
                 ),
-            ));
+            );
         }
-        let g = &s.gpus;
+    }
+
+    /// Exactly one of addresses, numaNode and count is set.
+    fn one_selector(&mut self, i: usize, g: &GpuSelector) -> bool {
         let set = [
             g.addresses.is_some(),
             g.numa_node.is_some(),
@@ -73,131 +154,141 @@ pub fn resolve_partition(
         .filter(|x| **x)
         .count();
         if set != 1 {
-            errors.push(err(
-                &res,
-                f("gpus"),
+            self.problems.add(
+                field(i, "gpus"),
                 "set exactly one of addresses, numaNode or count",
-            ));
-            continue;
+            );
         }
-        if let Some(c) = &s.consumer {
-            match (&c.lxc, &c.vm) {
-                (Some(l), None) => {
-                    if s.driver != GpuDriver::Nvidia {
-                        errors.push(err(&res, f("driver"), format!("an LXC consumer (container {}) needs driver nvidia; vfio-pci GPUs can only be passed to a VM", l.vmid)));
-                    }
-                    if let Some(other) = vmids.insert(l.vmid, s.name.clone()) {
-                        errors.push(err(&res, f("consumer.lxc.vmid"), format!("vmid {} is already the consumer of slice {other:?}; give one consumer one slice", l.vmid)));
-                    }
-                }
-                (None, Some(v)) => {
-                    if s.driver != GpuDriver::VfioPci {
-                        errors.push(err(
-                            &res,
-                            f("driver"),
-                            format!("a VM consumer (VM {}) needs driver vfio-pci", v.vmid),
-                        ));
-                    }
-                    if !is_pve_configid(&v.pci_mapping) {
-                        errors.push(err(&res, f("consumer.vm.pciMapping"), format!("{:?} is not a valid Proxmox mapping ID (letter first, then letters, digits, '-' or '_', 2 to 40 characters)", v.pci_mapping)));
-                    }
-                    if let Some(other) = mappings.insert(v.pci_mapping.clone(), s.name.clone()) {
-                        errors.push(err(&res, f("consumer.vm.pciMapping"), format!("mapping {:?} is already used by slice {other:?}; each slice needs its own mapping", v.pci_mapping)));
-                    }
-                    if let Some(other) = vmids.insert(v.vmid, s.name.clone()) {
-                        errors.push(err(
-                            &res,
-                            f("consumer.vm.vmid"),
-                            format!("vmid {} is already the consumer of slice {other:?}", v.vmid),
-                        ));
-                    }
-                }
-                _ => errors.push(err(
-                    &res,
-                    f("consumer"),
-                    "set exactly one of lxc or vm (or omit consumer)",
-                )),
-            }
-        }
-        let picked: Option<Vec<String>> = if let Some(addrs) = &g.addresses {
-            let mut v = Vec::new();
-            for (j, a) in addrs.iter().enumerate() {
-                let full = a.full();
-                if !is_pci_address(&full) {
-                    errors.push(err(
-                        &res,
-                        format!("spec.slices[{i}].gpus.addresses[{j}]"),
-                        format!(
-                            "{:?} is not a PCI address; write it as 0000:01:00.0 (lower-case hex)",
-                            a.0
-                        ),
-                    ));
-                } else if !host_gpus.contains(&full.as_str()) {
-                    errors.push(err(
-                        &res,
-                        format!("spec.slices[{i}].gpus.addresses[{j}]"),
-                        format!(
-                            "no GPU at {full} on this host; GPUs here: {}",
-                            host_gpus.join(", ")
-                        ),
-                    ));
-                } else if v.contains(&full) {
-                    errors.push(err(
-                        &res,
-                        format!("spec.slices[{i}].gpus.addresses[{j}]"),
-                        format!("{full} is listed twice"),
-                    ));
-                } else {
-                    v.push(full);
-                }
-            }
-            Some(v)
-        } else if let Some(n) = g.numa_node {
-            let v: Vec<String> = host
-                .gpus(gpu_vendor)
-                .filter(|d| d.numa_node == n)
-                .map(|d| d.address.clone())
-                .collect();
-            if v.is_empty() {
-                let nodes: BTreeSet<i32> = host.gpus(gpu_vendor).map(|d| d.numa_node).collect();
-                errors.push(err(
-                    &res,
-                    f("gpus.numaNode"),
-                    format!("no GPU on NUMA node {n}; this host has GPUs on NUMA nodes {nodes:?}"),
-                ));
-            }
-            Some(v)
-        } else {
-            None
-        };
-        if let Some(v) = &picked {
-            for a in v {
-                if let Some(other) = claimed.insert(a.clone(), s.name.clone()) {
-                    errors.push(err(&res, f("gpus"), format!("GPU {a} is also in slice {other:?}; a GPU may belong to one slice only")));
-                }
-            }
-        }
-        chosen[i] = picked;
+        set == 1
     }
-    // Second pass: count selectors. Prefer GPUs already in place (driver and consumer), then by address.
-    for (i, s) in spec.slices.iter().enumerate() {
-        let Some(n) = s.gpus.count else { continue };
-        let mut free: Vec<&str> = host_gpus
+
+    /// The consumer is exactly one of an LXC container and a VM.
+    fn consumer(&mut self, i: usize, s: &GpuSlice, c: &Consumer) {
+        match (&c.lxc, &c.vm) {
+            (Some(l), None) => self.lxc_consumer(i, s, l),
+            (None, Some(v)) => self.vm_consumer(i, s, v),
+            _ => self.problems.add(
+                field(i, "consumer"),
+                "set exactly one of lxc or vm (or omit consumer)",
+            ),
+        }
+    }
+
+    /// An LXC consumer needs driver `nvidia` and a container that consumes no other slice.
+    fn lxc_consumer(&mut self, i: usize, s: &GpuSlice, l: &LxcConsumer) {
+        if s.driver != GpuDriver::Nvidia {
+            self.problems.add(field(i, "driver"), format!("an LXC consumer (container {}) needs driver nvidia; vfio-pci GPUs can only be passed to a VM", l.vmid));
+        }
+        if let Some(other) = self.vmids.insert(l.vmid, s.name.clone()) {
+            self.problems.add(field(i, "consumer.lxc.vmid"), format!("vmid {} is already the consumer of slice {other:?}; give one consumer one slice", l.vmid));
+        }
+    }
+
+    /// A VM consumer needs driver `vfio-pci`, a valid PCI mapping of its own and a VM that
+    /// consumes no other slice.
+    fn vm_consumer(&mut self, i: usize, s: &GpuSlice, v: &VmConsumer) {
+        if s.driver != GpuDriver::VfioPci {
+            self.problems.add(
+                field(i, "driver"),
+                format!("a VM consumer (VM {}) needs driver vfio-pci", v.vmid),
+            );
+        }
+        if !is_pve_configid(&v.pci_mapping) {
+            self.problems.add(field(i, "consumer.vm.pciMapping"), format!("{:?} is not a valid Proxmox mapping ID (letter first, then letters, digits, '-' or '_', 2 to 40 characters)", v.pci_mapping));
+        }
+        if let Some(other) = self.mappings.insert(v.pci_mapping.clone(), s.name.clone()) {
+            self.problems.add(field(i, "consumer.vm.pciMapping"), format!("mapping {:?} is already used by slice {other:?}; each slice needs its own mapping", v.pci_mapping));
+        }
+        if let Some(other) = self.vmids.insert(v.vmid, s.name.clone()) {
+            self.problems.add(
+                field(i, "consumer.vm.vmid"),
+                format!("vmid {} is already the consumer of slice {other:?}", v.vmid),
+            );
+        }
+    }
+
+    /// The listed addresses that are PCI addresses of this host's GPUs, each once.
+    fn addresses(&mut self, i: usize, addrs: &[PciAddress]) -> Vec<String> {
+        let mut v = Vec::new();
+        for (j, a) in addrs.iter().enumerate() {
+            let full = a.full();
+            let at = field(i, &format!("gpus.addresses[{j}]"));
+            if !is_pci_address(&full) {
+                self.problems.add(
+                    at,
+                    format!(
+                        "{:?} is not a PCI address; write it as 0000:01:00.0 (lower-case hex)",
+                        a.0
+                    ),
+                );
+            } else if !self.host_gpus.contains(&full.as_str()) {
+                self.problems.add(
+                    at,
+                    format!(
+                        "no GPU at {full} on this host; GPUs here: {}",
+                        self.host_gpus.join(", ")
+                    ),
+                );
+            } else if v.contains(&full) {
+                self.problems.add(at, format!("{full} is listed twice"));
+            } else {
+                v.push(full);
+            }
+        }
+        v
+    }
+
+    /// The GPUs on NUMA node `n`; none is a problem.
+    fn numa_node(&mut self, i: usize, n: i32) -> Vec<String> {
+        let gpus = || self.host.gpus(self.gpu_vendor);
+        let v: Vec<String> = gpus()
+            .filter(|d| d.numa_node == n)
+            .map(|d| d.address.clone())
+            .collect();
+        if v.is_empty() {
+            let nodes: BTreeSet<i32> = gpus().map(|d| d.numa_node).collect();
+            self.problems.add(
+                field(i, "gpus.numaNode"),
+                format!("no GPU on NUMA node {n}; this host has GPUs on NUMA nodes {nodes:?}"),
+            );
+        }
+        v
+    }
+
+    /// Claims `gpus` for slice `s`; a GPU that an earlier slice claimed is a problem.
+    fn claim(&mut self, i: usize, s: &GpuSlice, gpus: &[String]) {
+        for a in gpus {
+            if let Some(other) = self.claimed.insert(a.clone(), s.name.clone()) {
+                self.problems.add(
+                    field(i, "gpus"),
+                    format!(
+                        "GPU {a} is also in slice {other:?}; a GPU may belong to one slice only"
+                    ),
+                );
+            }
+        }
+    }
+
+    /// For a count selector, claims that many unclaimed GPUs, those already serving the slice
+    /// first, then by address; too few is a problem (`None`).
+    fn count(&mut self, i: usize, s: &GpuSlice) -> Option<Vec<String>> {
+        let n = s.gpus.count?;
+        let mut free: Vec<&str> = self
+            .host_gpus
             .iter()
             .copied()
-            .filter(|a| !claimed.contains_key(*a))
+            .filter(|a| !self.claimed.contains_key(*a))
             .collect();
-        free.sort_by_key(|a| (!already_serves(host, a, s), a.to_string()));
+        free.sort_by_key(|a| (!already_serves(self.host, a, s), a.to_string()));
         if (free.len() as u32) < n {
-            errors.push(err(
-                &res,
-                format!("spec.slices[{i}].gpus.count"),
+            self.problems.add(
+                field(i, "gpus.count"),
                 format!(
                     "wants {n} GPUs but only {} are not claimed by other slices",
                     free.len()
                 ),
-            ));
-            continue;
+            );
+            return None;
         }
         let v: Vec<String> = free
             .iter()
@@ -205,15 +296,18 @@ pub fn resolve_partition(
             .map(|a| a.to_string())
             .collect();
         for a in &v {
-            claimed.insert(a.clone(), s.name.clone());
+            self.claimed.insert(a.clone(), s.name.clone());
         }
-        chosen[i] = Some(v);
+        Some(v)
     }
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    let slices = spec
-        .slices
+}
+
+/// The slices with their chosen GPUs (sorted) and their consumers.
+fn resolved_slices(
+    spec: &GpuPartitionSpec,
+    chosen: Vec<Option<Vec<String>>>,
+) -> Vec<ResolvedSlice> {
+    spec.slices
         .iter()
         .zip(chosen)
         .map(|(s, g)| {
@@ -223,32 +317,34 @@ pub fn resolve_partition(
                 name: s.name.clone(),
                 gpus,
                 driver: s.driver,
-                consumer: s.consumer.as_ref().and_then(|c| match (&c.lxc, &c.vm) {
-                    (Some(l), None) => Some(ResolvedConsumer::Lxc(l.vmid)),
-                    (None, Some(v)) => Some(ResolvedConsumer::Vm {
-                        vmid: v.vmid,
-                        mapping: v.pci_mapping.clone(),
-                    }),
-                    _ => None,
-                }),
+                consumer: s.consumer.as_ref().and_then(resolved_consumer),
             }
         })
-        .collect();
-    Ok(DesiredPartition {
-        name: p.metadata.name.clone().unwrap_or_default(),
-        node_name: spec.node_name.clone(),
-        slices,
-        iommu: spec
-            .iommu
-            .as_ref()
-            .map(|i| i.mode)
-            .unwrap_or(IommuModeExpectation::Any),
-        host_driver: gpu_driver.into(),
-    })
+        .collect()
+}
+
+/// The consumer, if exactly one of LXC and VM is set.
+fn resolved_consumer(c: &Consumer) -> Option<ResolvedConsumer> {
+    match (&c.lxc, &c.vm) {
+        (Some(l), None) => Some(ResolvedConsumer::Lxc(l.vmid)),
+        (None, Some(v)) => Some(ResolvedConsumer::Vm {
+            vmid: v.vmid,
+            mapping: v.pci_mapping.clone(),
+        }),
+        _ => None,
+    }
+}
+
+/// The IOMMU mode the partition expects; `Any` when it says nothing.
+fn iommu_expectation(spec: &GpuPartitionSpec) -> IommuModeExpectation {
+    spec.iommu
+        .as_ref()
+        .map(|i| i.mode)
+        .unwrap_or(IommuModeExpectation::Any)
 }
 
 /// Whether GPU `a` already has the slice's driver (and, for LXC, is mounted in its container).
-fn already_serves(host: &HostState, a: &str, s: &gpuplane_crds::GpuSlice) -> bool {
+fn already_serves(host: &HostState, a: &str, s: &GpuSlice) -> bool {
     let Some(d) = host.pci_devices.get(a) else {
         return false;
     };
@@ -282,6 +378,7 @@ pub fn is_pci_address(s: &str) -> bool {
         && (b'0'..=b'7').contains(&b[11])
 }
 
+/// A DNS label: lower-case letters, digits and `-`, not at either end; 1..=63 characters.
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63

@@ -1,10 +1,14 @@
 //! Validation of an `InferenceServer` against its partition.
 
-use super::{err, DesiredPartition, DesiredServer, ResolvedConsumer, SpecError};
+use super::{
+    err, DesiredPartition, DesiredServer, Problems, ResolvedConsumer, ResolvedSlice, SpecError,
+};
 use crate::host::model::{Location, UnitRef};
 use crate::sglang::{command, flags, speculative};
 use crate::systemd::name::service_unit_name;
-use gpuplane_crds::{GpuDriver, InferenceServer, P2pPolicy, UnitLocation};
+use gpuplane_crds::{
+    EnvVar, GpuDriver, InferenceServer, InferenceServerSpec, P2pPolicy, UnitLocation,
+};
 
 /// Validates `s` and places it on its slice.
 ///
@@ -21,11 +25,49 @@ pub fn resolve_server(
     let name = s.metadata.name.as_deref().unwrap_or("<unnamed>");
     let res = format!("InferenceServer/{ns}/{name}");
     let spec = &s.spec;
-    let mut errors = Vec::new();
-    let mut e = |field: &str, msg: String| errors.push(err(&res, field, msg));
+    let mut pr = Problems::new(&res);
+    // The order of the checks is the order of the errors the CLI prints.
+    let slice = partition_ref(&mut pr, spec, partition);
+    let mut location = None;
+    if let Some(sl) = slice {
+        slice_driver(&mut pr, sl);
+        tensor_parallel_fits(&mut pr, spec, sl);
+        location = unit_location(&mut pr, spec, sl);
+    }
+    if spec.tensor_parallel_size == 0 {
+        pr.add("spec.tensorParallelSize", "must be at least 1");
+    }
+    let unit_name = unit_name(&mut pr, spec);
+    python_and_model(&mut pr, spec);
+    speculative_decoding(&mut pr, spec);
+    parsers(&mut pr, spec);
+    mem_fraction(&mut pr, spec);
+    listen_and_startup(&mut pr, spec);
+    env(&mut pr, spec);
+    extra_args(&mut pr, spec);
+    pr.finish()?;
+    let (Some(location), Some(unit_name), Some(slice)) = (location, unit_name, slice) else {
+        return Err(vec![err(&res, "spec", "internal: incomplete resolution")]);
+    };
+    Ok(DesiredServer {
+        id: format!("{ns}/{name}"),
+        spec: spec.clone(),
+        unit: UnitRef {
+            location,
+            name: unit_name,
+        },
+        gpus: slice.gpus.clone(),
+    })
+}
 
+/// The slice the server refers to, if the partition is this host's and has that slice.
+fn partition_ref<'p>(
+    pr: &mut Problems,
+    spec: &InferenceServerSpec,
+    partition: &'p DesiredPartition,
+) -> Option<&'p ResolvedSlice> {
     if spec.partition_ref.name != partition.name {
-        e(
+        pr.add(
             "spec.partitionRef.name",
             format!(
                 "refers to GpuPartition {:?}, but the partition for this host is {:?}",
@@ -34,9 +76,8 @@ pub fn resolve_server(
         );
     }
     let slice = partition.slice(&spec.partition_ref.slice);
-    let mut location = None;
-    match slice {
-        None => e(
+    if slice.is_none() {
+        pr.add(
             "spec.partitionRef.slice",
             format!(
                 "no slice {:?} in GpuPartition {:?}; its slices are: {}",
@@ -49,34 +90,60 @@ pub fn resolve_server(
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
-        ),
-        Some(sl) => {
-            if sl.driver != GpuDriver::Nvidia {
-                e("spec.partitionRef.slice", format!("slice {:?} is bound to vfio-pci (passthrough to a VM); an inference server needs a slice with driver nvidia", sl.name));
-            }
-            if spec.tensor_parallel_size as usize > sl.gpus.len() {
-                e("spec.tensorParallelSize", format!("tensor parallel size {} is larger than slice {:?}, which has {} GPUs; lower it to at most {}", spec.tensor_parallel_size, sl.name, sl.gpus.len(), sl.gpus.len()));
-            }
-            match (spec.unit.location, &sl.consumer) {
-                (UnitLocation::Container, Some(ResolvedConsumer::Lxc(v))) => location = Some(Location::Container(*v)),
-                (UnitLocation::Container, _) => e("spec.unit.location", format!("slice {:?} has no LXC consumer to run the unit in; set unit.location: Host or give the slice consumer.lxc", sl.name)),
-                (UnitLocation::Host, Some(ResolvedConsumer::Lxc(v))) => e("spec.unit.location", format!("slice {:?} belongs to container {v}; run the unit there (unit.location: Container)", sl.name)),
-                (UnitLocation::Host, _) => location = Some(Location::Host),
-            }
-        }
+        );
     }
-    if spec.tensor_parallel_size == 0 {
-        e("spec.tensorParallelSize", "must be at least 1".into());
+    slice
+}
+
+/// The slice is bound to `nvidia`, not passed through to a VM.
+fn slice_driver(pr: &mut Problems, sl: &ResolvedSlice) {
+    if sl.driver != GpuDriver::Nvidia {
+        pr.add("spec.partitionRef.slice", format!("slice {:?} is bound to vfio-pci (passthrough to a VM); an inference server needs a slice with driver nvidia", sl.name));
     }
-    let unit_name = match service_unit_name(&spec.unit.name) {
-        Ok(n) => Some(n),
-        Err(m) => {
-            e("spec.unit.name", m);
+}
+
+/// The tensor parallel size is at most the slice's GPU count.
+fn tensor_parallel_fits(pr: &mut Problems, spec: &InferenceServerSpec, sl: &ResolvedSlice) {
+    if spec.tensor_parallel_size as usize > sl.gpus.len() {
+        pr.add("spec.tensorParallelSize", format!("tensor parallel size {} is larger than slice {:?}, which has {} GPUs; lower it to at most {}", spec.tensor_parallel_size, sl.name, sl.gpus.len(), sl.gpus.len()));
+    }
+}
+
+/// Where the unit runs: in the slice's LXC consumer, or on the host if the slice has none.
+fn unit_location(
+    pr: &mut Problems,
+    spec: &InferenceServerSpec,
+    sl: &ResolvedSlice,
+) -> Option<Location> {
+    match (spec.unit.location, &sl.consumer) {
+        (UnitLocation::Container, Some(ResolvedConsumer::Lxc(v))) => Some(Location::Container(*v)),
+        (UnitLocation::Container, _) => {
+            pr.add("spec.unit.location", format!("slice {:?} has no LXC consumer to run the unit in; set unit.location: Host or give the slice consumer.lxc", sl.name));
             None
         }
-    };
+        (UnitLocation::Host, Some(ResolvedConsumer::Lxc(v))) => {
+            pr.add("spec.unit.location", format!("slice {:?} belongs to container {v}; run the unit there (unit.location: Container)", sl.name));
+            None
+        }
+        (UnitLocation::Host, _) => Some(Location::Host),
+    }
+}
+
+/// The unit's full systemd name, if valid.
+fn unit_name(pr: &mut Problems, spec: &InferenceServerSpec) -> Option<String> {
+    match service_unit_name(&spec.unit.name) {
+        Ok(n) => Some(n),
+        Err(m) => {
+            pr.add("spec.unit.name", m);
+            None
+        }
+    }
+}
+
+/// The interpreter is an absolute path; the model has a path and a served name.
+fn python_and_model(pr: &mut Problems, spec: &InferenceServerSpec) {
     if !spec.python.starts_with('/') {
-        e(
+        pr.add(
             "spec.python",
             format!(
                 "{:?} must be an absolute path to the interpreter, e.g. /root/ml-env/bin/python3",
@@ -85,22 +152,30 @@ pub fn resolve_server(
         );
     }
     if spec.model.path.trim().is_empty() {
-        e(
+        pr.add(
             "spec.model.path",
-            "is required: a local model directory (absolute path) or a Hugging Face repo id".into(),
+            "is required: a local model directory (absolute path) or a Hugging Face repo id",
         );
     }
     if spec.model.served_name.trim().is_empty() {
-        e(
+        pr.add(
             "spec.model.servedName",
-            "is required: the name clients use and /v1/models lists".into(),
+            "is required: the name clients use and /v1/models lists",
         );
     }
+}
+
+/// The speculative settings are what SGLang will actually run.
+fn speculative_decoding(pr: &mut Problems, spec: &InferenceServerSpec) {
     if let Some(sp) = &spec.speculative {
         for (field, msg) in speculative::check(sp) {
-            e(&format!("spec.speculative.{field}"), msg);
+            pr.add(format!("spec.speculative.{field}"), msg);
         }
     }
+}
+
+/// The tool call and reasoning parsers are choices SGLang accepts.
+fn parsers(pr: &mut Problems, spec: &InferenceServerSpec) {
     for (field, flag, value) in [
         (
             "spec.toolCallParser",
@@ -115,23 +190,31 @@ pub fn resolve_server(
     ] {
         if let Some(v) = value {
             if let Err(m) = flags::check_choice(flag, v) {
-                e(field, m);
+                pr.add(field, m);
             }
         }
     }
+}
+
+/// The static memory fraction, if set, is inside (0, 1).
+fn mem_fraction(pr: &mut Problems, spec: &InferenceServerSpec) {
     if let Some(f) = spec.mem_fraction_static {
         if !(f > 0.0 && f < 1.0) {
-            e(
+            pr.add(
                 "spec.memFractionStatic",
                 format!("{f} is outside (0, 1); typical values are 0.8 to 0.9"),
             );
         }
     }
+}
+
+/// The listen port and host are usable; the startup stall and deadline make sense.
+fn listen_and_startup(pr: &mut Problems, spec: &InferenceServerSpec) {
     if spec.listen.port == 0 {
-        e("spec.listen.port", "must be 1..65535".into());
+        pr.add("spec.listen.port", "must be 1..65535");
     }
     if spec.listen.host.is_empty() || spec.listen.host.chars().any(|c| c.is_whitespace()) {
-        e(
+        pr.add(
             "spec.listen.host",
             format!(
                 "{:?} is not an address; use 0.0.0.0 or 127.0.0.1",
@@ -140,61 +223,59 @@ pub fn resolve_server(
         );
     }
     if spec.startup.stall_after_seconds < 5 {
-        e(
+        pr.add(
             "spec.startup.stallAfterSeconds",
-            "must be at least 5 (GPU memory is sampled every few seconds)".into(),
+            "must be at least 5 (GPU memory is sampled every few seconds)",
         );
     }
     if spec.startup.deadline_seconds < spec.startup.stall_after_seconds {
-        e(
+        pr.add(
             "spec.startup.deadlineSeconds",
-            "must not be shorter than stallAfterSeconds".into(),
+            "must not be shorter than stallAfterSeconds",
         );
     }
+}
+
+/// Every environment variable passes `env_var`.
+fn env(pr: &mut Problems, spec: &InferenceServerSpec) {
     for (i, v) in spec.env.iter().enumerate() {
-        let valid = !v.name.is_empty()
-            && !v.name.as_bytes()[0].is_ascii_digit()
-            && v.name
-                .bytes()
-                .all(|c| c.is_ascii_alphanumeric() || c == b'_');
-        if !valid {
-            e(&format!("spec.env[{i}].name"), format!("{:?} is not a valid variable name (letters, digits, '_', not starting with a digit)", v.name));
-        }
-        if command::MANAGED_ENV.contains(&v.name.as_str()) {
-            let fix = if v.name == "NCCL_P2P_DISABLE" {
-                "set spec.p2p: Disabled instead"
-            } else {
-                "the agent derives it from the slice's GPUs; remove it"
-            };
-            e(
-                &format!("spec.env[{i}].name"),
-                format!("{} is managed by the agent: {fix}", v.name),
-            );
-        }
-        if v.value.contains('\0') {
-            e(
-                &format!("spec.env[{i}].value"),
-                "contains a NUL byte, which no environment can hold".into(),
-            );
-        }
+        env_var(pr, i, v);
     }
+}
+
+/// Variable `i` has a valid name that the agent does not manage, and a value without NUL.
+fn env_var(pr: &mut Problems, i: usize, v: &EnvVar) {
+    let valid = !v.name.is_empty()
+        && !v.name.as_bytes()[0].is_ascii_digit()
+        && v.name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'_');
+    if !valid {
+        pr.add(format!("spec.env[{i}].name"), format!("{:?} is not a valid variable name (letters, digits, '_', not starting with a digit)", v.name));
+    }
+    if command::MANAGED_ENV.contains(&v.name.as_str()) {
+        let fix = if v.name == "NCCL_P2P_DISABLE" {
+            "set spec.p2p: Disabled instead"
+        } else {
+            "the agent derives it from the slice's GPUs; remove it"
+        };
+        pr.add(
+            format!("spec.env[{i}].name"),
+            format!("{} is managed by the agent: {fix}", v.name),
+        );
+    }
+    if v.value.contains('\0') {
+        pr.add(
+            format!("spec.env[{i}].value"),
+            "contains a NUL byte, which no environment can hold",
+        );
+    }
+}
+
+/// Every extra argument passes `extra_arg`, and none contradicts the P2P policy.
+fn extra_args(pr: &mut Problems, spec: &InferenceServerSpec) {
     for (i, a) in spec.extra_args.iter().enumerate() {
-        let field = format!("spec.extraArgs[{i}]");
-        if a.contains('\0') {
-            e(&field, "contains a NUL byte".into());
-        }
-        if let Some(opt) = a
-            .strip_prefix("--")
-            .map(|rest| format!("--{}", rest.split('=').next().unwrap_or(rest)))
-        {
-            match flags::lookup(&opt) {
-                None => e(&field, format!("{opt} is not an SGLang 0.5.23 flag (check the spelling; full names only, no abbreviations)")),
-                Some(f) if command::MANAGED_FLAGS.contains(&f.name.as_str()) => {
-                    e(&field, format!("{opt} is set by the agent from the spec; use the spec field instead of extraArgs"))
-                }
-                Some(_) => {}
-            }
-        }
+        extra_arg(pr, i, a);
     }
     if spec.p2p == P2pPolicy::Enabled
         && spec
@@ -202,26 +283,31 @@ pub fn resolve_server(
             .iter()
             .any(|a| a == "--disable-custom-all-reduce")
     {
-        e(
+        pr.add(
             "spec.extraArgs",
-            "--disable-custom-all-reduce contradicts p2p: Enabled".into(),
+            "--disable-custom-all-reduce contradicts p2p: Enabled",
         );
     }
-    if !errors.is_empty() {
-        return Err(errors);
+}
+
+/// Argument `i` has no NUL, and an option is a real SGLang flag the agent does not set.
+fn extra_arg(pr: &mut Problems, i: usize, a: &str) {
+    let field = format!("spec.extraArgs[{i}]");
+    if a.contains('\0') {
+        pr.add(&field, "contains a NUL byte");
     }
-    let (Some(location), Some(unit_name), Some(slice)) = (location, unit_name, slice) else {
-        return Err(vec![err(&res, "spec", "internal: incomplete resolution")]);
-    };
-    Ok(DesiredServer {
-        id: format!("{ns}/{name}"),
-        spec: spec.clone(),
-        unit: UnitRef {
-            location,
-            name: unit_name,
-        },
-        gpus: slice.gpus.clone(),
-    })
+    if let Some(opt) = a
+        .strip_prefix("--")
+        .map(|rest| format!("--{}", rest.split('=').next().unwrap_or(rest)))
+    {
+        match flags::lookup(&opt) {
+            None => pr.add(&field, format!("{opt} is not an SGLang 0.5.23 flag (check the spelling; full names only, no abbreviations)")),
+            Some(f) if command::MANAGED_FLAGS.contains(&f.name.as_str()) => {
+                pr.add(&field, format!("{opt} is set by the agent from the spec; use the spec field instead of extraArgs"))
+            }
+            Some(_) => {}
+        }
+    }
 }
 
 /// Rules across servers: one unit name per location, one port per location, one server per slice.

@@ -1,0 +1,361 @@
+//! Pins what `resolve_partition` and `resolve_server` report, and in which order.
+
+use super::{resolve_partition, resolve_server, DesiredPartition, ResolvedConsumer, ResolvedSlice};
+use crate::host::model::{HostState, Location, UnitRef};
+use crate::host::Host;
+use crate::manifests::Manifests;
+use crate::testutil::{manifests, twin};
+use gpuplane_crds::{GpuDriver, IommuModeExpectation};
+
+/// The twin's observed state.
+fn host() -> HostState {
+    twin().observe().expect("observe")
+}
+
+/// The one resource of kind `GpuPartition` or `InferenceServer` in `yaml`.
+fn parse(yaml: &str) -> Manifests {
+    let mut m = Manifests::default();
+    m.add_text(yaml, "test.yaml").expect("parses");
+    m
+}
+
+/// The reference partition, resolved on the twin.
+fn kpro6() -> DesiredPartition {
+    resolve_partition(&manifests().partitions[0], &host(), "10de", "nvidia").expect("valid")
+}
+
+/// A resolved slice.
+fn slice(
+    name: &str,
+    gpus: &[&str],
+    driver: GpuDriver,
+    consumer: Option<ResolvedConsumer>,
+) -> ResolvedSlice {
+    ResolvedSlice {
+        name: name.into(),
+        gpus: gpus.iter().map(|a| format!("0000:{a}")).collect(),
+        driver,
+        consumer,
+    }
+}
+
+/// The errors of a partition, one `Display` line each.
+fn partition_errors(yaml: &str) -> Vec<String> {
+    let m = parse(yaml);
+    let errs = resolve_partition(&m.partitions[0], &host(), "10de", "nvidia").expect_err("invalid");
+    errs.iter().map(|e| e.to_string()).collect()
+}
+
+/// The errors of a server on the reference partition, one `Display` line each.
+fn server_errors(yaml: &str) -> Vec<String> {
+    let m = parse(yaml);
+    let errs = resolve_server(&m.servers[0], &kpro6()).expect_err("invalid");
+    errs.iter().map(|e| e.to_string()).collect()
+}
+
+const HEAD_P: &str =
+    "apiVersion: gpuplane.dev/v1alpha1\nkind: GpuPartition\nmetadata:\n  name: bad\n";
+const HEAD_S: &str =
+    "apiVersion: gpuplane.dev/v1alpha1\nkind: InferenceServer\nmetadata:\n  name: bad\n";
+
+#[test]
+fn empty_partition_names_node_and_slices() {
+    let got = partition_errors(&format!("{HEAD_P}spec:\n  nodeName: ''\n  slices: []\n"));
+    assert_eq!(
+        got,
+        vec![
+            "GpuPartition/bad: spec.nodeName: must name the host this partition is for",
+            "GpuPartition/bad: spec.slices: needs at least one slice"
+        ]
+    );
+}
+
+#[test]
+fn partition_errors_keep_their_order() {
+    let got = partition_errors(&format!(
+        r#"{HEAD_P}spec:
+  nodeName: ''
+  slices:
+    - name: Bad_Name
+      gpus:
+        addresses: ["01:00.0", "0000:01:00.0", "zz", "0000:02:00.0", "0000:11:00.0"]
+      driver: vfio-pci
+      consumer:
+        lxc:
+          vmid: 129
+    - name: Bad_Name
+      gpus:
+        numaNode: 0
+        count: 2
+      driver: nvidia
+    - name: vm1
+      gpus:
+        numaNode: 0
+      driver: nvidia
+      consumer:
+        vm:
+          vmid: 129
+          pciMapping: "1x"
+    - name: vm2
+      gpus:
+        numaNode: 5
+      driver: vfio-pci
+      consumer:
+        vm:
+          vmid: 300
+          pciMapping: "1x"
+    - name: both
+      gpus:
+        count: 10
+      driver: nvidia
+      consumer:
+        lxc:
+          vmid: 1
+        vm:
+          vmid: 2
+          pciMapping: m2
+    - name: vm1
+      gpus:
+        count: 1
+      driver: vfio-pci
+      consumer:
+        vm:
+          vmid: 300
+          pciMapping: m3
+"#
+    ));
+    assert_eq!(got, vec![
+        "GpuPartition/bad: spec.nodeName: must name the host this partition is for",
+        "GpuPartition/bad: spec.slices[0].name: \"Bad_Name\" is not a DNS label (lower-case letters, digits and '-', at most 63)",
+        "GpuPartition/bad: spec.slices[0].driver: an LXC consumer (container 129) needs driver nvidia; vfio-pci GPUs can only be passed to a VM",
+        "GpuPartition/bad: spec.slices[0].gpus.addresses[1]: 0000:01:00.0 is listed twice",
+        "GpuPartition/bad: spec.slices[0].gpus.addresses[2]: \"zz\" is not a PCI address; write it as 0000:01:00.0 (lower-case hex)",
+        "GpuPartition/bad: spec.slices[0].gpus.addresses[3]: no GPU at 0000:02:00.0 on this host; GPUs here: 0000:01:00.0, 0000:11:00.0, 0000:61:00.0, 0000:71:00.0, 0000:81:00.0, 0000:91:00.0, 0000:e1:00.0, 0000:f1:00.0",
+        "GpuPartition/bad: spec.slices[1].name: \"Bad_Name\" is not a DNS label (lower-case letters, digits and '-', at most 63)",
+        "GpuPartition/bad: spec.slices[1].name: slice name \"Bad_Name\" is used twice; slice names must be unique",
+        "GpuPartition/bad: spec.slices[1].gpus: set exactly one of addresses, numaNode or count",
+        "GpuPartition/bad: spec.slices[2].driver: a VM consumer (VM 129) needs driver vfio-pci",
+        "GpuPartition/bad: spec.slices[2].consumer.vm.pciMapping: \"1x\" is not a valid Proxmox mapping ID (letter first, then letters, digits, '-' or '_', 2 to 40 characters)",
+        "GpuPartition/bad: spec.slices[2].consumer.vm.vmid: vmid 129 is already the consumer of slice \"Bad_Name\"",
+        "GpuPartition/bad: spec.slices[2].gpus: GPU 0000:01:00.0 is also in slice \"Bad_Name\"; a GPU may belong to one slice only",
+        "GpuPartition/bad: spec.slices[2].gpus: GPU 0000:11:00.0 is also in slice \"Bad_Name\"; a GPU may belong to one slice only",
+        "GpuPartition/bad: spec.slices[3].consumer.vm.pciMapping: \"1x\" is not a valid Proxmox mapping ID (letter first, then letters, digits, '-' or '_', 2 to 40 characters)",
+        "GpuPartition/bad: spec.slices[3].consumer.vm.pciMapping: mapping \"1x\" is already used by slice \"vm1\"; each slice needs its own mapping",
+        "GpuPartition/bad: spec.slices[3].gpus.numaNode: no GPU on NUMA node 5; this host has GPUs on NUMA nodes {0, 1}",
+        "GpuPartition/bad: spec.slices[4].consumer: set exactly one of lxc or vm (or omit consumer)",
+        "GpuPartition/bad: spec.slices[5].name: slice name \"vm1\" is used twice; slice names must be unique",
+        "GpuPartition/bad: spec.slices[5].consumer.vm.vmid: vmid 300 is already the consumer of slice \"vm2\"",
+        "GpuPartition/bad: spec.slices[4].gpus.count: wants 10 GPUs but only 2 are not claimed by other slices",
+    ]);
+}
+
+#[test]
+fn count_selectors_take_what_explicit_selectors_leave() {
+    let m = parse(&format!(
+        r#"{HEAD_P}spec:
+  nodeName: kpro6
+  slices:
+    - name: vm
+      gpus:
+        count: 2
+      driver: vfio-pci
+      consumer:
+        vm:
+          vmid: 200
+          pciMapping: pro6000-vm
+    - name: ct
+      gpus:
+        count: 3
+      driver: nvidia
+      consumer:
+        lxc:
+          vmid: 129
+    - name: fixed
+      gpus:
+        addresses: ["0000:f1:00.0", "e1:00.0"]
+      driver: nvidia
+"#
+    ));
+    let got = resolve_partition(&m.partitions[0], &host(), "10de", "bochs-drm").expect("valid");
+    let vm = ResolvedConsumer::Vm {
+        vmid: 200,
+        mapping: "pro6000-vm".into(),
+    };
+    assert_eq!(
+        got,
+        DesiredPartition {
+            name: "bad".into(),
+            node_name: "kpro6".into(),
+            slices: vec![
+                slice("vm", &["01:00.0", "11:00.0"], GpuDriver::VfioPci, Some(vm)),
+                slice(
+                    "ct",
+                    &["61:00.0", "71:00.0", "81:00.0"],
+                    GpuDriver::Nvidia,
+                    Some(ResolvedConsumer::Lxc(129)),
+                ),
+                slice("fixed", &["e1:00.0", "f1:00.0"], GpuDriver::Nvidia, None),
+            ],
+            iommu: IommuModeExpectation::Any,
+            host_driver: "bochs-drm".into(),
+        }
+    );
+}
+
+#[test]
+fn the_reference_partition_resolves() {
+    let vm = ResolvedConsumer::Vm {
+        vmid: 200,
+        mapping: "pro6000-vm".into(),
+    };
+    assert_eq!(
+        kpro6(),
+        DesiredPartition {
+            name: "kpro6".into(),
+            node_name: "kpro6".into(),
+            slices: vec![
+                slice(
+                    "inference",
+                    &["01:00.0", "11:00.0", "61:00.0", "71:00.0"],
+                    GpuDriver::Nvidia,
+                    Some(ResolvedConsumer::Lxc(129)),
+                ),
+                slice(
+                    "confidential-vm",
+                    &["81:00.0", "91:00.0", "e1:00.0", "f1:00.0"],
+                    GpuDriver::VfioPci,
+                    Some(vm),
+                ),
+            ],
+            iommu: IommuModeExpectation::Translated,
+            host_driver: "nvidia".into(),
+        }
+    );
+}
+
+#[test]
+fn server_errors_keep_their_order() {
+    let got = server_errors(&format!(
+        r#"{HEAD_S}spec:
+  partitionRef:
+    name: other
+    slice: confidential-vm
+  unit:
+    name: "bad name"
+    location: Container
+  python: python3
+  model:
+    path: " "
+    servedName: ""
+  tensorParallelSize: 0
+  speculative:
+    algorithm: MTP
+  toolCallParser: nope
+  reasoningParser: nope
+  memFractionStatic: 1.5
+  listen:
+    host: ""
+    port: 0
+  p2p: Enabled
+  env:
+    - name: 1X
+      value: "a\0b"
+    - name: NCCL_P2P_DISABLE
+      value: "1"
+    - name: CUDA_VISIBLE_DEVICES
+      value: "0"
+  startup:
+    stallAfterSeconds: 1
+    deadlineSeconds: 0
+  extraArgs: ["--tp", "--tp-size=2", "--disable-custom-all-reduce", "x\0", "plain", "--port"]
+"#
+    ));
+    assert_eq!(got, vec![
+        "InferenceServer/default/bad: spec.partitionRef.name: refers to GpuPartition \"other\", but the partition for this host is \"kpro6\"",
+        "InferenceServer/default/bad: spec.partitionRef.slice: slice \"confidential-vm\" is bound to vfio-pci (passthrough to a VM); an inference server needs a slice with driver nvidia",
+        "InferenceServer/default/bad: spec.unit.location: slice \"confidential-vm\" has no LXC consumer to run the unit in; set unit.location: Host or give the slice consumer.lxc",
+        "InferenceServer/default/bad: spec.tensorParallelSize: must be at least 1",
+        "InferenceServer/default/bad: spec.unit.name: unit name \"bad name.service\" contains ' ' at byte 3; only ASCII letters, digits, ':', '-', '_', '.', '\\' and '@' are allowed",
+        "InferenceServer/default/bad: spec.python: \"python3\" must be an absolute path to the interpreter, e.g. /root/ml-env/bin/python3",
+        "InferenceServer/default/bad: spec.model.path: is required: a local model directory (absolute path) or a Hugging Face repo id",
+        "InferenceServer/default/bad: spec.model.servedName: is required: the name clients use and /v1/models lists",
+        "InferenceServer/default/bad: spec.speculative.algorithm: unknown speculative algorithm \"MTP\"; use one of EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM, DFLASH, DSPARK, UNO, FROZEN_KV_MTP (NEXTN is MTP)",
+        "InferenceServer/default/bad: spec.toolCallParser: \"nope\" is not a valid --tool-call-parser; SGLang 0.5.23 accepts one of: auto, apertus2509, beam, cohere_command4, deepseekv3, deepseekv31, deepseekv32, deepseekv4, deepseekv41, dots, glm, glm45, glm47, gpt-oss, k2_horizon, kimi_k2, kimi_k3, lfm2, ling3, llama3, mimo, minicpm5, mistral, muse, poolside_v1, pythonic, qwen, qwen25, qwen3_coder, spark25, step3, step3p5, minimax-m2, minimax-m3, nanbeige, trinity, interns1, hermes, hunyuan, gigachat3, gigachat35, gemma4, inkling, iquest_q1, response_template",
+        "InferenceServer/default/bad: spec.reasoningParser: \"nope\" is not a valid --reasoning-parser; SGLang 0.5.23 accepts one of: auto, apertus2509, beam, deepseek-r1, deepseek-v3, deepseek-v4, deepseek-v41, dots, glm45, ling3, hunyuan, gpt-oss, k2_horizon, kimi, kimi_k2, kimi_k3, mimo, muse, poolside_v1, qwen3, qwen3-thinking, minimax, minimax-append-think, minimax-m3, nanbeige, step3, step3p5, mistral, nemotron_3, granite_thinking_parser, interns1, gemma4, inkling, iquest_q1, cohere_command4, gigachat35, response_template",
+        "InferenceServer/default/bad: spec.memFractionStatic: 1.5 is outside (0, 1); typical values are 0.8 to 0.9",
+        "InferenceServer/default/bad: spec.listen.port: must be 1..65535",
+        "InferenceServer/default/bad: spec.listen.host: \"\" is not an address; use 0.0.0.0 or 127.0.0.1",
+        "InferenceServer/default/bad: spec.startup.stallAfterSeconds: must be at least 5 (GPU memory is sampled every few seconds)",
+        "InferenceServer/default/bad: spec.startup.deadlineSeconds: must not be shorter than stallAfterSeconds",
+        "InferenceServer/default/bad: spec.env[0].name: \"1X\" is not a valid variable name (letters, digits, '_', not starting with a digit)",
+        "InferenceServer/default/bad: spec.env[0].value: contains a NUL byte, which no environment can hold",
+        "InferenceServer/default/bad: spec.env[1].name: NCCL_P2P_DISABLE is managed by the agent: set spec.p2p: Disabled instead",
+        "InferenceServer/default/bad: spec.env[2].name: CUDA_VISIBLE_DEVICES is managed by the agent: the agent derives it from the slice's GPUs; remove it",
+        "InferenceServer/default/bad: spec.extraArgs[0]: --tp is not an SGLang 0.5.23 flag (check the spelling; full names only, no abbreviations)",
+        "InferenceServer/default/bad: spec.extraArgs[1]: --tp-size is set by the agent from the spec; use the spec field instead of extraArgs",
+        "InferenceServer/default/bad: spec.extraArgs[2]: --disable-custom-all-reduce is set by the agent from the spec; use the spec field instead of extraArgs",
+        "InferenceServer/default/bad: spec.extraArgs[3]: contains a NUL byte",
+        "InferenceServer/default/bad: spec.extraArgs[5]: --port is set by the agent from the spec; use the spec field instead of extraArgs",
+        "InferenceServer/default/bad: spec.extraArgs: --disable-custom-all-reduce contradicts p2p: Enabled",
+    ]);
+}
+
+#[test]
+fn server_slice_errors_keep_their_order() {
+    let base = |slice: &str, location: &str, tp: u32| {
+        format!(
+            r#"{HEAD_S}spec:
+  partitionRef:
+    name: kpro6
+    slice: {slice}
+  unit:
+    name: sglang-x
+    location: {location}
+  python: /usr/bin/python3
+  model:
+    path: /m
+    servedName: m
+  tensorParallelSize: {tp}
+"#
+        )
+    };
+    assert_eq!(server_errors(&base("inference", "Host", 8)), vec![
+        "InferenceServer/default/bad: spec.tensorParallelSize: tensor parallel size 8 is larger than slice \"inference\", which has 4 GPUs; lower it to at most 4",
+        "InferenceServer/default/bad: spec.unit.location: slice \"inference\" belongs to container 129; run the unit there (unit.location: Container)",
+    ]);
+    assert_eq!(server_errors(&base("nope", "Host", 0)), vec![
+        "InferenceServer/default/bad: spec.partitionRef.slice: no slice \"nope\" in GpuPartition \"kpro6\"; its slices are: inference, confidential-vm",
+        "InferenceServer/default/bad: spec.tensorParallelSize: must be at least 1",
+    ]);
+    assert_eq!(
+        server_errors(&base("confidential-vm", "Host", 9)),
+        vec![
+            "InferenceServer/default/bad: spec.partitionRef.slice: slice \"confidential-vm\" is bound to vfio-pci (passthrough to a VM); an inference server needs a slice with driver nvidia",
+            "InferenceServer/default/bad: spec.tensorParallelSize: tensor parallel size 9 is larger than slice \"confidential-vm\", which has 4 GPUs; lower it to at most 4",
+        ]
+    );
+}
+
+#[test]
+fn a_valid_server_resolves() {
+    let m = manifests();
+    let got = resolve_server(&m.servers[0], &kpro6()).expect("valid");
+    assert_eq!(got.id, "default/qwen35-122b");
+    assert_eq!(got.spec, m.servers[0].spec);
+    assert_eq!(
+        got.unit,
+        UnitRef {
+            location: Location::Container(129),
+            name: "sglang-qwen.service".into(),
+        }
+    );
+    assert_eq!(
+        got.gpus,
+        [
+            "0000:01:00.0",
+            "0000:11:00.0",
+            "0000:61:00.0",
+            "0000:71:00.0"
+        ]
+    );
+}
