@@ -4,7 +4,7 @@ use super::{
     err, DesiredPartition, DesiredServer, Problems, ResolvedConsumer, ResolvedSlice, SpecError,
 };
 use crate::host::model::{Location, UnitRef};
-use crate::sglang::{command, flags, speculative};
+use crate::sglang::{args, command, flags, speculative};
 use crate::systemd::name::service_unit_name;
 use gpuplane_crds::{
     EnvVar, GpuDriver, InferenceServer, InferenceServerSpec, P2pPolicy, UnitLocation,
@@ -272,10 +272,22 @@ fn env_var(pr: &mut Problems, i: usize, v: &EnvVar) {
     }
 }
 
-/// Every extra argument passes `extra_arg`, and none contradicts the P2P policy.
+/// The extra arguments read as SGLang's parser would read them (known flags, their arity,
+/// choices and types, no stray words, no repeats, no flag the agent sets), hold no NUL, and
+/// none contradicts the P2P policy.
 fn extra_args(pr: &mut Problems, spec: &InferenceServerSpec) {
-    for (i, a) in spec.extra_args.iter().enumerate() {
-        extra_arg(pr, i, a);
+    let mut found: Vec<(usize, String)> = spec
+        .extra_args
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.contains('\0'))
+        .map(|(i, _)| (i, "contains a NUL byte".to_string()))
+        .collect();
+    found.extend(args::check(&spec.extra_args, command::MANAGED_FLAGS));
+    // In the order of the words (stable: per word, NUL first).
+    found.sort_by_key(|(i, _)| *i);
+    for (i, m) in found {
+        pr.add(format!("spec.extraArgs[{i}]"), m);
     }
     if spec.p2p == P2pPolicy::Enabled
         && spec
@@ -287,26 +299,6 @@ fn extra_args(pr: &mut Problems, spec: &InferenceServerSpec) {
             "spec.extraArgs",
             "--disable-custom-all-reduce contradicts p2p: Enabled",
         );
-    }
-}
-
-/// Argument `i` has no NUL, and an option is a real SGLang flag the agent does not set.
-fn extra_arg(pr: &mut Problems, i: usize, a: &str) {
-    let field = format!("spec.extraArgs[{i}]");
-    if a.contains('\0') {
-        pr.add(&field, "contains a NUL byte");
-    }
-    if let Some(opt) = a
-        .strip_prefix("--")
-        .map(|rest| format!("--{}", rest.split('=').next().unwrap_or(rest)))
-    {
-        match flags::lookup(&opt) {
-            None => pr.add(&field, format!("{opt} is not an SGLang 0.5.23 flag (check the spelling; full names only, no abbreviations)")),
-            Some(f) if command::MANAGED_FLAGS.contains(&f.name.as_str()) => {
-                pr.add(&field, format!("{opt} is set by the agent from the spec; use the spec field instead of extraArgs"))
-            }
-            Some(_) => {}
-        }
     }
 }
 

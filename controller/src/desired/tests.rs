@@ -295,7 +295,10 @@ fn server_errors_keep_their_order() {
         "InferenceServer/default/bad: spec.extraArgs[1]: --tp-size is set by the agent from the spec; use the spec field instead of extraArgs",
         "InferenceServer/default/bad: spec.extraArgs[2]: --disable-custom-all-reduce is set by the agent from the spec; use the spec field instead of extraArgs",
         "InferenceServer/default/bad: spec.extraArgs[3]: contains a NUL byte",
+        "InferenceServer/default/bad: spec.extraArgs[3]: \"x\\0\" follows --disable-custom-all-reduce, a switch that takes no value",
+        "InferenceServer/default/bad: spec.extraArgs[4]: \"plain\" is not a flag and follows no flag that takes a value; extraArgs holds --flag [value] words only",
         "InferenceServer/default/bad: spec.extraArgs[5]: --port is set by the agent from the spec; use the spec field instead of extraArgs",
+        "InferenceServer/default/bad: spec.extraArgs[5]: --port takes exactly one value (found 0)",
         "InferenceServer/default/bad: spec.extraArgs: --disable-custom-all-reduce contradicts p2p: Enabled",
     ]);
 }

@@ -18,6 +18,34 @@ pub struct Flag {
     pub is_switch: bool,
     /// Allowed values; empty = unrestricted.
     pub choices: Vec<String>,
+    /// How many values follow the flag (argparse's `nargs`).
+    pub arity: Arity,
+    /// What each value must parse as.
+    pub value: ValueType,
+}
+
+/// How many values a flag takes, as argparse's `nargs` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arity {
+    /// A switch: no value.
+    None,
+    /// Exactly one value (argparse's default).
+    One,
+    /// `nargs=?`: zero or one.
+    Optional,
+    /// `nargs=+`: one or more.
+    OneOrMore,
+    /// `nargs=*`: zero or more.
+    ZeroOrMore,
+}
+
+/// The type a flag's values are parsed as, where the agent can check it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueType {
+    Int,
+    Float,
+    /// Text, JSON or anything else argparse hands to a custom parser.
+    Other,
 }
 
 /// Every option string (primary and aliases) mapped to its flag.
@@ -39,10 +67,29 @@ pub fn table() -> &'static BTreeMap<String, Flag> {
                         .collect()
                 })
                 .unwrap_or_default();
+            let is_switch = ty.contains("bool(") || ty.contains("const(") || ty == "help";
+            let arity = if is_switch {
+                Arity::None
+            } else if ty.contains("nargs=+") {
+                Arity::OneOrMore
+            } else if ty.contains("nargs=*") {
+                Arity::ZeroOrMore
+            } else if ty.contains("nargs=?") {
+                Arity::Optional
+            } else {
+                Arity::One
+            };
+            let value = match ty.split(';').next().unwrap_or_default() {
+                "int" => ValueType::Int,
+                "float" => ValueType::Float,
+                _ => ValueType::Other,
+            };
             let flag = Flag {
                 name: name.clone(),
-                is_switch: ty.starts_with("bool(") || ty == "help",
+                is_switch,
                 choices,
+                arity,
+                value,
             };
             for alias in aliases.split(',').filter(|a| a.starts_with("--")) {
                 map.insert(alias.to_string(), flag.clone());

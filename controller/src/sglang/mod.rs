@@ -2,6 +2,7 @@
 //! spec, and the checks SGLang itself would make (so a bad spec fails here, with a
 //! field name, instead of in a server log minutes later).
 
+pub mod args;
 pub mod command;
 pub mod flags;
 pub mod log;
