@@ -70,6 +70,7 @@ pub struct GpuSlice {
 pub struct GpuSelector {
     /// PCI addresses of the GPUs (function 0), e.g. `0000:01:00.0` or `01:00.0`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub addresses: Option<Vec<PciAddress>>,
     /// Every GPU attached to this NUMA node.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -7,6 +7,7 @@
 
 mod partition;
 mod server;
+mod unit_check;
 
 pub use partition::resolve_partition;
 pub use server::{check_servers_together, resolve_server};

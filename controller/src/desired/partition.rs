@@ -158,8 +158,24 @@ impl<'a> Check<'a> {
                 field(i, "gpus"),
                 "set exactly one of addresses, numaNode or count",
             );
+            return false;
         }
-        set == 1
+        // A slice of no GPUs would silently own nothing.
+        if g.addresses.as_ref().is_some_and(Vec::is_empty) {
+            self.problems.add(
+                field(i, "gpus.addresses"),
+                "lists no GPU; a slice needs at least one (remove the slice if it is not wanted)",
+            );
+            return false;
+        }
+        if g.count == Some(0) {
+            self.problems.add(
+                field(i, "gpus.count"),
+                "must be at least 1 (remove the slice if it is not wanted)",
+            );
+            return false;
+        }
+        true
     }
 
     /// The consumer is exactly one of an LXC container and a VM.
@@ -181,6 +197,18 @@ impl<'a> Check<'a> {
         }
         if let Some(other) = self.vmids.insert(l.vmid, s.name.clone()) {
             self.problems.add(field(i, "consumer.lxc.vmid"), format!("vmid {} is already the consumer of slice {other:?}; give one consumer one slice", l.vmid));
+        }
+        if !self.host.containers.contains_key(&l.vmid) {
+            let known: Vec<String> = self.host.containers.keys().map(u32::to_string).collect();
+            self.problems.add(
+                field(i, "consumer.lxc.vmid"),
+                format!(
+                    "container {} does not exist on this host (no /etc/pve/lxc/{}.conf); containers here: {}",
+                    l.vmid,
+                    l.vmid,
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                ),
+            );
         }
     }
 

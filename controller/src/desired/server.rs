@@ -1,7 +1,8 @@
 //! Validation of an `InferenceServer` against its partition.
 
 use super::{
-    err, DesiredPartition, DesiredServer, Problems, ResolvedConsumer, ResolvedSlice, SpecError,
+    err, unit_check, DesiredPartition, DesiredServer, Problems, ResolvedConsumer, ResolvedSlice,
+    SpecError,
 };
 use crate::host::model::{Location, UnitRef};
 use crate::sglang::{args, command, flags, speculative};
@@ -45,6 +46,12 @@ pub fn resolve_server(
     listen_and_startup(&mut pr, spec);
     env(&mut pr, spec);
     extra_args(&mut pr, spec);
+    unit_check::unit_renders(
+        &mut pr,
+        &format!("{ns}/{name}"),
+        spec,
+        slice.map_or(0, |s| s.gpus.len()),
+    );
     pr.finish()?;
     let (Some(location), Some(unit_name), Some(slice)) = (location, unit_name, slice) else {
         return Err(vec![err(&res, "spec", "internal: incomplete resolution")]);
@@ -240,6 +247,12 @@ fn listen_and_startup(pr: &mut Problems, spec: &InferenceServerSpec) {
 fn env(pr: &mut Problems, spec: &InferenceServerSpec) {
     for (i, v) in spec.env.iter().enumerate() {
         env_var(pr, i, v);
+        if let Some(first) = spec.env[..i].iter().position(|o| o.name == v.name) {
+            pr.add(
+                format!("spec.env[{i}].name"),
+                format!("{} is also set by spec.env[{first}]; each variable once (systemd would keep only the last)", v.name),
+            );
+        }
     }
 }
 

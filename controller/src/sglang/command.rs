@@ -36,51 +36,89 @@ pub const MANAGED_FLAGS: &[&str] = &[
 
 /// The argv: `<python> -m sglang.launch_server <flags...>`.
 pub fn argv(spec: &InferenceServerSpec, p2p_disabled: bool) -> Vec<String> {
-    let mut a: Vec<String> = vec![
-        spec.python.clone(),
-        "-m".into(),
-        "sglang.launch_server".into(),
+    argv_with_fields(spec, p2p_disabled)
+        .into_iter()
+        .map(|(w, _)| w)
+        .collect()
+}
+
+/// The argv, each word with the spec field it came from (`spec.model.path`,
+/// `spec.extraArgs[2]`), or `None` for words the agent writes itself. Validation uses the
+/// fields to name what to fix when a word cannot be rendered.
+pub fn argv_with_fields(
+    spec: &InferenceServerSpec,
+    p2p_disabled: bool,
+) -> Vec<(String, Option<String>)> {
+    let mut a: Vec<(String, Option<String>)> = vec![
+        (spec.python.clone(), Some("spec.python".into())),
+        ("-m".into(), None),
+        ("sglang.launch_server".into(), None),
     ];
-    let mut flag = |name: &str, value: String| {
-        a.push(name.to_string());
-        a.push(value);
+    let mut flag = |name: &str, value: String, field: Option<&str>| {
+        a.push((name.to_string(), None));
+        a.push((value, field.map(str::to_string)));
     };
-    flag("--model-path", spec.model.path.clone());
-    flag("--served-model-name", spec.model.served_name.clone());
-    flag("--tp-size", spec.tensor_parallel_size.to_string());
+    flag(
+        "--model-path",
+        spec.model.path.clone(),
+        Some("spec.model.path"),
+    );
+    flag(
+        "--served-model-name",
+        spec.model.served_name.clone(),
+        Some("spec.model.servedName"),
+    );
+    flag("--tp-size", spec.tensor_parallel_size.to_string(), None);
     if let Some(s) = &spec.speculative {
-        flag("--speculative-algorithm", s.algorithm.to_ascii_uppercase());
+        flag(
+            "--speculative-algorithm",
+            s.algorithm.to_ascii_uppercase(),
+            Some("spec.speculative.algorithm"),
+        );
         if let Some(v) = s.num_steps {
-            flag("--speculative-num-steps", v.to_string());
+            flag("--speculative-num-steps", v.to_string(), None);
         }
         if let Some(v) = s.eagle_topk {
-            flag("--speculative-eagle-topk", v.to_string());
+            flag("--speculative-eagle-topk", v.to_string(), None);
         }
         if let Some(v) = s.num_draft_tokens {
-            flag("--speculative-num-draft-tokens", v.to_string());
+            flag("--speculative-num-draft-tokens", v.to_string(), None);
         }
         if let Some(v) = &s.draft_model_path {
-            flag("--speculative-draft-model-path", v.clone());
+            flag(
+                "--speculative-draft-model-path",
+                v.clone(),
+                Some("spec.speculative.draftModelPath"),
+            );
         }
     }
     if let Some(v) = &spec.tool_call_parser {
-        flag("--tool-call-parser", v.clone());
+        flag("--tool-call-parser", v.clone(), Some("spec.toolCallParser"));
     }
     if let Some(v) = &spec.reasoning_parser {
-        flag("--reasoning-parser", v.clone());
+        flag(
+            "--reasoning-parser",
+            v.clone(),
+            Some("spec.reasoningParser"),
+        );
     }
     if let Some(v) = spec.mem_fraction_static {
-        flag("--mem-fraction-static", v.to_string());
+        flag("--mem-fraction-static", v.to_string(), None);
     }
-    flag("--host", spec.listen.host.clone());
-    flag("--port", spec.listen.port.to_string());
+    flag("--host", spec.listen.host.clone(), Some("spec.listen.host"));
+    flag("--port", spec.listen.port.to_string(), None);
     if spec.enable_metrics {
-        a.push("--enable-metrics".into());
+        a.push(("--enable-metrics".into(), None));
     }
     if p2p_disabled {
-        a.push("--disable-custom-all-reduce".into());
+        a.push(("--disable-custom-all-reduce".into(), None));
     }
-    a.extend(spec.extra_args.iter().cloned());
+    a.extend(
+        spec.extra_args
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.clone(), Some(format!("spec.extraArgs[{i}]")))),
+    );
     a
 }
 
