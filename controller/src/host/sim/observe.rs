@@ -1,10 +1,10 @@
 //! Observing the simulated host: the description read as the kernel, Proxmox and systemd would
 //! show it, with the processes that hold each device.
 
-use super::{parse_unit_key, server, SimHost};
+use super::{parse_unit_key, server, SimContainer, SimDevice, SimHost};
 use crate::host::model::*;
 use crate::proxmox::lxc_conf::LxcConfig;
-use crate::proxmox::pci_cfg::PciCfg;
+use crate::proxmox::pci_cfg::{MapEntry, PciCfg};
 use std::collections::{BTreeMap, BTreeSet};
 
 impl SimHost {
@@ -36,6 +36,7 @@ impl SimHost {
         v
     }
 
+    /// The holders of the device at `addr`, as an observation shows them.
     pub(super) fn holders_of(&self, addr: &str) -> Vec<Holder> {
         let st = self.observe_inner();
         st.pci_devices
@@ -44,6 +45,7 @@ impl SimHost {
             .unwrap_or_default()
     }
 
+    /// The whole host, as observing a real one would show it.
     pub(super) fn observe_inner(&self) -> HostState {
         let f = &self.file;
         let mut st = HostState {
@@ -53,57 +55,46 @@ impl SimHost {
             nvidia: f.nvidia.clone(),
             vms: f.vms.clone(),
             p2p_probes: f.p2p_probes.clone(),
+            pci_devices: f
+                .pci_devices
+                .iter()
+                .map(|d| (d.address.clone(), d.observed()))
+                .collect(),
+            containers: f
+                .containers
+                .iter()
+                .map(|(vmid, c)| (*vmid, c.observed(*vmid)))
+                .collect(),
+            pci_mappings: node_mappings(&f.pci_cfg, &f.node_name),
             ..HostState::default()
         };
-        for d in &f.pci_devices {
-            let on_nvidia = d.driver.as_deref() == Some("nvidia");
-            st.pci_devices.insert(
-                d.address.clone(),
-                PciDevice {
-                    address: d.address.clone(),
-                    vendor: d.vendor.clone(),
-                    device: d.device.clone(),
-                    class: d.class.clone(),
-                    subsystem: d.subsystem.clone(),
-                    numa_node: d.numa_node,
-                    iommu_group: d.iommu_group,
-                    driver: d.driver.clone(),
-                    driver_override: d.driver_override.clone(),
-                    nvidia_minor: if on_nvidia { d.minor } else { None },
-                    holders: vec![],
-                },
-            );
-        }
-        for (vmid, c) in &f.containers {
-            st.containers.insert(
-                *vmid,
-                Container {
-                    vmid: *vmid,
-                    state: c.state,
-                    gpu_mounts: LxcConfig::parse(&c.config).gpu_mounts(),
-                    nvidia_userspace_version: c.nvidia_userspace_version.clone(),
-                },
-            );
-        }
-        let cfg = PciCfg::parse(&f.pci_cfg);
-        for (name, entries) in cfg.mappings() {
-            let mine: Vec<_> = entries
-                .into_iter()
-                .filter(|e| e.node == f.node_name)
-                .collect();
-            if !mine.is_empty() {
-                st.pci_mappings.insert(name, mine);
+        // Holders: described processes, running VMs on their vfio GPUs, running servers.
+        let mut holders = self.described_holders();
+        self.add_vm_holders(&st, &mut holders);
+        self.observe_units(&mut st, &mut holders);
+        for (addr, hs) in holders {
+            if let Some(d) = st.pci_devices.get_mut(&addr) {
+                d.holders = hs;
             }
         }
-        // Holders: described processes, running VMs on their vfio GPUs, running servers.
+        st
+    }
+
+    /// The processes the description lists, by device address.
+    fn described_holders(&self) -> BTreeMap<String, Vec<Holder>> {
         let mut holders: BTreeMap<String, Vec<Holder>> = BTreeMap::new();
-        for h in &f.holders {
+        for h in &self.file.holders {
             holders
                 .entry(h.address.clone())
                 .or_default()
                 .push(h.holder.clone());
         }
-        for (vmid, vm) in &f.vms {
+        holders
+    }
+
+    /// Each running VM holds the vfio-bound devices of the mappings it uses.
+    fn add_vm_holders(&self, st: &HostState, holders: &mut BTreeMap<String, Vec<Holder>>) {
+        for (vmid, vm) in &self.file.vms {
             if vm.state != RunState::Running {
                 continue;
             }
@@ -126,35 +117,88 @@ impl SimHost {
                 }
             }
         }
-        for (key, u) in &f.units {
+    }
+
+    /// Plays every unit into `st`; a running server holds its GPUs.
+    fn observe_units(&self, st: &mut HostState, holders: &mut BTreeMap<String, Vec<Holder>>) {
+        for (key, u) in &self.file.units {
             let Some(unit_ref) = parse_unit_key(key) else {
                 continue;
             };
             let run = server::run(self, &unit_ref, u);
             if let Some(server::Running { gpus, .. }) = &run.running {
                 for (i, g) in gpus.iter().enumerate() {
-                    holders.entry(g.clone()).or_default().push(Holder {
-                        pid: 10_000 + i as u32,
-                        command: "python3".into(),
-                        container: match unit_ref.location {
-                            Location::Container(v) => Some(v),
-                            Location::Host => None,
-                        },
-                        vm: None,
-                        unit: match unit_ref.location {
-                            Location::Host => Some(unit_ref.name.clone()),
-                            Location::Container(_) => None,
-                        },
-                    });
+                    holders
+                        .entry(g.clone())
+                        .or_default()
+                        .push(server_holder(&unit_ref, i));
                 }
             }
             st.units.insert(key.clone(), run.unit);
         }
-        for (addr, hs) in holders {
-            if let Some(d) = st.pci_devices.get_mut(&addr) {
-                d.holders = hs;
-            }
+    }
+}
+
+/// The process of rank `i` of the server that `unit_ref` runs.
+fn server_holder(unit_ref: &UnitRef, i: usize) -> Holder {
+    Holder {
+        pid: 10_000 + i as u32,
+        command: "python3".into(),
+        container: match unit_ref.location {
+            Location::Container(v) => Some(v),
+            Location::Host => None,
+        },
+        vm: None,
+        unit: match unit_ref.location {
+            Location::Host => Some(unit_ref.name.clone()),
+            Location::Container(_) => None,
+        },
+    }
+}
+
+/// This node's entries of each mapping in `pci.cfg` (mappings without any left out).
+fn node_mappings(pci_cfg: &str, node_name: &str) -> BTreeMap<String, Vec<MapEntry>> {
+    let mut out = BTreeMap::new();
+    for (name, entries) in PciCfg::parse(pci_cfg).mappings() {
+        let mine: Vec<_> = entries
+            .into_iter()
+            .filter(|e| e.node == node_name)
+            .collect();
+        if !mine.is_empty() {
+            out.insert(name, mine);
         }
-        st
+    }
+    out
+}
+
+impl SimDevice {
+    /// The device as sysfs shows it (the nvidia minor only while bound to nvidia).
+    fn observed(&self) -> PciDevice {
+        let on_nvidia = self.driver.as_deref() == Some("nvidia");
+        PciDevice {
+            address: self.address.clone(),
+            vendor: self.vendor.clone(),
+            device: self.device.clone(),
+            class: self.class.clone(),
+            subsystem: self.subsystem.clone(),
+            numa_node: self.numa_node,
+            iommu_group: self.iommu_group,
+            driver: self.driver.clone(),
+            driver_override: self.driver_override.clone(),
+            nvidia_minor: if on_nvidia { self.minor } else { None },
+            holders: vec![],
+        }
+    }
+}
+
+impl SimContainer {
+    /// The container as Proxmox shows it: its state and the GPU lines of its config.
+    fn observed(&self, vmid: u32) -> Container {
+        Container {
+            vmid,
+            state: self.state,
+            gpu_mounts: LxcConfig::parse(&self.config).gpu_mounts(),
+            nvidia_userspace_version: self.nvidia_userspace_version.clone(),
+        }
     }
 }
