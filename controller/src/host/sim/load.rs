@@ -11,18 +11,38 @@ use std::collections::BTreeSet;
 pub(super) struct Live {
     path: std::path::PathBuf,
     pub(super) speed: u64,
-    pub(super) anchor: std::time::Instant,
-    pub(super) anchor_clock: u64,
+    anchor: std::time::Instant,
+    anchor_clock: u64,
     last_saved: String,
+}
+
+impl Live {
+    /// The host's clock now: the clock read at the anchor, plus wall time since, `speed` times.
+    pub(super) fn clock(&self) -> u64 {
+        self.anchor_clock + self.anchor.elapsed().as_secs() * self.speed
+    }
+}
+
+/// Reads a description file's text.
+fn read(path: &str) -> Result<String, HostError> {
+    std::fs::read_to_string(path).map_err(|e| HostError::Read {
+        path: path.into(),
+        source: e,
+    })
+}
+
+/// Parses a description; `origin` names it in errors.
+fn parse(text: &str, origin: &str) -> Result<SimHostFile, HostError> {
+    serde_yaml::from_str(text).map_err(|e| HostError::Parse {
+        path: origin.into(),
+        message: e.to_string(),
+    })
 }
 
 impl SimHost {
     /// Loads a description from YAML text; `origin` names it in errors.
     pub fn from_yaml(text: &str, origin: &str) -> Result<SimHost, HostError> {
-        let file: SimHostFile = serde_yaml::from_str(text).map_err(|e| HostError::Parse {
-            path: origin.into(),
-            message: e.to_string(),
-        })?;
+        let file = parse(text, origin)?;
         let mut seen = BTreeSet::new();
         for d in &file.pci_devices {
             if !seen.insert(d.address.clone()) {
@@ -40,13 +60,15 @@ impl SimHost {
         SimHost { file, live: None }
     }
 
+    /// Loads a description file.
+    pub fn load(path: &str) -> Result<SimHost, HostError> {
+        Self::from_yaml(&read(path)?, path)
+    }
+
     /// Opens `path` as a live host: re-read before each observation, written after each step,
     /// its clock running `speed` times faster than wall time.
     pub fn live(path: &str, speed: u64) -> Result<SimHost, HostError> {
-        let text = std::fs::read_to_string(path).map_err(|e| HostError::Read {
-            path: path.into(),
-            source: e,
-        })?;
+        let text = read(path)?;
         let mut h = Self::from_yaml(&text, path)?;
         h.live = Some(Live {
             path: path.into(),
@@ -64,21 +86,15 @@ impl SimHost {
             return Ok(());
         };
         let path = live.path.to_string_lossy().into_owned();
-        let text = std::fs::read_to_string(&live.path).map_err(|e| HostError::Read {
-            path: path.clone(),
-            source: e,
-        })?;
+        let text = read(&path)?;
         if text != live.last_saved {
-            let file: SimHostFile = serde_yaml::from_str(&text).map_err(|e| HostError::Parse {
-                path,
-                message: e.to_string(),
-            })?;
+            let file = parse(&text, &path)?;
             live.anchor_clock = file.clock.max(self.file.clock);
             live.anchor = std::time::Instant::now();
             live.last_saved = text;
             self.file = file;
         }
-        self.file.clock = live.anchor_clock + live.anchor.elapsed().as_secs() * live.speed;
+        self.file.clock = live.clock();
         Ok(())
     }
 
@@ -95,14 +111,5 @@ impl SimHost {
             .map_err(|e| HostError::Other(format!("cannot write {}: {e}", live.path.display())))?;
         live.last_saved = text;
         Ok(())
-    }
-
-    /// Loads a description file.
-    pub fn load(path: &str) -> Result<SimHost, HostError> {
-        let text = std::fs::read_to_string(path).map_err(|e| HostError::Read {
-            path: path.into(),
-            source: e,
-        })?;
-        Self::from_yaml(&text, path)
     }
 }

@@ -97,7 +97,7 @@ impl Host for SimHost {
 
     fn now(&self) -> u64 {
         match &self.live {
-            Some(l) => l.anchor_clock + l.anchor.elapsed().as_secs() * l.speed,
+            Some(l) => l.clock(),
             None => self.file.clock,
         }
     }
