@@ -61,31 +61,19 @@ impl SimHost {
 
     /// `systemctl stop`.
     fn stop_unit(&mut self, unit: &UnitRef) {
-        let u = self.unit_mut(unit);
-        u.started_at = None;
-        u.running = None;
+        self.unit_mut(unit).stop();
     }
 
     /// Writes the unit file (`pct push` into a container, which must run).
     fn write_unit(&mut self, step: &Step, unit: &UnitRef, content: &str) -> Result<(), HostError> {
-        if !self.container_running(unit.location) {
-            return Err(fail(
-                step,
-                format!(
-                    "{} is not running (pct push needs a running container)",
-                    unit.location
-                ),
-            ));
-        }
+        self.require_running(step, unit.location, " (pct push needs a running container)")?;
         self.unit_mut(unit).file = Some(content.to_string());
         Ok(())
     }
 
     /// `systemctl daemon-reload`: every unit at `location` loads its file.
     fn daemon_reload(&mut self, step: &Step, location: Location) -> Result<(), HostError> {
-        if !self.container_running(location) {
-            return Err(fail(step, format!("{location} is not running")));
-        }
+        self.require_running(step, location, "")?;
         for (k, u) in self.file.units.iter_mut() {
             if parse_unit_key(k).is_some_and(|r| r.location == location) {
                 u.loaded = u.file.clone();
@@ -97,9 +85,7 @@ impl SimHost {
     /// `systemctl start` of an active unit does nothing; of a failed one, starts it again.
     fn start_unit(&mut self, step: &Step, unit: &UnitRef, restart: bool) -> Result<(), HostError> {
         let now = self.file.clock;
-        if !self.container_running(unit.location) {
-            return Err(fail(step, format!("{} is not running", unit.location)));
-        }
+        self.require_running(step, unit.location, "")?;
         let active = self
             .observe_inner()
             .unit(unit)
@@ -121,17 +107,11 @@ impl SimHost {
 
     /// `pct stop`: the container's units stop with it.
     fn stop_container(&mut self, step: &Step, vmid: u32) -> Result<(), HostError> {
-        let c = self
-            .file
-            .containers
-            .get_mut(&vmid)
-            .ok_or_else(|| fail(step, format!("no container {vmid}")))?;
-        c.state = RunState::Stopped;
+        self.container_mut(step, vmid)?.state = RunState::Stopped;
         let prefix = format!("lxc-{vmid}/");
         for (k, u) in self.file.units.iter_mut() {
             if k.starts_with(&prefix) {
-                u.started_at = None;
-                u.running = None;
+                u.stop();
             }
         }
         Ok(())
@@ -139,28 +119,20 @@ impl SimHost {
 
     /// `pct start`: fails like PVE when a `devN` GPU line names a `/dev/nvidiaN` that is not there.
     fn start_container(&mut self, step: &Step, vmid: u32) -> Result<(), HostError> {
-        let c = self
-            .file
-            .containers
-            .get(&vmid)
-            .ok_or_else(|| fail(step, format!("no container {vmid}")))?;
-        let mounts = LxcConfig::parse(&c.config).gpu_mounts();
+        let mounts = self.container_mut(step, vmid)?.gpu_mounts();
         if mounts.style == Some(MountStyle::DevN) {
             // PVE stats every devN path at start: a missing /dev/nvidiaN fails the start.
             let present: BTreeSet<u32> = self
                 .file
                 .pci_devices
                 .iter()
-                .filter(|d| d.driver.as_deref() == Some("nvidia"))
-                .filter_map(|d| d.minor)
+                .filter_map(|d| d.nvidia_minor())
                 .collect();
             if let Some(m) = mounts.minors.iter().find(|m| !present.contains(m)) {
                 return Err(fail(step, format!("Device /dev/nvidia{m} does not exist")));
             }
         }
-        if let Some(c) = self.file.containers.get_mut(&vmid) {
-            c.state = RunState::Running;
-        }
+        self.container_mut(step, vmid)?.state = RunState::Running;
         Ok(())
     }
 
@@ -216,11 +188,7 @@ impl SimHost {
         minors: &BTreeSet<u32>,
     ) -> Result<(), HostError> {
         let uvm = self.file.nvidia.uvm_major;
-        let c = self
-            .file
-            .containers
-            .get_mut(&vmid)
-            .ok_or_else(|| fail(step, format!("no container {vmid}")))?;
+        let c = self.container_mut(step, vmid)?;
         let mut cfg = LxcConfig::parse(&c.config);
         cfg.set_gpu_mounts(&DesiredGpuMounts {
             minors: minors.clone(),
@@ -248,9 +216,7 @@ impl SimHost {
         location: Location,
         gpus: &[String],
     ) -> Result<StepOutcome, HostError> {
-        if !self.container_running(location) {
-            return Err(fail(step, format!("{location} is not running")));
-        }
+        self.require_running(step, location, "")?;
         let visible = self.visible_gpus(location);
         if let Some(g) = gpus.iter().find(|g| !visible.contains(g)) {
             return Err(fail(step, format!("GPU {g} is not visible on {location}")));
@@ -265,17 +231,11 @@ impl SimHost {
                 }
             }
         }
+        let pairs = gpus.len() * (gpus.len() - 1) / 2;
         let detail = if failing.is_empty() {
-            format!(
-                "all {} pairs copied correctly",
-                gpus.len() * (gpus.len() - 1) / 2
-            )
+            format!("all {pairs} pairs copied correctly")
         } else {
-            format!(
-                "{} of {} pairs returned corrupted data",
-                failing.len(),
-                gpus.len() * (gpus.len() - 1) / 2
-            )
+            format!("{} of {pairs} pairs returned corrupted data", failing.len())
         };
         let probe = P2pProbe {
             gpus: gpus.to_vec(),

@@ -2,6 +2,7 @@
 //! YAML files in `examples/hosts/` spell it.
 
 use crate::host::model::*;
+use crate::proxmox::lxc_conf::{GpuMounts, LxcConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -67,6 +68,17 @@ pub struct SimDevice {
     pub minor: Option<u32>,
 }
 
+impl SimDevice {
+    /// The minor of `/dev/nvidiaN`, which exists only while the GPU is bound to nvidia.
+    pub(super) fn nvidia_minor(&self) -> Option<u32> {
+        if self.driver.as_deref() == Some("nvidia") {
+            self.minor
+        } else {
+            None
+        }
+    }
+}
+
 /// A container of the simulated host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -76,6 +88,13 @@ pub struct SimContainer {
     pub config: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvidia_userspace_version: Option<String>,
+}
+
+impl SimContainer {
+    /// The GPU device lines of its config.
+    pub(super) fn gpu_mounts(&self) -> GpuMounts {
+        LxcConfig::parse(&self.config).gpu_mounts()
+    }
 }
 
 /// A systemd unit of the simulated host.
@@ -100,6 +119,14 @@ pub struct SimUnit {
     /// Hash of a unit recorded as failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_hash: Option<String>,
+}
+
+impl SimUnit {
+    /// Its process ends (`systemctl stop`, or its container stops).
+    pub(super) fn stop(&mut self) {
+        self.started_at = None;
+        self.running = None;
+    }
 }
 
 /// A process holding a device, as given in the description.

@@ -43,14 +43,28 @@ impl SimHost {
         self.file.units.entry(r.key()).or_default()
     }
 
-    fn container_running(&self, loc: Location) -> bool {
-        match loc {
+    /// The container `vmid`, or the step fails.
+    fn container_mut(&mut self, step: &Step, vmid: u32) -> Result<&mut SimContainer, HostError> {
+        self.file
+            .containers
+            .get_mut(&vmid)
+            .ok_or_else(|| fail(step, format!("no container {vmid}")))
+    }
+
+    /// Fails the step unless `loc` runs (the host always does); `why` ends the message.
+    fn require_running(&self, step: &Step, loc: Location, why: &str) -> Result<(), HostError> {
+        let running = match loc {
             Location::Host => true,
             Location::Container(v) => self
                 .file
                 .containers
                 .get(&v)
                 .is_some_and(|c| c.state == RunState::Running),
+        };
+        if running {
+            Ok(())
+        } else {
+            Err(fail(step, format!("{loc} is not running{why}")))
         }
     }
 }

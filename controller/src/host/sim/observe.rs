@@ -3,7 +3,6 @@
 
 use super::{parse_unit_key, server, SimContainer, SimDevice, SimHost};
 use crate::host::model::*;
-use crate::proxmox::lxc_conf::LxcConfig;
 use crate::proxmox::pci_cfg::{MapEntry, PciCfg};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -16,7 +15,7 @@ impl SimHost {
                 self.file
                     .containers
                     .get(&v)
-                    .map(|c| LxcConfig::parse(&c.config).gpu_mounts().minors)
+                    .map(|c| c.gpu_mounts().minors)
                     .unwrap_or_default(),
             ),
         };
@@ -174,7 +173,6 @@ fn node_mappings(pci_cfg: &str, node_name: &str) -> BTreeMap<String, Vec<MapEntr
 impl SimDevice {
     /// The device as sysfs shows it (the nvidia minor only while bound to nvidia).
     fn observed(&self) -> PciDevice {
-        let on_nvidia = self.driver.as_deref() == Some("nvidia");
         PciDevice {
             address: self.address.clone(),
             vendor: self.vendor.clone(),
@@ -185,7 +183,7 @@ impl SimDevice {
             iommu_group: self.iommu_group,
             driver: self.driver.clone(),
             driver_override: self.driver_override.clone(),
-            nvidia_minor: if on_nvidia { self.minor } else { None },
+            nvidia_minor: self.nvidia_minor(),
             holders: vec![],
         }
     }
@@ -197,7 +195,7 @@ impl SimContainer {
         Container {
             vmid,
             state: self.state,
-            gpu_mounts: LxcConfig::parse(&self.config).gpu_mounts(),
+            gpu_mounts: self.gpu_mounts(),
             nvidia_userspace_version: self.nvidia_userspace_version.clone(),
         }
     }
