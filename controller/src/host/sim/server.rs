@@ -116,27 +116,17 @@ struct Process {
 fn launch(sim: &SimHost, r: &UnitRef, parsed: &unit::ParsedUnit, t0: u64) -> Result<Process, Exit> {
     let argv = &parsed.exec_start;
     check_flags(argv)?;
-    let arg = |flag: &str| {
-        argv.iter()
-            .position(|a| a == flag)
-            .and_then(|i| argv.get(i + 1))
-            .cloned()
-    };
-    let tp: usize = arg("--tp-size").and_then(|v| v.parse().ok()).unwrap_or(1);
-    let served = arg("--served-model-name")
-        .or_else(|| arg("--model-path"))
+    let tp: usize = parsed
+        .arg("--tp-size")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let served = parsed
+        .arg("--served-model-name")
+        .or_else(|| parsed.arg("--model-path"))
         .unwrap_or_default();
-    let env = |k: &str| {
-        parsed
-            .environment
-            .iter()
-            .rev()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| v.clone())
-    };
     let gpus = cuda_gpus(
         sim.visible_gpus(r.location),
-        env("CUDA_VISIBLE_DEVICES"),
+        parsed.env("CUDA_VISIBLE_DEVICES"),
         t0,
     )?;
     if gpus.len() < tp {
@@ -150,13 +140,13 @@ fn launch(sim: &SimHost, r: &UnitRef, parsed: &unit::ParsedUnit, t0: u64) -> Res
         });
     }
     let gpus: Vec<String> = gpus.into_iter().take(tp.max(1)).collect();
-    crash_hook(sim, env("SIM_CRASH_AT").as_deref(), t0)?;
+    crash_hook(sim, parsed.env("SIM_CRASH_AT").as_deref(), t0)?;
     Ok(Process {
         tp,
         served,
-        speculative_algorithm: arg("--speculative-algorithm"),
+        speculative_algorithm: parsed.arg("--speculative-algorithm"),
         gpus,
-        nccl_p2p: env("NCCL_P2P_DISABLE").as_deref() != Some("1"),
+        nccl_p2p: parsed.env("NCCL_P2P_DISABLE").as_deref() != Some("1"),
         custom_all_reduce: !argv.iter().any(|a| a == "--disable-custom-all-reduce"),
     })
 }
