@@ -51,14 +51,7 @@ impl LocalHost {
             ..Unit::default()
         };
         let path = format!("{UNIT_DIR}/{}", r.name);
-        u.file = match r.location {
-            Location::Host => self.root.read(&path),
-            Location::Container(_) => self
-                .at(r.location, &["cat", &path])
-                .ok()
-                .filter(|o| o.ok())
-                .map(|o| o.stdout),
-        };
+        u.file = self.read_at(r.location, &path);
         let props = self.systemctl(
             r.location,
             &[
@@ -122,11 +115,15 @@ impl LocalHost {
     /// The agent's records about a unit (`ready`: last unit that reached Ready; `failed`: hash of a
     /// unit that failed), in `/var/lib/gpuplane/units/` where the unit lives.
     pub(super) fn read_state(&self, r: &UnitRef, kind: &str) -> Option<String> {
-        let path = format!("{STATE_DIR}/{}.{kind}", r.name);
-        match r.location {
-            Location::Host => self.root.read(&path),
+        self.read_at(r.location, &format!("{STATE_DIR}/{}.{kind}", r.name))
+    }
+
+    /// A file's content at a location (`cat` inside a container); `None` when it cannot be read.
+    fn read_at(&self, loc: Location, path: &str) -> Option<String> {
+        match loc {
+            Location::Host => self.root.read(path),
             Location::Container(_) => self
-                .at(r.location, &["cat", &path])
+                .at(loc, &["cat", path])
                 .ok()
                 .filter(|o| o.ok())
                 .map(|o| o.stdout),
