@@ -9,6 +9,10 @@
 //! hangs in NCCL init (P2P on) or after loading weights (custom all-reduce on), exactly
 //! like the reference story. Time is a clock that only `sleep` advances, so runs are
 //! deterministic.
+//!
+//! `file.rs` holds the description's types, `load.rs` reads and saves it (and keeps a live
+//! file in step), `observe.rs` shows it as a real host would, `apply.rs` applies steps to it
+//! and `server.rs` plays the SGLang process a unit starts.
 
 mod apply;
 mod file;
@@ -31,6 +35,7 @@ pub struct SimHost {
 }
 
 impl SimHost {
+    /// The device at `addr`, or the step fails.
     fn dev_mut(&mut self, addr: &str, step: &Step) -> Result<&mut SimDevice, HostError> {
         self.file
             .pci_devices
@@ -39,6 +44,7 @@ impl SimHost {
             .ok_or_else(|| fail(step, format!("no PCI device {addr}")))
     }
 
+    /// The unit at `r`, created empty when the description has none.
     fn unit_mut(&mut self, r: &UnitRef) -> &mut SimUnit {
         self.file.units.entry(r.key()).or_default()
     }
@@ -82,6 +88,7 @@ pub fn parse_unit_key(key: &str) -> Option<UnitRef> {
     })
 }
 
+/// The error of a step that failed with `message`.
 fn fail(step: &Step, message: String) -> HostError {
     HostError::Step {
         step: step.to_string(),

@@ -17,6 +17,7 @@ pub(super) struct Running {
     pub gpus: Vec<String>,
 }
 
+/// The journal's timestamp for clock second `clock`.
 fn ts(clock: u64) -> String {
     let (h, m, s) = ((clock / 3600) % 24, (clock / 60) % 60, clock % 60);
     format!("[2026-11-30 {h:02}:{m:02}:{s:02}]")
@@ -30,7 +31,7 @@ struct Exit {
 
 /// Plays the unit `u` at `r` on host `sim`.
 pub(super) fn run(sim: &SimHost, r: &UnitRef, u: &SimUnit) -> Run {
-    let mut unit = unit_files(u);
+    let mut unit = idle_unit(u);
     let (Some(t0), Some(content)) = (u.started_at, u.running.as_deref()) else {
         return Run {
             unit,
@@ -76,7 +77,7 @@ pub(super) fn run(sim: &SimHost, r: &UnitRef, u: &SimUnit) -> Run {
 }
 
 /// The unit as systemd shows it while nothing runs: its file, reload state and the agent's records.
-fn unit_files(u: &SimUnit) -> Unit {
+fn idle_unit(u: &SimUnit) -> Unit {
     Unit {
         active_state: "inactive".into(),
         sub_state: "dead".into(),
