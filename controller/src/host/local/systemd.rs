@@ -30,16 +30,24 @@ impl LocalHost {
         }
     }
 
+    /// Runs a command at a location like [`LocalHost::at`]; a failure is an error named `what`.
+    fn at_ok(
+        &self,
+        loc: Location,
+        argv: &[&str],
+        what: String,
+    ) -> Result<super::exec::CmdOutput, LocalError> {
+        let o = self.at(loc, argv)?;
+        if !o.ok() {
+            return Err(LocalError::failed(what, &o.stderr));
+        }
+        Ok(o)
+    }
+
     fn systemctl(&self, loc: Location, args: &[&str]) -> Result<String, LocalError> {
         let mut a = vec![self.tools.systemctl.as_str()];
         a.extend_from_slice(args);
-        let o = self.at(loc, &a)?;
-        if !o.ok() {
-            return Err(LocalError::failed(
-                format!("systemctl {}", args.join(" ")),
-                &o.stderr,
-            ));
-        }
+        let o = self.at_ok(loc, &a, format!("systemctl {}", args.join(" ")))?;
         Ok(o.stdout)
     }
 
@@ -147,13 +155,11 @@ impl LocalHost {
                 super::files::write_atomic(&p, content)
             }
             Location::Container(v) => {
-                let o = self.at(r.location, &["mkdir", "-p", STATE_DIR])?;
-                if !o.ok() {
-                    return Err(LocalError::failed(
-                        format!("mkdir in container {v}"),
-                        &o.stderr,
-                    ));
-                }
+                self.at_ok(
+                    r.location,
+                    &["mkdir", "-p", STATE_DIR],
+                    format!("mkdir in container {v}"),
+                )?;
                 let tmp = tempfile_path(&format!("{}.{kind}", r.name));
                 std::fs::write(&tmp, content)
                     .map_err(|e| LocalError::io("cannot write", &tmp, e))?;
@@ -194,13 +200,11 @@ impl LocalHost {
                 if !o.ok() || !o.stderr.trim().is_empty() {
                     return Err(LocalError::failed("pct push", &o.stderr));
                 }
-                let o = self.at(r.location, &["mv", "-f", &staged, &path])?;
-                if !o.ok() {
-                    return Err(LocalError::failed(
-                        format!("mv in container {v}"),
-                        &o.stderr,
-                    ));
-                }
+                self.at_ok(
+                    r.location,
+                    &["mv", "-f", &staged, &path],
+                    format!("mv in container {v}"),
+                )?;
                 Ok(())
             }
         }
@@ -222,13 +226,11 @@ impl LocalHost {
                     _ => {}
                 },
                 Location::Container(v) => {
-                    let o = self.at(r.location, &["rm", "-f", p])?;
-                    if !o.ok() {
-                        return Err(LocalError::failed(
-                            format!("rm {p} in container {v}"),
-                            &o.stderr,
-                        ));
-                    }
+                    self.at_ok(
+                        r.location,
+                        &["rm", "-f", p],
+                        format!("rm {p} in container {v}"),
+                    )?;
                 }
             }
         }
