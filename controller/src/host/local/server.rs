@@ -85,24 +85,21 @@ impl LocalHost {
         if !argv.iter().any(|a| a == "sglang.launch_server") {
             return None;
         }
-        let arg = |f: &str| {
-            argv.iter()
-                .position(|a| a == f)
-                .and_then(|i| argv.get(i + 1))
-                .cloned()
-        };
         let mut obs = ServerObservation {
             phase: crate::sglang::log::phase(&u.log_tail),
             ..Default::default()
         };
-        obs.gpu_memory_mib = self.gpu_memory(&parsed.environment);
+        obs.gpu_memory_mib = self.gpu_memory(&parsed);
         if !u.is_active() {
             return Some(obs);
         }
-        let port: u16 = arg("--port").and_then(|p| p.parse().ok()).unwrap_or(30000);
+        let port: u16 = parsed
+            .arg("--port")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(30000);
         let host = self.server_address(
             r.location,
-            &arg("--host").unwrap_or_else(|| "127.0.0.1".into()),
+            &parsed.arg("--host").unwrap_or_else(|| "127.0.0.1".into()),
         )?;
         let t = Duration::from_secs(3);
         obs.http = match http_get(&host, port, "/health_generate", Duration::from_secs(25)) {
@@ -157,7 +154,7 @@ impl LocalHost {
     }
 
     /// GPU memory used per visible GPU (MiB), from nvidia-smi; empty when it is not available.
-    fn gpu_memory(&self, env: &[(String, String)]) -> Vec<u64> {
+    fn gpu_memory(&self, parsed: &unit::ParsedUnit) -> Vec<u64> {
         let Ok(o) = self.cmd(&[
             &self.tools.nvidia_smi,
             "--query-gpu=pci.bus_id,memory.used",
@@ -177,11 +174,7 @@ impl LocalHost {
             })
             .collect();
         rows.sort();
-        let visible = env
-            .iter()
-            .rev()
-            .find(|(k, _)| k == "CUDA_VISIBLE_DEVICES")
-            .map(|(_, v)| v.clone());
+        let visible = parsed.env("CUDA_VISIBLE_DEVICES");
         match visible {
             Some(v) => v
                 .split(',')

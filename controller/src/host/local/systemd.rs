@@ -30,16 +30,24 @@ impl LocalHost {
         }
     }
 
+    /// Runs a command at a location like [`LocalHost::at`]; a failure is an error named `what`.
+    fn at_ok(
+        &self,
+        loc: Location,
+        argv: &[&str],
+        what: String,
+    ) -> Result<super::exec::CmdOutput, LocalError> {
+        let o = self.at(loc, argv)?;
+        if !o.ok() {
+            return Err(LocalError::failed(what, &o.stderr));
+        }
+        Ok(o)
+    }
+
     fn systemctl(&self, loc: Location, args: &[&str]) -> Result<String, LocalError> {
         let mut a = vec![self.tools.systemctl.as_str()];
         a.extend_from_slice(args);
-        let o = self.at(loc, &a)?;
-        if !o.ok() {
-            return Err(LocalError::failed(
-                format!("systemctl {}", args.join(" ")),
-                &o.stderr,
-            ));
-        }
+        let o = self.at_ok(loc, &a, format!("systemctl {}", args.join(" ")))?;
         Ok(o.stdout)
     }
 
@@ -51,14 +59,7 @@ impl LocalHost {
             ..Unit::default()
         };
         let path = format!("{UNIT_DIR}/{}", r.name);
-        u.file = match r.location {
-            Location::Host => self.root.read(&path),
-            Location::Container(_) => self
-                .at(r.location, &["cat", &path])
-                .ok()
-                .filter(|o| o.ok())
-                .map(|o| o.stdout),
-        };
+        u.file = self.read_at(r.location, &path);
         let props = self.systemctl(
             r.location,
             &[
@@ -122,11 +123,15 @@ impl LocalHost {
     /// The agent's records about a unit (`ready`: last unit that reached Ready; `failed`: hash of a
     /// unit that failed), in `/var/lib/gpuplane/units/` where the unit lives.
     pub(super) fn read_state(&self, r: &UnitRef, kind: &str) -> Option<String> {
-        let path = format!("{STATE_DIR}/{}.{kind}", r.name);
-        match r.location {
-            Location::Host => self.root.read(&path),
+        self.read_at(r.location, &format!("{STATE_DIR}/{}.{kind}", r.name))
+    }
+
+    /// A file's content at a location (`cat` inside a container); `None` when it cannot be read.
+    fn read_at(&self, loc: Location, path: &str) -> Option<String> {
+        match loc {
+            Location::Host => self.root.read(path),
             Location::Container(_) => self
-                .at(r.location, &["cat", &path])
+                .at(loc, &["cat", path])
                 .ok()
                 .filter(|o| o.ok())
                 .map(|o| o.stdout),
@@ -150,13 +155,11 @@ impl LocalHost {
                 super::files::write_atomic(&p, content)
             }
             Location::Container(v) => {
-                let o = self.at(r.location, &["mkdir", "-p", STATE_DIR])?;
-                if !o.ok() {
-                    return Err(LocalError::failed(
-                        format!("mkdir in container {v}"),
-                        &o.stderr,
-                    ));
-                }
+                self.at_ok(
+                    r.location,
+                    &["mkdir", "-p", STATE_DIR],
+                    format!("mkdir in container {v}"),
+                )?;
                 let tmp = tempfile_path(&format!("{}.{kind}", r.name));
                 std::fs::write(&tmp, content)
                     .map_err(|e| LocalError::io("cannot write", &tmp, e))?;
@@ -197,13 +200,11 @@ impl LocalHost {
                 if !o.ok() || !o.stderr.trim().is_empty() {
                     return Err(LocalError::failed("pct push", &o.stderr));
                 }
-                let o = self.at(r.location, &["mv", "-f", &staged, &path])?;
-                if !o.ok() {
-                    return Err(LocalError::failed(
-                        format!("mv in container {v}"),
-                        &o.stderr,
-                    ));
-                }
+                self.at_ok(
+                    r.location,
+                    &["mv", "-f", &staged, &path],
+                    format!("mv in container {v}"),
+                )?;
                 Ok(())
             }
         }
@@ -225,13 +226,11 @@ impl LocalHost {
                     _ => {}
                 },
                 Location::Container(v) => {
-                    let o = self.at(r.location, &["rm", "-f", p])?;
-                    if !o.ok() {
-                        return Err(LocalError::failed(
-                            format!("rm {p} in container {v}"),
-                            &o.stderr,
-                        ));
-                    }
+                    self.at_ok(
+                        r.location,
+                        &["rm", "-f", p],
+                        format!("rm {p} in container {v}"),
+                    )?;
                 }
             }
         }

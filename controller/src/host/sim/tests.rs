@@ -8,6 +8,33 @@ fn step_override(a: &str, d: Option<&str>) -> Step {
     }
 }
 
+/// The reference server's unit, in LXC 129.
+fn qwen_unit() -> UnitRef {
+    UnitRef {
+        location: Location::Container(129),
+        name: "sglang-qwen.service".into(),
+    }
+}
+
+/// Writes the unit file `r`'s current file becomes after `edit`.
+fn rewrite_unit(h: &mut SimHost, r: &UnitRef, edit: impl Fn(&str) -> String) {
+    let old = h.observe().unwrap().unit(r).unwrap().file.clone().unwrap();
+    h.apply(&Step::WriteUnit {
+        unit: r.clone(),
+        content: edit(&old),
+    })
+    .unwrap();
+}
+
+/// `systemctl restart`.
+fn restart(h: &mut SimHost, r: &UnitRef) {
+    h.apply(&Step::StartUnit {
+        unit: r.clone(),
+        restart: true,
+    })
+    .unwrap();
+}
+
 #[test]
 fn probe_follows_driver_override_and_reports_success_even_when_nothing_binds() {
     let mut h = twin();
@@ -46,24 +73,11 @@ fn probe_follows_driver_override_and_reports_success_even_when_nothing_binds() {
 #[test]
 fn systemd_runs_what_it_loaded() {
     let mut h = twin();
-    let r = UnitRef {
-        location: Location::Container(129),
-        name: "sglang-qwen.service".into(),
-    };
-    let old = h.observe().unwrap().unit(&r).unwrap().file.clone().unwrap();
-    let new = old.replace("--tp-size 8", "--tp-size 2");
-    h.apply(&Step::WriteUnit {
-        unit: r.clone(),
-        content: new,
-    })
-    .unwrap();
+    let r = qwen_unit();
+    rewrite_unit(&mut h, &r, |old| old.replace("--tp-size 8", "--tp-size 2"));
     let u = h.observe().unwrap().unit(&r).cloned().unwrap();
     assert!(u.needs_reload);
-    h.apply(&Step::StartUnit {
-        unit: r.clone(),
-        restart: true,
-    })
-    .unwrap();
+    restart(&mut h, &r);
     h.sleep(200);
     // Restarted without daemon-reload: still the tp-8 unit.
     let u = h.observe().unwrap().unit(&r).cloned().unwrap();
@@ -85,27 +99,16 @@ fn systemd_runs_what_it_loaded() {
 #[test]
 fn server_with_p2p_on_a_corrupt_translated_host_hangs_after_loading() {
     let mut h = twin();
-    let r = UnitRef {
-        location: Location::Container(129),
-        name: "sglang-qwen.service".into(),
-    };
-    let old = h.observe().unwrap().unit(&r).unwrap().file.clone().unwrap();
+    let r = qwen_unit();
     // NCCL P2P off but custom all-reduce on: loads weights, then hangs (the reference story).
-    let new = old.replace(" --disable-custom-all-reduce", "");
-    h.apply(&Step::WriteUnit {
-        unit: r.clone(),
-        content: new,
-    })
-    .unwrap();
+    rewrite_unit(&mut h, &r, |old| {
+        old.replace(" --disable-custom-all-reduce", "")
+    });
     h.apply(&Step::DaemonReload {
         location: r.location,
     })
     .unwrap();
-    h.apply(&Step::StartUnit {
-        unit: r.clone(),
-        restart: true,
-    })
-    .unwrap();
+    restart(&mut h, &r);
     h.sleep(20);
     let s20 = h
         .observe()

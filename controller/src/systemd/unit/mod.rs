@@ -147,6 +147,27 @@ pub struct ParsedUnit {
     pub user: Option<String>,
 }
 
+impl ParsedUnit {
+    /// The word after `flag` in `ExecStart=` (`--tp-size 4` gives `4`); `None` when the flag is
+    /// absent or last.
+    pub fn arg(&self, flag: &str) -> Option<String> {
+        let argv = &self.exec_start;
+        argv.iter()
+            .position(|a| a == flag)
+            .and_then(|i| argv.get(i + 1))
+            .cloned()
+    }
+
+    /// The value the environment gives `name`, if any.
+    pub fn env(&self, name: &str) -> Option<String> {
+        self.environment
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    }
+}
+
 /// Why a unit could not be rendered or parsed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum UnitError {

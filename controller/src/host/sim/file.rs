@@ -1,0 +1,171 @@
+//! The host description (`--host sim:FILE`): the serialized form of the simulated host, as the
+//! YAML files in `examples/hosts/` spell it.
+
+use crate::host::model::*;
+use crate::proxmox::lxc_conf::{GpuMounts, LxcConfig};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How simulated services behave.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Behaviour {
+    /// GPU peer-to-peer copies are corrupted when the IOMMU translates DMA.
+    pub p2p_corrupt: bool,
+    /// Seconds from start to the first weight loading (process start, NCCL init).
+    pub init_seconds: u64,
+    pub load_seconds: u64,
+    pub kv_seconds: u64,
+    pub graph_seconds: u64,
+    pub warmup_seconds: u64,
+    /// GPU memory after process start, MiB per GPU.
+    pub base_mib: u64,
+    /// GPU memory with weights loaded, MiB per GPU.
+    pub weights_mib: u64,
+    /// KV cache, MiB per GPU.
+    pub kv_mib: u64,
+}
+
+impl Default for Behaviour {
+    fn default() -> Self {
+        Behaviour {
+            p2p_corrupt: false,
+            init_seconds: 10,
+            load_seconds: 10,
+            kv_seconds: 10,
+            graph_seconds: 45,
+            warmup_seconds: 5,
+            base_mib: 757,
+            weights_mib: 59_607,
+            kv_mib: 32_768,
+        }
+    }
+}
+
+/// A PCI function of the simulated host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimDevice {
+    pub address: String,
+    pub vendor: String,
+    pub device: String,
+    pub class: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subsystem: Option<String>,
+    #[serde(default)]
+    pub numa_node: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iommu_group: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_override: Option<String>,
+    /// The driver the kernel picks when no override is set (`None`: none, or nvidia for NVIDIA GPUs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_driver: Option<String>,
+    /// The minor the nvidia driver gives this GPU when bound (visible only while bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minor: Option<u32>,
+}
+
+impl SimDevice {
+    /// The minor of `/dev/nvidiaN`, which exists only while the GPU is bound to nvidia.
+    pub(super) fn nvidia_minor(&self) -> Option<u32> {
+        if self.driver.as_deref() == Some("nvidia") {
+            self.minor
+        } else {
+            None
+        }
+    }
+}
+
+/// A container of the simulated host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimContainer {
+    pub state: RunState,
+    /// The raw `/etc/pve/lxc/<vmid>.conf`.
+    pub config: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvidia_userspace_version: Option<String>,
+}
+
+impl SimContainer {
+    /// The GPU device lines of its config.
+    pub(super) fn gpu_mounts(&self) -> GpuMounts {
+        LxcConfig::parse(&self.config).gpu_mounts()
+    }
+}
+
+/// A systemd unit of the simulated host.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimUnit {
+    /// The unit file on disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// What systemd loaded at the last daemon-reload (`None`: loads the file on first start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loaded: Option<String>,
+    /// Clock second the unit was started; `None` when stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
+    /// The content it was started with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<String>,
+    /// The agent's copy of the last unit that reached Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_ready: Option<String>,
+    /// Hash of a unit recorded as failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_hash: Option<String>,
+}
+
+impl SimUnit {
+    /// Its process ends (`systemctl stop`, or its container stops).
+    pub(super) fn stop(&mut self) {
+        self.started_at = None;
+        self.running = None;
+    }
+}
+
+/// A process holding a device, as given in the description.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimHolder {
+    pub address: String,
+    #[serde(flatten)]
+    pub holder: Holder,
+}
+
+/// The host description file (`--host sim:FILE`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimHostFile {
+    pub node_name: String,
+    #[serde(default)]
+    pub clock: u64,
+    #[serde(default)]
+    pub behaviour: Behaviour,
+    pub pci_devices: Vec<SimDevice>,
+    #[serde(default)]
+    pub pci_drivers: BTreeSet<String>,
+    #[serde(default)]
+    pub iommu: IommuState,
+    #[serde(default)]
+    pub nvidia: NvidiaState,
+    #[serde(default)]
+    pub containers: BTreeMap<u32, SimContainer>,
+    #[serde(default)]
+    pub vms: BTreeMap<u32, Vm>,
+    /// The raw `/etc/pve/mapping/pci.cfg`.
+    #[serde(default)]
+    pub pci_cfg: String,
+    /// Units by key (`host/<name>` or `lxc-<vmid>/<name>`).
+    #[serde(default)]
+    pub units: BTreeMap<String, SimUnit>,
+    #[serde(default)]
+    pub p2p_probes: Vec<P2pProbe>,
+    #[serde(default)]
+    pub holders: Vec<SimHolder>,
+}

@@ -1,0 +1,115 @@
+//! Reading and saving the host description: from YAML text or a file, and, in live mode, a file
+//! re-read before each observation and written back after each step.
+
+use super::{SimHost, SimHostFile};
+use crate::host::HostError;
+use std::collections::BTreeSet;
+
+/// A simulated host kept in a file that others may edit while the agent runs (`gpuplane run`):
+/// every observation re-reads it, every step writes it back, and the clock follows wall time.
+#[derive(Debug, Clone)]
+pub(super) struct Live {
+    path: std::path::PathBuf,
+    pub(super) speed: u64,
+    anchor: std::time::Instant,
+    anchor_clock: u64,
+    last_saved: String,
+}
+
+impl Live {
+    /// The host's clock now: the clock read at the anchor, plus wall time since, `speed` times.
+    pub(super) fn clock(&self) -> u64 {
+        self.anchor_clock + self.anchor.elapsed().as_secs() * self.speed
+    }
+}
+
+/// Reads a description file's text.
+fn read(path: &str) -> Result<String, HostError> {
+    std::fs::read_to_string(path).map_err(|e| HostError::Read {
+        path: path.into(),
+        source: e,
+    })
+}
+
+/// Parses a description; `origin` names it in errors.
+fn parse(text: &str, origin: &str) -> Result<SimHostFile, HostError> {
+    serde_yaml::from_str(text).map_err(|e| HostError::Parse {
+        path: origin.into(),
+        message: e.to_string(),
+    })
+}
+
+impl SimHost {
+    /// Loads a description from YAML text; `origin` names it in errors.
+    pub fn from_yaml(text: &str, origin: &str) -> Result<SimHost, HostError> {
+        let file = parse(text, origin)?;
+        let mut seen = BTreeSet::new();
+        for d in &file.pci_devices {
+            if !seen.insert(d.address.clone()) {
+                return Err(HostError::Parse {
+                    path: origin.into(),
+                    message: format!("device {} is listed twice", d.address),
+                });
+            }
+        }
+        Ok(SimHost { file, live: None })
+    }
+
+    /// A host from an already parsed description.
+    pub fn new(file: SimHostFile) -> SimHost {
+        SimHost { file, live: None }
+    }
+
+    /// Loads a description file.
+    pub fn load(path: &str) -> Result<SimHost, HostError> {
+        Self::from_yaml(&read(path)?, path)
+    }
+
+    /// Opens `path` as a live host: re-read before each observation, written after each step,
+    /// its clock running `speed` times faster than wall time.
+    pub fn live(path: &str, speed: u64) -> Result<SimHost, HostError> {
+        let text = read(path)?;
+        let mut h = Self::from_yaml(&text, path)?;
+        h.live = Some(Live {
+            path: path.into(),
+            speed: speed.max(1),
+            anchor: std::time::Instant::now(),
+            anchor_clock: h.file.clock,
+            last_saved: text,
+        });
+        Ok(h)
+    }
+
+    /// Live mode: pick up edits made by others and advance the clock.
+    pub(super) fn refresh(&mut self) -> Result<(), HostError> {
+        let Some(live) = self.live.as_mut() else {
+            return Ok(());
+        };
+        let path = live.path.to_string_lossy().into_owned();
+        let text = read(&path)?;
+        if text != live.last_saved {
+            let file = parse(&text, &path)?;
+            live.anchor_clock = file.clock.max(self.file.clock);
+            live.anchor = std::time::Instant::now();
+            live.last_saved = text;
+            self.file = file;
+        }
+        self.file.clock = live.clock();
+        Ok(())
+    }
+
+    /// Live mode: write the state back.
+    pub(super) fn persist(&mut self) -> Result<(), HostError> {
+        let Some(live) = self.live.as_mut() else {
+            return Ok(());
+        };
+        let text =
+            serde_yaml::to_string(&self.file).map_err(|e| HostError::Other(e.to_string()))?;
+        let tmp = live.path.with_extension("yaml.tmp");
+        std::fs::write(&tmp, &text)
+            .and_then(|_| std::fs::rename(&tmp, &live.path))
+            .map_err(|e| HostError::Other(format!("cannot write {}: {e}", live.path.display())))?;
+        live.last_saved = text;
+        Ok(())
+    }
+}
