@@ -93,7 +93,7 @@ pub fn load_desired(input: &InputArgs, host: &mut dyn Host) -> Result<Desired, F
     )
     .map_err(spec_failure)?;
     let mut servers = Vec::new();
-    let mut errors: Vec<SpecError> = Vec::new();
+    let mut errors: Vec<SpecError> = unknown_partitions(&manifests);
     for s in manifests
         .servers
         .iter()
@@ -123,4 +123,35 @@ pub(super) fn spec_failure(errors: Vec<SpecError>) -> Failure {
         "invalid spec (reason InvalidSpec), nothing was changed:\n{}",
         lines.join("\n")
     ))
+}
+
+/// Servers whose `partitionRef` names no partition in the input: an error each, never dropped
+/// in silence. (A server of another node's partition in the input is not this host's concern.)
+fn unknown_partitions(m: &Manifests) -> Vec<SpecError> {
+    let names: Vec<&str> = m
+        .partitions
+        .iter()
+        .filter_map(|p| p.metadata.name.as_deref())
+        .collect();
+    m.servers
+        .iter()
+        .filter(|s| !names.contains(&s.spec.partition_ref.name.as_str()))
+        .map(|s| SpecError {
+            resource: format!(
+                "InferenceServer/{}/{}",
+                s.metadata.namespace.as_deref().unwrap_or("default"),
+                s.metadata.name.as_deref().unwrap_or("<unnamed>")
+            ),
+            field: "spec.partitionRef.name".into(),
+            message: format!(
+                "names GpuPartition {:?}, which is not in the input (partitions: {})",
+                s.spec.partition_ref.name,
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ),
+        })
+        .collect()
 }

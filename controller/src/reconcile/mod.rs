@@ -11,6 +11,7 @@ mod host_io;
 mod kube_io;
 mod lease;
 pub mod metrics;
+mod orphans;
 mod partition;
 mod status;
 #[cfg(test)]
@@ -179,11 +180,18 @@ pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), Str
             Some(ObjectRef::<GpuPartition>::new(&s.spec.partition_ref.name))
         })
         .shutdown_on_signal()
-        .run(partition::reconcile, error_policy, ctx)
-        .for_each(|res| async move {
-            match res {
-                Ok((obj, action)) => tracing::debug!(object = %obj, ?action, "reconciled"),
-                Err(e) => tracing::warn!("reconcile: {e}"),
+        .run(partition::reconcile, error_policy, ctx.clone())
+        .for_each(|res| {
+            let ctx = ctx.clone();
+            async move {
+                match res {
+                    Ok((obj, action)) => tracing::debug!(object = %obj, ?action, "reconciled"),
+                    // A server names a partition that does not exist: say so on the server.
+                    Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
+                        orphans::report(&ctx, &r.name).await
+                    }
+                    Err(e) => tracing::warn!("reconcile: {e}"),
+                }
             }
         })
         .await;

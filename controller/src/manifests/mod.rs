@@ -4,6 +4,8 @@
 //! holding several documents. Unknown kinds and malformed documents are errors that name
 //! the file and the document number.
 
+pub mod schema;
+
 use gpuplane_crds::{GpuPartition, InferenceServer};
 use serde::Deserialize;
 use std::path::Path;
@@ -13,6 +15,8 @@ use std::path::Path;
 pub struct Manifests {
     pub partitions: Vec<GpuPartition>,
     pub servers: Vec<InferenceServer>,
+    /// `Kind/[namespace/]name` of every resource read → where it was read (`file, document n`).
+    origins: std::collections::BTreeMap<String, String>,
 }
 
 /// A manifest problem.
@@ -29,8 +33,22 @@ pub enum ManifestError {
         doc: usize,
         message: String,
     },
+    #[error("invalid spec (reason InvalidSpec), nothing was changed:\n{}", errors.iter().map(|e| format!("  - {kind}/{name} ({path}, document {doc}): {e}")).collect::<Vec<_>>().join("\n"))]
+    Schema {
+        path: String,
+        doc: usize,
+        kind: String,
+        name: String,
+        errors: Vec<schema::SchemaError>,
+    },
     #[error("{0} has no *.yaml or *.yml files")]
     Empty(String),
+    #[error("{resource} is defined twice: in {first} and in {second}; keep one")]
+    Duplicate {
+        resource: String,
+        first: String,
+        second: String,
+    },
 }
 
 impl Manifests {
@@ -61,18 +79,42 @@ impl Manifests {
                     "apiVersion {api:?} is not gpuplane.dev/v1alpha1"
                 )));
             }
+            if kind == "GpuPartition" || kind == "InferenceServer" {
+                let json = serde_json::to_value(&value).map_err(|e| invalid(e.to_string()))?;
+                let errors = schema::check(&kind, &json);
+                if !errors.is_empty() {
+                    return Err(ManifestError::Schema {
+                        path: origin.into(),
+                        doc: i + 1,
+                        name: json["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or("(unnamed)")
+                            .into(),
+                        kind,
+                        errors,
+                    });
+                }
+            }
             match kind.as_str() {
                 "GpuPartition" => {
-                    let p: GpuPartition = serde_yaml::from_value(value)
-                        .map_err(|e| invalid(format!("GpuPartition: {e}")))?;
+                    let p: GpuPartition =
+                        from_value(value).map_err(|e| invalid(format!("GpuPartition: {e}")))?;
+                    let key = format!("GpuPartition/{}", p.metadata.name.as_deref().unwrap_or(""));
+                    self.note_origin(key, format!("{origin}, document {}", i + 1))?;
                     self.partitions.push(p);
                 }
                 "InferenceServer" => {
-                    let mut s: InferenceServer = serde_yaml::from_value(value)
-                        .map_err(|e| invalid(format!("InferenceServer: {e}")))?;
+                    let mut s: InferenceServer =
+                        from_value(value).map_err(|e| invalid(format!("InferenceServer: {e}")))?;
                     if s.metadata.namespace.is_none() {
                         s.metadata.namespace = Some("default".into());
                     }
+                    let key = format!(
+                        "InferenceServer/{}/{}",
+                        s.metadata.namespace.as_deref().unwrap_or(""),
+                        s.metadata.name.as_deref().unwrap_or("")
+                    );
+                    self.note_origin(key, format!("{origin}, document {}", i + 1))?;
                     self.servers.push(s);
                 }
                 other => {
@@ -82,6 +124,19 @@ impl Manifests {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Remembers where `resource` was read; a second definition is an error naming both places.
+    fn note_origin(&mut self, resource: String, at: String) -> Result<(), ManifestError> {
+        if let Some(first) = self.origins.get(&resource) {
+            return Err(ManifestError::Duplicate {
+                resource,
+                first: first.clone(),
+                second: at,
+            });
+        }
+        self.origins.insert(resource, at);
         Ok(())
     }
 
@@ -115,4 +170,16 @@ impl Manifests {
         }
         Ok(m)
     }
+}
+
+/// Deserializes a document; an error names the field's path (`spec.listen.port: ...`).
+fn from_value<T: serde::de::DeserializeOwned>(v: serde_yaml::Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            e.into_inner().to_string()
+        } else {
+            format!("{path}: {}", e.into_inner())
+        }
+    })
 }

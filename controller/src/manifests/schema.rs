@@ -1,0 +1,261 @@
+//! The CRDs' own schema, enforced on manifest files exactly where the API server would enforce
+//! it: one source of truth, the `openAPIV3Schema` generated from the `crds` crate (the same
+//! text as `crds/gpuplane.dev_crds.yaml`), checked by a JSON-schema validator.
+//!
+//! What `kubectl apply` adds on top of the stored schema is added here too:
+//! - unknown fields are refused (`enviroment:`), as kubectl's validation does; the API server
+//!   would prune them silently, which is how a typo loses a setting;
+//! - `metadata` holds only ObjectMeta's fields, and `metadata.name` / `namespace` follow
+//!   Kubernetes' name rules (DNS-1123 subdomain / label);
+//! - integers of a `uintN`/`intN` format must fit it, so a value out of range gets the field's
+//!   path instead of a deserializer's message.
+//!
+//! OpenAPI's `nullable: true` becomes a `null` type; `status` is not checked (the agent owns it).
+
+use serde_json::{json, Map, Value};
+use std::sync::OnceLock;
+
+/// The fields of ObjectMeta a manifest may set.
+const OBJECT_META: &[&str] = &[
+    "name",
+    "namespace",
+    "generateName",
+    "labels",
+    "annotations",
+    "finalizers",
+    "ownerReferences",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+];
+
+/// A DNS-1123 subdomain: what Kubernetes requires of these objects' names.
+const DNS_SUBDOMAIN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// A DNS-1123 label: what Kubernetes requires of a namespace.
+const DNS_LABEL: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+/// One schema problem: the field's path (`spec.listen.port`) and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaError {
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Checks a manifest of `kind` against its CRD's schema; every problem, in document order.
+pub fn check(kind: &str, doc: &Value) -> Vec<SchemaError> {
+    let Some(v) = validators().iter().find(|(k, _)| k == kind).map(|(_, v)| v) else {
+        return vec![];
+    };
+    let mut errors: Vec<SchemaError> = v
+        .iter_errors(doc)
+        .flat_map(|e| {
+            let field = field_path(e.instance_path().as_str());
+            let message = e.to_string();
+            match unknown_fields(&message) {
+                Some(names) => names
+                    .into_iter()
+                    .map(|n| SchemaError {
+                        field: child(&field, &n),
+                        message: format!("unknown field {n:?}; check its spelling against the CRD (kubectl explain {kind}.spec)"),
+                    })
+                    .collect(),
+                None => vec![SchemaError {
+                    field,
+                    message: readable(&message),
+                }],
+            }
+        })
+        .collect();
+    errors.dedup();
+    errors
+}
+
+/// The names in "Additional properties are not allowed ('a', 'b' were unexpected)".
+fn unknown_fields(m: &str) -> Option<Vec<String>> {
+    let rest = m.strip_prefix("Additional properties are not allowed (")?;
+    let list = rest
+        .strip_suffix(" was unexpected)")
+        .or_else(|| rest.strip_suffix(" were unexpected)"))?;
+    Some(
+        list.split(", ")
+            .map(|n| n.trim_matches('\'').to_string())
+            .collect(),
+    )
+}
+
+/// `parent.name`, or `name` at the top.
+fn child(parent: &str, name: &str) -> String {
+    if parent == "(document)" {
+        name.to_string()
+    } else {
+        format!("{parent}.{name}")
+    }
+}
+
+/// The validator's message in the words of a spec error: an empty required string "is
+/// required", integer bounds without a trailing `.0`.
+fn readable(m: &str) -> String {
+    if m == "\"\" is shorter than 1 character" {
+        return "is required: it must not be empty".into();
+    }
+    let mut out = m.to_string();
+    for key in ["maximum of ", "minimum of "] {
+        if let Some(at) = out.find(key) {
+            let num = &out[at + key.len()..];
+            if let Some(int) = num.strip_suffix(".0") {
+                if int.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
+                    out = format!("{}{key}{int}", &out[..at]);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `/spec/slices/1/driver` → `spec.slices[1].driver`.
+fn field_path(pointer: &str) -> String {
+    let mut out = String::new();
+    for seg in pointer.split('/').skip(1) {
+        let seg = seg.replace("~1", "/").replace("~0", "~");
+        if !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()) {
+            out.push_str(&format!("[{seg}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(&seg);
+        }
+    }
+    if out.is_empty() {
+        "(document)".into()
+    } else {
+        out
+    }
+}
+
+/// One validator per kind, built once.
+fn validators() -> &'static Vec<(String, jsonschema::Validator)> {
+    static V: OnceLock<Vec<(String, jsonschema::Validator)>> = OnceLock::new();
+    V.get_or_init(|| {
+        use kube::CustomResourceExt;
+        [
+            gpuplane_crds::GpuPartition::crd(),
+            gpuplane_crds::InferenceServer::crd(),
+        ]
+        .into_iter()
+        .filter_map(|crd| {
+            let kind = crd.spec.names.kind.clone();
+            let schema = crd
+                .spec
+                .versions
+                .first()?
+                .schema
+                .as_ref()?
+                .open_api_v3_schema
+                .as_ref()?;
+            let schema = manifest_schema(serde_json::to_value(schema).ok()?);
+            let v = jsonschema::options()
+                .with_draft(jsonschema::Draft::Draft4)
+                .build(&schema)
+                .map_err(|e| tracing::error!("the {kind} schema does not compile: {e}"))
+                .ok()?;
+            Some((kind, v))
+        })
+        .collect()
+    })
+}
+
+/// The CRD's schema as a JSON schema for a manifest (see the module doc).
+pub fn manifest_schema(mut crd_schema: Value) -> Value {
+    close(&mut crd_schema);
+    if let Some(props) = crd_schema
+        .get_mut("properties")
+        .and_then(Value::as_object_mut)
+    {
+        props.remove("status");
+        props.insert("metadata".into(), metadata_schema());
+        props.insert("apiVersion".into(), json!({"type": "string"}));
+        props.insert("kind".into(), json!({"type": "string"}));
+        props.insert("status".into(), json!({}));
+    }
+    crd_schema
+}
+
+/// ObjectMeta: known fields only, names by Kubernetes' rules.
+fn metadata_schema() -> Value {
+    let mut props = Map::new();
+    for f in OBJECT_META {
+        props.insert((*f).into(), json!({}));
+    }
+    props.insert(
+        "name".into(),
+        json!({"type": "string", "maxLength": 253, "pattern": DNS_SUBDOMAIN}),
+    );
+    props.insert(
+        "namespace".into(),
+        json!({"type": "string", "maxLength": 63, "pattern": DNS_LABEL}),
+    );
+    props.insert(
+        "labels".into(),
+        json!({"type": "object", "additionalProperties": {"type": "string"}}),
+    );
+    props.insert(
+        "annotations".into(),
+        json!({"type": "object", "additionalProperties": {"type": "string"}}),
+    );
+    json!({"type": "object", "required": ["name"], "properties": props, "additionalProperties": false})
+}
+
+/// Recursively: objects with known properties refuse others; `nullable` admits null; integer
+/// formats bound their values.
+fn close(v: &mut Value) {
+    let Some(o) = v.as_object_mut() else {
+        if let Some(a) = v.as_array_mut() {
+            a.iter_mut().for_each(close);
+        }
+        return;
+    };
+    let preserve = o.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    if o.contains_key("properties") && !o.contains_key("additionalProperties") && !preserve {
+        o.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    if o.remove("nullable") == Some(Value::Bool(true)) {
+        if let Some(Value::String(t)) = o.get("type").cloned() {
+            o.insert("type".into(), json!([t, "null"]));
+        }
+    }
+    if let Some((min, max)) = o.get("format").and_then(Value::as_str).and_then(bounds) {
+        o.entry("minimum").or_insert(json!(min));
+        o.entry("maximum").or_insert(json!(max));
+    }
+    for (_, child) in o.iter_mut() {
+        close(child);
+    }
+}
+
+/// The range of an integer format.
+fn bounds(format: &str) -> Option<(f64, f64)> {
+    Some(match format {
+        "uint8" => (0.0, u8::MAX as f64),
+        "uint16" => (0.0, u16::MAX as f64),
+        "uint32" => (0.0, u32::MAX as f64),
+        "uint64" => (0.0, u64::MAX as f64),
+        "int32" => (i32::MIN as f64, i32::MAX as f64),
+        "int64" => (i64::MIN as f64, i64::MAX as f64),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,60 @@
+//! Servers whose `partitionRef` names no `GpuPartition`: they are never dropped in silence.
+//!
+//! The controller maps every `InferenceServer` event to its partition; when that partition
+//! does not exist, kube-runtime reports `ObjectNotFound` instead of calling the reconciler.
+//! This module answers that report: each server naming the missing partition gets
+//! `Ready=False` with reason `PartitionNotFound` and a message naming the field.
+//!
+//! # Caveats
+//! No node owns such a server, so every agent that sees the event writes the same status
+//! (server-side apply by one field manager: identical writes change nothing). A server whose
+//! partition is deleted later keeps its last status until the server itself changes.
+
+use super::kube_io::servers_of;
+use super::status::{merge, patch_server, waiting_for_partition};
+use super::Ctx;
+use gpuplane_crds::condition::types;
+use gpuplane_crds::InferenceServerStatus;
+use kube::{Api, ResourceExt};
+
+/// Reason of a server whose partition does not exist.
+pub const PARTITION_NOT_FOUND: &str = "PartitionNotFound";
+
+/// Marks the servers that name the missing partition `partition`.
+pub(super) async fn report(ctx: &Ctx, partition: &str) {
+    let servers = match servers_of(ctx, partition).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot list the servers of missing partition {partition}: {e}");
+            return;
+        }
+    };
+    for s in servers {
+        let old = s.status.clone().unwrap_or_default();
+        let known = old
+            .conditions
+            .iter()
+            .any(|c| c.type_ == types::READY && c.reason == PARTITION_NOT_FOUND)
+            && old.observed_generation == s.metadata.generation;
+        if known {
+            continue;
+        }
+        let w = waiting_for_partition(
+            PARTITION_NOT_FOUND,
+            format!(
+                "spec.partitionRef.name: GpuPartition {partition:?} does not exist; create it or name an existing one (kubectl get gpupartitions)"
+            ),
+            s.metadata.generation,
+        );
+        let st = InferenceServerStatus {
+            observed_generation: s.metadata.generation,
+            conditions: merge(&old.conditions, &w.conditions),
+            ..old
+        };
+        let api: Api<gpuplane_crds::InferenceServer> =
+            Api::namespaced(ctx.client.clone(), &s.namespace().unwrap_or_default());
+        if let Err(e) = patch_server(&api, &s.name_any(), &st).await {
+            tracing::warn!("cannot report PartitionNotFound on {}: {e}", s.name_any());
+        }
+    }
+}
