@@ -334,6 +334,67 @@ fn invalid_manifests_are_rejected_with_the_field_and_the_fix() {
             "spec.speculative.algorithm",
             "NEXTN is MTP",
         ),
+        (
+            "newline-in-served-name",
+            "spec.model.servedName",
+            "cannot be written into a systemd unit",
+        ),
+        (
+            "extra-arg-without-value",
+            "spec.extraArgs[0]",
+            "takes exactly one value",
+        ),
+        (
+            "value-after-switch",
+            "spec.extraArgs[1]",
+            "a switch that takes no value",
+        ),
+        (
+            "env-set-twice",
+            "spec.env[2].name",
+            "also set by spec.env[0]",
+        ),
+        (
+            "partition-ref-unknown",
+            "spec.partitionRef.name",
+            "not in the input (partitions: kpro6)",
+        ),
+        (
+            "empty-address-list",
+            "spec.slices[1].gpus.addresses",
+            "at least one",
+        ),
+        (
+            "lxc-container-missing",
+            "spec.slices[0].consumer.lxc.vmid",
+            "container 192 does not exist on this host",
+        ),
+        ("misspelt-field", "spec.enviroment", "unknown field"),
+        (
+            "port-out-of-range",
+            "spec.listen.port",
+            "greater than the maximum of 65535",
+        ),
+        (
+            "driver-typo",
+            "spec.slices[1].driver",
+            "is not one of \"nvidia\" or \"vfio-pci\"",
+        ),
+        (
+            "name-not-dns",
+            "metadata.name",
+            "not a valid Kubernetes name",
+        ),
+        (
+            "listen-host-with-port",
+            "spec.listen.host",
+            "the port goes in spec.listen.port",
+        ),
+        (
+            "relative-model-path",
+            "spec.model.path",
+            "neither an absolute path",
+        ),
     ];
     let files: Vec<String> = std::fs::read_dir(repo().join("examples/invalid"))
         .unwrap()
@@ -363,6 +424,36 @@ fn invalid_manifests_are_rejected_with_the_field_and_the_fix() {
             "{name}: {err}"
         );
     }
+}
+
+/// The same resource in two files is refused, naming both, before anything is touched.
+#[test]
+fn a_resource_defined_twice_names_both_files() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["partition.yaml", "server.yaml"] {
+        std::fs::copy(repo().join("examples/kpro6").join(f), dir.path().join(f)).unwrap();
+    }
+    std::fs::copy(
+        repo().join("examples/kpro6/server.yaml"),
+        dir.path().join("server-copy.yaml"),
+    )
+    .unwrap();
+    let o = gpuplane(&[
+        "converge",
+        "-f",
+        dir.path().to_str().unwrap(),
+        "--output",
+        "json",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(o.stdout.is_empty(), "nothing may be applied");
+    assert!(
+        err.contains("InferenceServer/default/qwen35-122b is defined twice")
+            && err.contains("server-copy.yaml")
+            && err.contains("/server.yaml"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -163,6 +163,16 @@ fn python_and_model(pr: &mut Problems, spec: &InferenceServerSpec) {
             "spec.model.path",
             "is required: a local model directory (absolute path) or a Hugging Face repo id",
         );
+    } else if let Err(m) = model_location(&spec.model.path) {
+        pr.add("spec.model.path", m);
+    }
+    if let Some(Err(m)) = spec
+        .speculative
+        .as_ref()
+        .and_then(|s| s.draft_model_path.as_deref())
+        .map(model_location)
+    {
+        pr.add("spec.speculative.draftModelPath", m);
     }
     if spec.model.served_name.trim().is_empty() {
         pr.add(
@@ -220,11 +230,16 @@ fn listen_and_startup(pr: &mut Problems, spec: &InferenceServerSpec) {
     if spec.listen.port == 0 {
         pr.add("spec.listen.port", "must be 1..65535");
     }
-    if spec.listen.host.is_empty() || spec.listen.host.chars().any(|c| c.is_whitespace()) {
+    if !is_listen_host(&spec.listen.host) {
+        let port_hint = if spec.listen.host.contains(':') && !spec.listen.host.contains("::") {
+            "; the port goes in spec.listen.port"
+        } else {
+            ""
+        };
         pr.add(
             "spec.listen.host",
             format!(
-                "{:?} is not an address; use 0.0.0.0 or 127.0.0.1",
+                "{:?} is not an address; use 0.0.0.0 or 127.0.0.1{port_hint}",
                 spec.listen.host
             ),
         );
@@ -340,4 +355,52 @@ pub fn check_servers_together(servers: &[DesiredServer]) -> Vec<SpecError> {
         }
     }
     errors
+}
+
+/// Longest model path or repo id accepted (Linux's `PATH_MAX`).
+const MAX_MODEL_PATH: usize = 4096;
+
+/// A model is a local directory (absolute, normalized, no control characters) or a Hugging
+/// Face repo id (`org/name`, letters, digits, `-_.`).
+fn model_location(p: &str) -> Result<(), String> {
+    if p.len() > MAX_MODEL_PATH {
+        return Err(format!("is {} bytes; at most {MAX_MODEL_PATH}", p.len()));
+    }
+    if p.chars().any(char::is_control) {
+        return Err(format!("{p:?} contains a control character"));
+    }
+    if p.starts_with('/') {
+        if p.split('/').any(|seg| seg == "..") {
+            return Err(format!("{p:?} contains '..'; give the directory itself"));
+        }
+        return Ok(());
+    }
+    let repo_part = |x: &str| {
+        !x.is_empty()
+            && !x.starts_with('.')
+            && x.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    };
+    match p.split_once('/') {
+        Some((org, name)) if repo_part(org) && repo_part(name) => Ok(()),
+        _ => Err(format!(
+            "{p:?} is neither an absolute path to a model directory nor a Hugging Face repo id (org/name)"
+        )),
+    }
+}
+
+/// An IP address or a host name (RFC 1123 labels), without a port.
+fn is_listen_host(h: &str) -> bool {
+    if h.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    !h.is_empty()
+        && h.len() <= 253
+        && h.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
 }

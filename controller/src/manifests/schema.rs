@@ -109,6 +109,15 @@ fn readable(m: &str) -> String {
     if m == "\"\" is shorter than 1 character" {
         return "is required: it must not be empty".into();
     }
+    if m.ends_with(&format!("does not match \"{DNS_SUBDOMAIN}\""))
+        || m.ends_with(&format!("does not match \"{DNS_LABEL}\""))
+    {
+        let value = m.split(" does not match").next().unwrap_or(m);
+        return format!("{value} is not a valid Kubernetes name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit");
+    }
+    if m == "[] has less than 1 item" {
+        return "lists nothing; at least one entry is needed".into();
+    }
     let mut out = m.to_string();
     for key in ["maximum of ", "minimum of "] {
         if let Some(at) = out.find(key) {
