@@ -42,6 +42,22 @@ pub fn load_desired(input: &InputArgs, host: &mut dyn Host) -> Result<Desired, F
             m
         }
     };
+    desired_for_host(
+        &manifests,
+        host,
+        &input.host.gpu_vendor,
+        &input.host.gpu_driver,
+    )
+}
+
+/// Picks the partition for the host's node from `manifests` and validates everything against
+/// the observed host: the one decision made before any host write.
+pub fn desired_for_host(
+    manifests: &Manifests,
+    host: &mut dyn Host,
+    gpu_vendor: &str,
+    gpu_driver: &str,
+) -> Result<Desired, Failure> {
     let observed = host.observe()?;
     let mine: Vec<_> = manifests
         .partitions
@@ -85,15 +101,10 @@ pub fn load_desired(input: &InputArgs, host: &mut dyn Host) -> Result<Desired, F
             )));
         }
     };
-    let dp = resolve_partition(
-        partition,
-        &observed,
-        &input.host.gpu_vendor,
-        &input.host.gpu_driver,
-    )
-    .map_err(spec_failure)?;
+    let dp =
+        resolve_partition(partition, &observed, gpu_vendor, gpu_driver).map_err(spec_failure)?;
     let mut servers = Vec::new();
-    let mut errors: Vec<SpecError> = unknown_partitions(&manifests);
+    let mut errors: Vec<SpecError> = unknown_partitions(manifests);
     for s in manifests
         .servers
         .iter()

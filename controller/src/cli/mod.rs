@@ -20,7 +20,7 @@ mod output;
 
 pub use args::{Cli, Command, Format, HostArgs, InputArgs, ObserveFormat};
 pub use failure::Failure;
-pub use input::{load_desired, open_host};
+pub use input::{desired_for_host, load_desired, open_host};
 
 /// Runs the CLI; returns the exit code.
 pub fn run(cli: Cli) -> i32 {
