@@ -5,6 +5,7 @@
 //! entirely) and resolve selectors against the observed host. Pure: no I/O.
 //! Every error names the field and says what to fix.
 
+pub mod offline;
 mod partition;
 mod server;
 mod unit_check;

@@ -1,0 +1,154 @@
+//! Validation without a host: what the admission webhook (and anything else that cannot see
+//! the node) can decide, with the same code the agent runs.
+//!
+//! Each partition is resolved against a stand-in host built from the partition itself: every
+//! GPU it names by address exists, every container it names exists, a slice chosen by count
+//! finds that many free GPUs, and a slice chosen by NUMA node finds as many GPUs as its
+//! servers ask for. So every error left is one of the spec alone — names, selectors,
+//! drivers against consumers, a GPU or vmid claimed twice, tensor parallel size against a slice
+//! of known size, two servers on one slice or unit, every server check including the rendered
+//! unit — and none depends on the node. The agent stays the final judge: it checks against the
+//! real host again before the first write.
+
+use super::{check_servers_together, resolve_partition, resolve_server, SpecError};
+use crate::host::model::{Container, HostState, PciDevice, RunState};
+use gpuplane_crds::{Consumer, GpuPartition, InferenceServer};
+use std::collections::BTreeMap;
+
+/// Vendor of the stand-in GPUs (any; the stand-in host has only these).
+const VENDOR: &str = "10de";
+
+/// What the objects say, checked together: errors of `subject` and of every object it is
+/// checked with that names it. `partitions` and `servers` are the cluster's objects with the
+/// subject in its new form among them.
+pub fn validate(
+    partitions: &[GpuPartition],
+    servers: &[InferenceServer],
+) -> (Vec<SpecError>, Vec<String>) {
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    errors.extend(one_partition_per_node(partitions));
+    for p in partitions {
+        let name = p.metadata.name.as_deref().unwrap_or_default();
+        let mine: Vec<&InferenceServer> = servers
+            .iter()
+            .filter(|s| s.spec.partition_ref.name == name)
+            .collect();
+        let host = stand_in_host(p, &mine);
+        let dp = match resolve_partition(p, &host, VENDOR, "nvidia") {
+            Ok(dp) => dp,
+            Err(e) => {
+                errors.extend(e);
+                continue;
+            }
+        };
+        let mut resolved = Vec::new();
+        for s in mine {
+            match resolve_server(s, &dp) {
+                Ok(d) => resolved.push(d),
+                Err(e) => errors.extend(e),
+            }
+        }
+        errors.extend(check_servers_together(&resolved));
+    }
+    for s in servers {
+        if !partitions
+            .iter()
+            .any(|p| p.metadata.name.as_deref() == Some(s.spec.partition_ref.name.as_str()))
+        {
+            warnings.push(format!(
+                "spec.partitionRef.name: GpuPartition {:?} does not exist (yet); the server waits for it (condition PartitionNotFound)",
+                s.spec.partition_ref.name
+            ));
+        }
+    }
+    (errors, warnings)
+}
+
+/// Two partitions for one node: the node would be claimed twice.
+fn one_partition_per_node(partitions: &[GpuPartition]) -> Vec<SpecError> {
+    let mut first: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut errors = Vec::new();
+    for p in partitions {
+        let name = p.metadata.name.as_deref().unwrap_or_default();
+        match first.get(p.spec.node_name.as_str()) {
+            Some(other) => errors.push(SpecError {
+                resource: format!("GpuPartition/{name}"),
+                field: "spec.nodeName".into(),
+                message: format!(
+                    "node {:?} already has GpuPartition {other}; one host has one partition",
+                    p.spec.node_name
+                ),
+            }),
+            None => {
+                first.insert(&p.spec.node_name, name);
+            }
+        }
+    }
+    errors
+}
+
+/// A host on which `p` (and its servers' tensor parallel sizes) can only fail for the spec's
+/// own reasons.
+fn stand_in_host(p: &GpuPartition, servers: &[&InferenceServer]) -> HostState {
+    let mut h = HostState {
+        node_name: p.spec.node_name.clone(),
+        ..HostState::default()
+    };
+    let mut next = 0u32;
+    let mut add_gpu = |h: &mut HostState, address: String, numa: i32| {
+        h.pci_devices.entry(address.clone()).or_insert(PciDevice {
+            address,
+            vendor: VENDOR.into(),
+            device: "0000".into(),
+            class: "030200".into(),
+            numa_node: numa,
+            driver: Some("nvidia".into()),
+            ..PciDevice::default()
+        });
+    };
+    let mut fresh = |h: &mut HostState, numa: i32| {
+        next += 1;
+        // Bus numbers above any a partition names by hand are unlikely to collide; a collision
+        // only adds a GPU that was named anyway.
+        let address = format!("ffff:{:02x}:{:02x}.0", next / 32, next % 32);
+        add_gpu(h, address, numa);
+    };
+    for s in &p.spec.slices {
+        let wanted = servers
+            .iter()
+            .filter(|x| x.spec.partition_ref.slice == s.name)
+            .map(|x| x.spec.tensor_parallel_size as usize)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        if let Some(addrs) = &s.gpus.addresses {
+            for a in addrs {
+                add_gpu(&mut h, a.full(), -1);
+            }
+        } else if let Some(n) = s.gpus.numa_node {
+            for _ in 0..wanted {
+                fresh(&mut h, n);
+            }
+        } else if let Some(c) = s.gpus.count {
+            for _ in 0..c.min(1024) {
+                fresh(&mut h, -1);
+            }
+        }
+        if let Some(Consumer { lxc: Some(l), .. }) = &s.consumer {
+            h.containers.insert(
+                l.vmid,
+                Container {
+                    vmid: l.vmid,
+                    state: RunState::Stopped,
+                    gpu_mounts: Default::default(),
+                    nvidia_userspace_version: None,
+                },
+            );
+        }
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests;
