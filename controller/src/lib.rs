@@ -41,6 +41,7 @@ pub mod step;
 pub mod systemd;
 #[cfg(test)]
 pub(crate) mod testutil;
+pub mod webhook;
 
 /// The simulated reference host, embedded so `gpuplane converge` runs with no arguments.
 pub const EMBEDDED_HOST: &str = include_str!("../../examples/hosts/kpro6.yaml");

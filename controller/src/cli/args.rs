@@ -80,6 +80,22 @@ pub enum Command {
         #[arg(long, default_value_t = 1)]
         sim_speed: u64,
     },
+    /// Serve the validating admission webhook (POST /validate, AdmissionReview v1) for both
+    /// kinds over HTTPS: the CLI's host-independent validation at `kubectl apply` time.
+    Webhook {
+        /// Address to listen on.
+        #[arg(long, default_value = "0.0.0.0:8443")]
+        listen: String,
+        /// PEM certificate chain the API server is told to trust (caBundle).
+        #[arg(long)]
+        tls_cert: PathBuf,
+        /// PEM private key of the certificate.
+        #[arg(long)]
+        tls_key: PathBuf,
+        /// Kubeconfig for listing the cluster's objects (default: in-cluster, then ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+    },
     /// Apply the plan step by step until converged, then print the status.
     Converge {
         #[command(flatten)]

@@ -44,6 +44,16 @@ pub fn run_agent(
     Ok(0)
 }
 
+/// `gpuplane webhook`: the admission webhook, until the process is stopped.
+pub fn webhook(opts: crate::webhook::WebhookOptions) -> Result<i32, Failure> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(crate::webhook::serve(opts))
+        .map_err(Failure::Failed)?;
+    Ok(0)
+}
+
 /// `gpuplane render`: argv, environment and unit file of each server, as the planner builds them.
 pub fn render(input: &InputArgs, p2p_disabled: bool) -> Result<i32, Failure> {
     let mut h = open_host(&input.host)?;

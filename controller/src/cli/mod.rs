@@ -1,4 +1,5 @@
-//! The `gpuplane` command: `observe`, `plan`, `converge`, `render`, `p2p-probe`, `run`.
+//! The `gpuplane` command: `observe`, `plan`, `converge`, `render`, `p2p-probe`, `run`,
+//! `webhook`.
 //!
 //! Exit codes: 0 converged (and every server Ready); 1 convergence stopped on a
 //! condition (blocked, step failed, server not ready); 2 invalid input (bad manifest,
@@ -77,6 +78,17 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         } => commands::render(&input, p2p_disabled),
         Command::P2pProbe { host, python, gpus } => commands::p2p_probe(&host, python, gpus),
         Command::Plan { input, output } => commands::plan(&input, output),
+        Command::Webhook {
+            listen,
+            tls_cert,
+            tls_key,
+            kubeconfig,
+        } => commands::webhook(crate::webhook::WebhookOptions {
+            listen,
+            tls_cert,
+            tls_key,
+            kubeconfig,
+        }),
         Command::Converge {
             input,
             output,

@@ -10,9 +10,12 @@
 //! unit — and none depends on the node. The agent stays the final judge: it checks against the
 //! real host again before the first write.
 
-use super::{check_servers_together, resolve_partition, resolve_server, SpecError};
+use super::{
+    check_servers_together, resolve_partition, resolve_server, DesiredPartition, ResolvedConsumer,
+    ResolvedSlice, SpecError,
+};
 use crate::host::model::{Container, HostState, PciDevice, RunState};
-use gpuplane_crds::{Consumer, GpuPartition, InferenceServer};
+use gpuplane_crds::{Consumer, GpuDriver, GpuPartition, InferenceServer, UnitLocation};
 use std::collections::BTreeMap;
 
 /// Vendor of the stand-in GPUs (any; the stand-in host has only these).
@@ -56,6 +59,10 @@ pub fn validate(
             .iter()
             .any(|p| p.metadata.name.as_deref() == Some(s.spec.partition_ref.name.as_str()))
         {
+            // Its own checks still apply, on a partition that has the slice it asks for.
+            if let Err(e) = resolve_server(s, &stand_in_partition(s)) {
+                errors.extend(e);
+            }
             warnings.push(format!(
                 "spec.partitionRef.name: GpuPartition {:?} does not exist (yet); the server waits for it (condition PartitionNotFound)",
                 s.spec.partition_ref.name
@@ -63,6 +70,30 @@ pub fn validate(
         }
     }
     (errors, warnings)
+}
+
+/// A partition with just the slice `s` names, as large as it asks, where its unit can run.
+fn stand_in_partition(s: &InferenceServer) -> DesiredPartition {
+    let r = &s.spec.partition_ref;
+    let gpus = (0..s.spec.tensor_parallel_size.clamp(1, 1024))
+        .map(|i| format!("ffff:00:{:02x}.0", i % 32))
+        .collect();
+    let consumer = match s.spec.unit.location {
+        UnitLocation::Container => Some(ResolvedConsumer::Lxc(100)),
+        UnitLocation::Host => None,
+    };
+    DesiredPartition {
+        name: r.name.clone(),
+        node_name: String::new(),
+        slices: vec![ResolvedSlice {
+            name: r.slice.clone(),
+            gpus,
+            driver: GpuDriver::Nvidia,
+            consumer,
+        }],
+        iommu: Default::default(),
+        host_driver: "nvidia".into(),
+    }
 }
 
 /// Two partitions for one node: the node would be claimed twice.
@@ -96,7 +127,7 @@ fn stand_in_host(p: &GpuPartition, servers: &[&InferenceServer]) -> HostState {
         ..HostState::default()
     };
     let mut next = 0u32;
-    let mut add_gpu = |h: &mut HostState, address: String, numa: i32| {
+    let add_gpu = |h: &mut HostState, address: String, numa: i32| {
         h.pci_devices.entry(address.clone()).or_insert(PciDevice {
             address,
             vendor: VENDOR.into(),

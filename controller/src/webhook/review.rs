@@ -1,0 +1,117 @@
+//! One AdmissionReview: the decision, pure given the cluster's other objects.
+
+use crate::desired::offline;
+use crate::manifests::schema;
+use gpuplane_crds::{GpuPartition, InferenceServer};
+use serde_json::{json, Value};
+
+/// The cluster's objects of both kinds, as the API server holds them now.
+#[derive(Debug, Default, Clone)]
+pub struct Cluster {
+    pub partitions: Vec<GpuPartition>,
+    pub servers: Vec<InferenceServer>,
+}
+
+/// Answers the AdmissionReview `body`: allowed, or denied with every problem, one per line.
+pub fn review(body: &Value, cluster: &Cluster) -> Value {
+    let req = &body["request"];
+    let uid = req["uid"].clone();
+    let (allowed, message, warnings) = decide(req, cluster);
+    let mut response = json!({"uid": uid, "allowed": allowed});
+    if !allowed {
+        response["status"] = json!({"code": 422, "reason": "Invalid", "message": message});
+    }
+    if !warnings.is_empty() {
+        response["warnings"] = json!(warnings);
+    }
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+}
+
+/// (allowed, message, warnings).
+fn decide(req: &Value, cluster: &Cluster) -> (bool, String, Vec<String>) {
+    let kind = req["kind"]["kind"].as_str().unwrap_or_default();
+    let op = req["operation"].as_str().unwrap_or_default();
+    if op == "DELETE" || !(kind == "GpuPartition" || kind == "InferenceServer") {
+        return (true, String::new(), vec![]);
+    }
+    let obj = &req["object"];
+    let name = obj["metadata"]["name"].as_str().unwrap_or("(unnamed)");
+    let ns = obj["metadata"]["namespace"]
+        .as_str()
+        .or(req["namespace"].as_str())
+        .unwrap_or("default");
+    let resource = if kind == "GpuPartition" {
+        format!("GpuPartition/{name}")
+    } else {
+        format!("InferenceServer/{ns}/{name}")
+    };
+    let errors = schema::check(kind, obj);
+    if !errors.is_empty() {
+        let lines: Vec<String> = errors.iter().map(|e| format!("{resource}: {e}")).collect();
+        return (false, denial(&lines), vec![]);
+    }
+    let mut cluster = cluster.clone();
+    // The subject goes last, so a rule that picks the later of two claims picks it.
+    match kind {
+        "GpuPartition" => match serde_json::from_value::<GpuPartition>(obj.clone()) {
+            Ok(p) => {
+                cluster
+                    .partitions
+                    .retain(|o| o.metadata.name != p.metadata.name);
+                cluster.partitions.push(p);
+            }
+            Err(e) => return (false, denial(&[format!("{resource}: {e}")]), vec![]),
+        },
+        _ => match serde_json::from_value::<InferenceServer>(obj.clone()) {
+            Ok(mut s) => {
+                s.metadata.namespace = Some(ns.to_string());
+                cluster.servers.retain(|o| {
+                    o.metadata.name != s.metadata.name
+                        || o.metadata.namespace != s.metadata.namespace
+                });
+                cluster.servers.push(s);
+            }
+            Err(e) => return (false, denial(&[format!("{resource}: {e}")]), vec![]),
+        },
+    }
+    let (errors, warnings) = offline::validate(&cluster.partitions, &cluster.servers);
+    let mine: Vec<String> = errors
+        .iter()
+        .filter(|e| e.resource == resource)
+        .map(|e| e.to_string())
+        .collect();
+    // Warnings of the subject only (a server's missing partition).
+    let warnings = if kind == "InferenceServer" {
+        let pr = &cluster
+            .servers
+            .last()
+            .map(|s| s.spec.partition_ref.name.clone())
+            .unwrap_or_default();
+        warnings
+            .into_iter()
+            .filter(|w| w.contains(&format!("{pr:?}")))
+            .collect()
+    } else {
+        vec![]
+    };
+    if mine.is_empty() {
+        (true, String::new(), warnings)
+    } else {
+        (false, denial(&mine), warnings)
+    }
+}
+
+/// The denial text: the CLI's words, one problem per line.
+fn denial(lines: &[String]) -> String {
+    format!(
+        "invalid spec (reason InvalidSpec), nothing was changed:\n{}",
+        lines
+            .iter()
+            .map(|l| format!("  - {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    )
+}
+
+#[cfg(test)]
+mod tests;

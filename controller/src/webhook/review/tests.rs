@@ -1,0 +1,141 @@
+use super::*;
+use crate::testutil::manifests;
+
+fn request(kind: &str, op: &str, object: Value) -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-1", "kind": {"group": "gpuplane.dev", "version": "v1alpha1", "kind": kind},
+        "operation": op, "namespace": "default", "object": object}})
+}
+
+fn cluster() -> Cluster {
+    let m = manifests();
+    Cluster {
+        partitions: m.partitions,
+        servers: m.servers,
+    }
+}
+
+#[test]
+fn the_reference_objects_are_admitted() {
+    let m = manifests();
+    let r = review(
+        &request(
+            "InferenceServer",
+            "UPDATE",
+            serde_json::to_value(&m.servers[0]).unwrap(),
+        ),
+        &cluster(),
+    );
+    assert_eq!(r["response"]["uid"], "u-1");
+    assert_eq!(r["response"]["allowed"], true, "{r}");
+    let r = review(
+        &request(
+            "GpuPartition",
+            "CREATE",
+            serde_json::to_value(&m.partitions[0]).unwrap(),
+        ),
+        &cluster(),
+    );
+    assert_eq!(r["response"]["allowed"], true, "{r}");
+}
+
+#[test]
+fn a_spec_mistake_is_denied_with_the_clis_words() {
+    let mut s = manifests().servers[0].clone();
+    s.spec.model.served_name = "qwen\nExecStartPre=/bin/sh".into();
+    s.spec.extra_args = vec!["--max-running-requests".into()];
+    let r = review(
+        &request(
+            "InferenceServer",
+            "CREATE",
+            serde_json::to_value(&s).unwrap(),
+        ),
+        &cluster(),
+    );
+    let resp = &r["response"];
+    assert_eq!(resp["allowed"], false, "{r}");
+    assert_eq!(resp["status"]["code"], 422);
+    let m = resp["status"]["message"].as_str().unwrap();
+    assert!(m.starts_with("invalid spec (reason InvalidSpec)"), "{m}");
+    assert!(m.contains("InferenceServer/default/qwen35-122b: spec.model.servedName: cannot be written into a systemd unit"), "{m}");
+    assert!(
+        m.contains("spec.extraArgs[0]: --max-running-requests takes exactly one value"),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_second_server_on_a_used_unit_is_the_one_denied() {
+    let mut s = manifests().servers[0].clone();
+    s.metadata.name = Some("another".into());
+    let r = review(
+        &request(
+            "InferenceServer",
+            "CREATE",
+            serde_json::to_value(&s).unwrap(),
+        ),
+        &cluster(),
+    );
+    let m = r["response"]["status"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(r["response"]["allowed"], false, "{r}");
+    assert!(
+        m.contains("InferenceServer/default/another: spec.unit.name"),
+        "{m}"
+    );
+}
+
+#[test]
+fn schema_mistakes_deletes_and_missing_partitions() {
+    let mut v = serde_json::to_value(&manifests().servers[0]).unwrap();
+    v["spec"]["listen"]["port"] = json!(70000);
+    let r = review(&request("InferenceServer", "CREATE", v.clone()), &cluster());
+    assert_eq!(r["response"]["allowed"], false);
+    assert!(r["response"]["status"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("spec.listen.port"));
+    // Deleting is always allowed.
+    let r = review(&request("InferenceServer", "DELETE", v), &cluster());
+    assert_eq!(r["response"]["allowed"], true);
+    // A server before its partition (GitOps applies in any order): admitted, with a warning.
+    let r = review(
+        &request(
+            "InferenceServer",
+            "CREATE",
+            serde_json::to_value(&manifests().servers[0]).unwrap(),
+        ),
+        &Cluster::default(),
+    );
+    assert_eq!(r["response"]["allowed"], true, "{r}");
+    assert!(
+        r["response"]["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("does not exist"),
+        "{r}"
+    );
+}
+
+#[test]
+fn a_server_without_its_partition_still_gets_its_own_checks() {
+    let mut s = manifests().servers[0].clone();
+    s.spec.listen.host = "0.0.0.0:30000".into();
+    let r = review(
+        &request(
+            "InferenceServer",
+            "CREATE",
+            serde_json::to_value(&s).unwrap(),
+        ),
+        &Cluster::default(),
+    );
+    assert_eq!(r["response"]["allowed"], false, "{r}");
+    assert!(
+        r["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.listen.host"),
+        "{r}"
+    );
+}
