@@ -7,10 +7,9 @@
 //!
 //! Needs the binaries from e2e/setup/kube-build.sh; fails (does not skip) without them.
 
-#[path = "../kube/harness.rs"]
-mod kube_harness;
-
-use kube_harness::{repo_root, ControlPlane};
+use gpuplane_e2e::kube::ControlPlane;
+use gpuplane_e2e::manifests::repo_yaml_docs;
+use gpuplane_e2e::paths::repo_path;
 use std::time::{Duration, Instant};
 
 /// Collapses all whitespace runs to one space (kubectl explain re-wraps descriptions).
@@ -28,24 +27,10 @@ fn header_columns(table: &str) -> Vec<String> {
         .collect()
 }
 
-fn crd_docs() -> Vec<serde_yaml::Value> {
-    let path = repo_root().join("crds/gpuplane.dev_crds.yaml");
-    let text =
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    // Multi-document YAML; split at document markers (serde itself is not a dependency here).
-    text.split("\n---")
-        .map(|doc| doc.trim_start_matches("---"))
-        .map(|doc| serde_yaml::from_str::<serde_yaml::Value>(doc).expect("CRD YAML parses"))
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
 #[test]
 fn kube_smoke() {
     let t0 = Instant::now();
     let mut cp = ControlPlane::start("kube-smoke");
-    let root = repo_root();
-    let path = |p: &str| root.join(p).to_string_lossy().into_owned();
 
     // The server and kubectl both are the v1.20.2 we built (ldflags set): no skew warning.
     let version = cp.kubectl(&["version", "-o", "json"]).run();
@@ -68,7 +53,7 @@ fn kube_smoke() {
     );
 
     // --- CRDs ------------------------------------------------------------------------------------
-    let crds = crd_docs();
+    let crds = repo_yaml_docs("crds/gpuplane.dev_crds.yaml");
     let crd_names: Vec<String> = crds
         .iter()
         .map(|d| {
@@ -80,7 +65,7 @@ fn kube_smoke() {
         .collect();
     assert_eq!(crd_names.len(), 2, "expected two CRDs, got {crd_names:?}");
     let applied = cp
-        .kubectl(&["apply", "-f", &path("crds/gpuplane.dev_crds.yaml")])
+        .kubectl(&["apply", "-f", &repo_path("crds/gpuplane.dev_crds.yaml")])
         .run();
     assert!(
         applied.success,
@@ -106,9 +91,9 @@ fn kube_smoke() {
     }
 
     // --- Examples and printer columns ------------------------------------------------------------
-    cp.kubectl(&["apply", "-f", &path("examples/kpro6/partition.yaml")])
+    cp.kubectl(&["apply", "-f", &repo_path("examples/kpro6/partition.yaml")])
         .ok();
-    cp.kubectl(&["apply", "-f", &path("examples/kpro6/server.yaml")])
+    cp.kubectl(&["apply", "-f", &repo_path("examples/kpro6/server.yaml")])
         .ok();
 
     let partitions = cp.kubectl(&["get", "gpupartitions"]).ok();
@@ -174,7 +159,7 @@ fn kube_smoke() {
 
     // Empty strings are strings (guards kube-build.sh's patch of the OpenAPI type validator: built
     // with Go >= 1.19, unpatched 1.20 rejects "" as `must be of type string: "null"`).
-    let server_yaml = std::fs::read_to_string(path("examples/kpro6/server.yaml")).unwrap();
+    let server_yaml = std::fs::read_to_string(repo_path("examples/kpro6/server.yaml")).unwrap();
     let empty_env = server_yaml
         .replace("name: qwen35-122b", "name: empty-env")
         .replace("value: \"1\"", "value: \"\"");
