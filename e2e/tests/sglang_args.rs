@@ -21,9 +21,10 @@
 //!
 //! Needs the SGLang venv; without it the test fails (on purpose) and says how to make it:
 //!   bash e2e/setup/sglang-venv.sh      (as root; ~11 GB, ~3-5 min once, cached afterwards)
-//! and the agent binary: cargo build --bin gpuplane
+//! and the agent binary: cargo build --bin gpuplane (or GPUPLANE_BIN)
 //! Run: cargo test -p gpuplane-e2e --test sglang_args -- --nocapture   (~15-25 s)
 
+use gpuplane_e2e::paths::{cache_dir, gpuplane_bin, repo_root};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -34,31 +35,9 @@ use std::time::Instant;
 const SGLANG_VERSION: &str = "0.5.23";
 const SETUP: &str = "e2e/setup/sglang-venv.sh";
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn agent_binary() -> PathBuf {
-    let p = std::env::var_os("GPUPLANE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/debug/gpuplane"));
-    assert!(
-        p.is_file(),
-        "the agent binary {} is missing: build it first with `cargo build --bin gpuplane`",
-        p.display()
-    );
-    p
-}
-
 /// The venv's python; fails (not skips) when the venv is missing or incomplete.
 fn venv_python() -> PathBuf {
-    let cache = std::env::var_os("GPUPLANE_E2E_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/gpuplane-e2e"));
-    let venv = cache.join("sglang-venv");
+    let venv = cache_dir().join("sglang-venv");
     let python = venv.join("bin/python");
     let stamp = venv.join(format!(".gpuplane-ok-sglang-{SGLANG_VERSION}"));
     assert!(
@@ -144,7 +123,7 @@ fn plan(agent: &Path, dir: &Path) -> Result<(), String> {
 
 /// Runs e2e/sglang/check_args.py on all cases in one process (importing sglang takes seconds).
 fn sglang_check(python: &Path, cases: &[Value]) -> BTreeMap<String, Value> {
-    let script = repo().join("e2e/sglang/check_args.py");
+    let script = repo_root().join("e2e/sglang/check_args.py");
     let mut child = Command::new(python)
         .arg(&script)
         .stdin(Stdio::piped())
@@ -244,9 +223,9 @@ fn put(m: &mut serde_yaml::Mapping, k: &str, v: serde_yaml::Value) {
 #[test]
 fn sglang_accepts_the_rendered_command_and_agrees_with_the_agent() {
     let t0 = Instant::now();
-    let agent = agent_binary();
+    let agent = gpuplane_bin();
     let python = venv_python();
-    let example = repo().join("examples/kpro6");
+    let example = repo_root().join("examples/kpro6");
 
     // --- The reference command, and what its spec says SGLang must resolve ----------------------
     let reference = render(&agent, &example).expect("the reference example must render");
