@@ -9,6 +9,7 @@
 //! - [`sim_host`] and [`kpro6`]: the simulated host file and the reference host's facts.
 //! - [`wait`]: polling until a condition holds. [`net`]: free ports, HTTP GET.
 //! - [`manifests`]: multi-document YAML.
+//! - [`vm`]: the emulated GPU host (qemu) and its scenarios.
 
 pub mod agent;
 pub mod kpro6;
@@ -17,4 +18,5 @@ pub mod manifests;
 pub mod net;
 pub mod paths;
 pub mod sim_host;
+pub mod vm;
 pub mod wait;
