@@ -1,6 +1,6 @@
 //! The emulated GPU host (qemu, `e2e/vm/run.sh`): the set-up check, booting the VM with a script
-//! and files (one VM at a time), the scenarios of `e2e/vm/scenarios/`, the SGLang stand-in
-//! tarball, and reading the `TAG name rest` lines scenarios print.
+//! and files (one VM at a time), the scenarios of `e2e/vm/scenarios/` with their shared shell
+//! helpers, the SGLang stand-in tarball, and reading the `TAG name rest` lines scenarios print.
 
 use crate::paths::{cache_dir, find_in_path, gpuplane_bin, repo_root};
 use serde_json::Value;
@@ -59,11 +59,14 @@ pub fn run(script: &Path, files: &[PathBuf], env: &[(&str, &str)]) -> VmRun {
     }
 }
 
-/// Boots the VM with `e2e/vm/scenarios/SCRIPT` and `files`; returns what the script printed.
+/// Boots the VM with `e2e/vm/scenarios/SCRIPT`, `files` and `e2e/vm/scenario-lib.sh` (which the
+/// scenarios source); returns what the script printed.
 pub fn boot_scenario(script: &str, files: &[PathBuf], kargs: &str) -> String {
+    let mut all = files.to_vec();
+    all.push(repo_root().join("e2e/vm/scenario-lib.sh"));
     let r = run(
         &repo_root().join("e2e/vm/scenarios").join(script),
-        files,
+        &all,
         &[("KARGS", kargs), ("VM_TIMEOUT", "900")],
     );
     eprintln!(
