@@ -146,6 +146,11 @@ impl Agent {
             .collect()
     }
 
+    /// The host writes after the first `n` (see [`Agent::host_writes`]).
+    pub fn host_writes_since(&self, n: usize) -> Vec<(String, String)> {
+        self.host_writes()[n..].to_vec()
+    }
+
     /// `GET /metrics`; panics unless it answers 200.
     pub fn metrics(&self) -> String {
         let (code, body) = http_get(self.port, "/metrics").expect("GET /metrics");
@@ -174,6 +179,15 @@ impl Agent {
                 Err(format!("{series} {v}"))
             }
         });
+    }
+
+    /// How many reconciles the agent makes in `window` (`gpuplane_reconciles_total` before and
+    /// after), and the total after.
+    pub fn reconciles_in(&self, window: Duration) -> (f64, f64) {
+        let r0 = self.metric("gpuplane_reconciles_total");
+        std::thread::sleep(window);
+        let r1 = self.metric("gpuplane_reconciles_total");
+        (r1 - r0, r1)
     }
 
     /// Whether the process still runs.

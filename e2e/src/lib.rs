@@ -6,6 +6,7 @@
 //!   (`GPUPLANE_E2E_CACHE`).
 //! - [`kube`]: a real control plane, kubectl, Kubernetes objects, the agent tests' cluster.
 //! - [`agent`]: `gpuplane run` as a child process, its log and metrics.
+//! - [`scenario`]: start (cluster, agent, examples converged) and end of an agent test.
 //! - [`sim_host`] and [`kpro6`]: the simulated host file and the reference host's facts.
 //! - [`wait`]: polling until a condition holds. [`net`]: free ports, HTTP GET.
 //! - [`manifests`]: multi-document YAML.
@@ -17,6 +18,7 @@ pub mod kube;
 pub mod manifests;
 pub mod net;
 pub mod paths;
+pub mod scenario;
 pub mod sim_host;
 pub mod vm;
 pub mod wait;

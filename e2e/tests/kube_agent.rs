@@ -17,13 +17,49 @@ use gpuplane_e2e::agent::{kinds, metric_value, show_writes, Agent, AgentOpts, GP
 use gpuplane_e2e::kpro6::{
     assert_reference_split, unit_file, NODE, NUMA0, NUMA1, NVIDIA0_LINE, UNIT_KEY,
 };
-use gpuplane_e2e::kube::{cond3, condition, ready_for_generation, table, Cluster};
-use gpuplane_e2e::paths::{repo_path, repo_root};
+use gpuplane_e2e::kube::{
+    cond3, condition, has_finalizer, ready_for_generation, ready_is, table, Cluster,
+};
+use gpuplane_e2e::paths::repo_root;
+use gpuplane_e2e::scenario::{report_duration, start_converged};
 use gpuplane_e2e::sim_host::{container_config, driver, edit_host, entry, entry_mut, set_driver};
 use gpuplane_e2e::wait::wait_for;
 use serde_json::Value as Json;
 use serde_yaml::Value as Yaml;
 use std::time::{Duration, Instant};
+
+/// The agent corrected a drift made at `drifted` within its drift interval (3 s) plus slack.
+fn assert_corrected_in_time(what: &str, drifted: Instant) {
+    let took = drifted.elapsed();
+    eprintln!(
+        "[kube_agent] {what} corrected {:.1}s after the edit (--drift-interval 3)",
+        took.as_secs_f64()
+    );
+    assert!(
+        took < Duration::from_secs(3 + 7),
+        "correction took {took:?} with a 3 s drift interval"
+    );
+}
+
+/// A server-only change: one `writeUnit` and no write of [`GPU_KINDS`] (else `gpu_write: KIND TEXT`).
+fn assert_one_unit_write_only(writes: &[(String, String)], gpu_write: &str) {
+    assert_eq!(kinds(writes).get("writeUnit"), Some(&1), "{writes:?}");
+    for (k, t) in writes {
+        assert!(!GPU_KINDS.contains(&k.as_str()), "{gpu_write}: {k} {t}");
+    }
+}
+
+/// At most 2 reconciles in 10 s while the spec of the invalid `what` does not change; returns
+/// `gpuplane_reconciles_total` after.
+fn assert_no_retry_storm(a: &Agent, what: &str) -> f64 {
+    let (n, total) = a.reconciles_in(Duration::from_secs(10));
+    eprintln!("[kube_agent] invalid {what}: {n} reconciles in 10 s (total {total})");
+    assert!(
+        n <= 2.0,
+        "retry storm on an invalid {what}: {n} reconciles in 10 s"
+    );
+    total
+}
 
 #[test]
 fn agent_converges_the_examples_under_the_charts_rbac() {
@@ -101,11 +137,7 @@ fn agent_converges_the_examples_under_the_charts_rbac() {
     );
     assert_eq!(s["status"]["endpoint"], "http://0.0.0.0:30000");
     assert!(
-        p["metadata"]["finalizers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f == "gpuplane.dev/host-cleanup"),
+        has_finalizer(&p, "gpuplane.dev/host-cleanup"),
         "{}",
         p["metadata"]
     );
@@ -214,48 +246,26 @@ fn agent_converges_the_examples_under_the_charts_rbac() {
         missing.len(),
         writes.len()
     );
-    eprintln!(
-        "[kube_agent] agent_converges_the_examples_under_the_charts_rbac: {:.1}s",
-        t0.elapsed().as_secs_f64()
-    );
+    report_duration("agent_converges_the_examples_under_the_charts_rbac", t0);
 }
 
 #[test]
 fn agent_corrects_drift_on_the_host() {
     let t0 = Instant::now();
-    let c = Cluster::start("agent-drift");
-    let a = Agent::start(&c, "agent-a", AgentOpts::default());
-    c.apply_examples_and_wait();
+    let (c, a) = start_converged("agent-drift");
     assert_eq!(a.metric("gpuplane_drifts_corrected_total"), 0.0);
 
     // --- A: a VM GPU rebound to nvidia behind the agent's back. ---
     let n0 = a.host_writes().len();
     edit_host(&c.host, |h| set_driver(h, "0000:e1:00.0", "nvidia"));
     let drifted = Instant::now();
-    wait_for(
+    c.wait_driver(
         "the agent to rebind 0000:e1:00.0 to vfio-pci",
+        "0000:e1:00.0",
+        "vfio-pci",
         Duration::from_secs(20),
-        || {
-            let d = driver(&c.host(), "0000:e1:00.0");
-            if d == "vfio-pci" {
-                Ok(())
-            } else {
-                Err(format!(
-                    "0000:e1:00.0 on {d}; server Ready {:?}",
-                    cond3(&c.server(), "Ready")
-                ))
-            }
-        },
     );
-    let took = drifted.elapsed();
-    eprintln!(
-        "[kube_agent] driver drift corrected {:.1}s after the edit (--drift-interval 3)",
-        took.as_secs_f64()
-    );
-    assert!(
-        took < Duration::from_secs(3 + 7),
-        "correction took {took:?} with a 3 s drift interval"
-    );
+    assert_corrected_in_time("driver drift", drifted);
     let ev = c.wait_event(
         "DriftCorrected",
         "GpuPartition",
@@ -264,19 +274,13 @@ fn agent_corrects_drift_on_the_host() {
     );
     println!("DriftCorrected: {}", ev["note"]);
     assert_eq!(ev["type"], "Warning");
-    wait_for(
+    a.wait_metric(
         "gpuplane_drifts_corrected_total >= 1",
+        "gpuplane_drifts_corrected_total",
         Duration::from_secs(10),
-        || {
-            let v = a.metric("gpuplane_drifts_corrected_total");
-            if v >= 1.0 {
-                Ok(())
-            } else {
-                Err(format!("{v}"))
-            }
-        },
+        |v| v >= 1.0,
     );
-    let writes = a.host_writes()[n0..].to_vec();
+    let writes = a.host_writes_since(n0);
     show_writes("driver drift correction", &writes);
     assert!(
         writes
@@ -328,29 +332,15 @@ fn agent_corrects_drift_on_the_host() {
             }
         },
     );
-    let took = drifted.elapsed();
-    eprintln!(
-        "[kube_agent] driver + container drift corrected {:.1}s after the edit",
-        took.as_secs_f64()
-    );
-    assert!(
-        took < Duration::from_secs(3 + 7),
-        "correction took {took:?} with a 3 s drift interval"
-    );
+    assert_corrected_in_time("driver + container drift", drifted);
     assert_reference_split(&c.host());
-    wait_for(
+    a.wait_metric(
         "gpuplane_drifts_corrected_total to grow",
+        "gpuplane_drifts_corrected_total",
         Duration::from_secs(10),
-        || {
-            let v = a.metric("gpuplane_drifts_corrected_total");
-            if v > drifts0 {
-                Ok(())
-            } else {
-                Err(format!("{v}"))
-            }
-        },
+        |v| v > drifts0,
     );
-    let writes = a.host_writes()[n0..].to_vec();
+    let writes = a.host_writes_since(n0);
     show_writes("driver + container drift correction", &writes);
     assert!(
         writes.iter().any(|(_, t)| t.contains("0000:81:00.0")),
@@ -361,33 +351,18 @@ fn agent_corrects_drift_on_the_host() {
         "no setContainerGpus write"
     );
     c.wait_converged(Duration::from_secs(60));
-    eprintln!(
-        "[kube_agent] agent_corrects_drift_on_the_host: {:.1}s",
-        t0.elapsed().as_secs_f64()
-    );
+    report_duration("agent_corrects_drift_on_the_host", t0);
 }
 
 #[test]
 fn agent_applies_a_spec_edit() {
     let t0 = Instant::now();
-    let c = Cluster::start("agent-edit");
-    let a = Agent::start(&c, "agent-a", AgentOpts::default());
-    c.apply_examples_and_wait();
+    let (c, a) = start_converged("agent-edit");
     let gen1 = c.server()["metadata"]["generation"].as_i64().unwrap();
     let n0 = a.host_writes().len();
 
     let t = Instant::now();
-    c.k(&[
-        "patch",
-        "inferenceserver",
-        "qwen35-122b",
-        "-n",
-        "default",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"tensorParallelSize":2}}"#,
-    ]);
+    c.patch_server(r#"{"spec":{"tensorParallelSize":2}}"#);
     let gen2 = c.server()["metadata"]["generation"].as_i64().unwrap();
     assert!(gen2 > gen1, "generation not bumped: {gen1} -> {gen2}");
     c.wait_converged(Duration::from_secs(60));
@@ -412,20 +387,11 @@ fn agent_applies_a_spec_edit() {
     assert_eq!(rows[0]["READY"], "True");
     assert_eq!(cond3(&c.partition(), "Ready").0, "True");
 
-    let writes = a.host_writes()[n0..].to_vec();
+    let writes = a.host_writes_since(n0);
     show_writes("tp 4 -> 2", &writes);
-    assert_eq!(kinds(&writes).get("writeUnit"), Some(&1), "{writes:?}");
-    for (k, t) in &writes {
-        assert!(
-            !GPU_KINDS.contains(&k.as_str()),
-            "a server-only edit touched GPUs/containers: {k} {t}"
-        );
-    }
+    assert_one_unit_write_only(&writes, "a server-only edit touched GPUs/containers");
     assert_reference_split(&c.host());
-    eprintln!(
-        "[kube_agent] agent_applies_a_spec_edit: {:.1}s",
-        t0.elapsed().as_secs_f64()
-    );
+    report_duration("agent_applies_a_spec_edit", t0);
 }
 
 #[test]
@@ -444,22 +410,13 @@ fn agent_reports_invalid_specs_without_touching_the_host() {
     let original = c.host_bytes();
 
     // --- A GPU in two slices: the partition is invalid. ---
-    c.k(&[
-        "apply",
-        "-f",
-        &repo_path("examples/invalid/gpu-in-two-slices.yaml"),
-    ]);
+    c.apply("examples/invalid/gpu-in-two-slices.yaml");
     let p = wait_for(
         "partition Ready=False InvalidSpec",
         Duration::from_secs(30),
         || {
             let p = c.partition();
-            let (st, reason, msg) = cond3(&p, "Ready");
-            if st == "False" && reason == "InvalidSpec" {
-                Ok(p)
-            } else {
-                Err(format!("Ready {st} {reason}: {msg}"))
-            }
+            ready_is(&p, "False", "InvalidSpec").map(|()| p)
         },
     );
     let (_, _, msg) = cond3(&p, "Ready");
@@ -484,12 +441,7 @@ fn agent_reports_invalid_specs_without_touching_the_host() {
         Duration::from_secs(20),
         || {
             let s = c.server();
-            let (st, reason, msg) = cond3(&s, "Ready");
-            if st == "False" && reason == "PartitionInvalid" {
-                Ok(s)
-            } else {
-                Err(format!("Ready {st} {reason}: {msg}"))
-            }
+            ready_is(&s, "False", "PartitionInvalid").map(|()| s)
         },
     );
     println!("server: {}", cond3(&s, "Ready").2);
@@ -497,18 +449,7 @@ fn agent_reports_invalid_specs_without_touching_the_host() {
 
     // No retry storm, and nothing written.
     std::thread::sleep(Duration::from_secs(1));
-    let r0 = a.metric("gpuplane_reconciles_total");
-    std::thread::sleep(Duration::from_secs(10));
-    let r1 = a.metric("gpuplane_reconciles_total");
-    eprintln!(
-        "[kube_agent] invalid partition: {} reconciles in 10 s (total {r1})",
-        r1 - r0
-    );
-    assert!(
-        r1 - r0 <= 2.0,
-        "retry storm on an invalid partition: {} reconciles in 10 s",
-        r1 - r0
-    );
+    let r1 = assert_no_retry_storm(&a, "partition");
     assert!(r1 <= 6.0, "{r1} reconciles of one invalid object");
     assert!(
         c.host_bytes() == original,
@@ -527,27 +468,19 @@ fn agent_reports_invalid_specs_without_touching_the_host() {
     );
 
     // --- A valid partition, but tensorParallelSize 8 on a slice of 4 GPUs. ---
-    c.k(&[
-        "apply",
-        "-f",
-        &repo_path("examples/invalid/tp-larger-than-slice.yaml"),
-    ]);
+    c.apply("examples/invalid/tp-larger-than-slice.yaml");
     let s = wait_for(
         "server Ready=False InvalidSpec",
         Duration::from_secs(60),
         || {
             let s = c.server();
-            let (st, reason, msg) = cond3(&s, "Ready");
-            if st == "False"
-                && reason == "InvalidSpec"
-                && s["status"]["observedGeneration"] == s["metadata"]["generation"]
-            {
-                Ok(s)
-            } else {
-                Err(format!(
-                    "Ready {st} {reason}: {msg} (status {})",
+            match ready_is(&s, "False", "InvalidSpec") {
+                Ok(()) if s["status"]["observedGeneration"] == s["metadata"]["generation"] => Ok(s),
+                r => Err(format!(
+                    "{} (status {})",
+                    r.err().unwrap_or_default(),
                     s["status"]
-                ))
+                )),
             }
         },
     );
@@ -589,52 +522,31 @@ fn agent_reports_invalid_specs_without_touching_the_host() {
         assert!(!kinds(&writes).contains_key("writeUnit"), "{writes:?}");
     }
     std::thread::sleep(Duration::from_secs(2));
-    let r0 = a.metric("gpuplane_reconciles_total");
     let w0 = a.host_writes().len();
-    std::thread::sleep(Duration::from_secs(10));
-    let r1 = a.metric("gpuplane_reconciles_total");
-    eprintln!(
-        "[kube_agent] invalid server: {} reconciles in 10 s",
-        r1 - r0
-    );
-    assert!(
-        r1 - r0 <= 2.0,
-        "retry storm on an invalid server: {} reconciles in 10 s",
-        r1 - r0
-    );
+    assert_no_retry_storm(&a, "server");
     assert_eq!(
         a.host_writes().len(),
         w0,
         "host writes while nothing changed"
     );
-    eprintln!(
-        "[kube_agent] agent_reports_invalid_specs_without_touching_the_host: {:.1}s",
-        t0.elapsed().as_secs_f64()
-    );
+    report_duration("agent_reports_invalid_specs_without_touching_the_host", t0);
 }
 
 #[test]
 fn agent_honours_deletion_policy_retain_and_restore() {
     let t0 = Instant::now();
-    let c = Cluster::start("agent-delete");
-    let a = Agent::start(&c, "agent-a", AgentOpts::default());
-    c.apply_examples_and_wait();
+    let (c, a) = start_converged("agent-delete");
 
     // --- Retain: the object goes, the host stays. ---
     std::thread::sleep(Duration::from_secs(1));
     let before = c.host_bytes();
     let n0 = a.host_writes().len();
-    let t = Instant::now();
-    c.k(&["delete", "gpupartition", NODE, "--timeout=60s"]);
-    c.wait_gone(
+    let took = c.delete_and_wait_gone(
         "GpuPartition",
-        &["get", "gpupartition", NODE],
+        &["gpupartition", NODE],
         Duration::from_secs(30),
     );
-    eprintln!(
-        "[kube_agent] Retain: deleted in {:.1}s",
-        t.elapsed().as_secs_f64()
-    );
+    eprintln!("[kube_agent] Retain: deleted in {:.1}s", took.as_secs_f64());
     c.wait_event("Retained", "GpuPartition", NODE, Duration::from_secs(10));
     std::thread::sleep(Duration::from_secs(4)); // more than a drift interval
     assert!(
@@ -645,7 +557,7 @@ fn agent_honours_deletion_policy_retain_and_restore() {
         a.host_writes().len(),
         n0,
         "host writes after a Retain delete: {:?}",
-        &a.host_writes()[n0..]
+        &a.host_writes_since(n0)
     );
     assert_reference_split(&c.host());
 
@@ -660,18 +572,16 @@ fn agent_honours_deletion_policy_retain_and_restore() {
     });
     assert_eq!(c.partition()["spec"]["deletionPolicy"], "Restore");
     let n1 = a.host_writes().len();
-    let t = Instant::now();
-    c.k(&["delete", "gpupartition", NODE, "--timeout=60s"]);
-    c.wait_gone(
+    let took = c.delete_and_wait_gone(
         "GpuPartition",
-        &["get", "gpupartition", NODE],
+        &["gpupartition", NODE],
         Duration::from_secs(60),
     );
     eprintln!(
         "[kube_agent] Restore: deleted in {:.1}s",
-        t.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
-    show_writes("restore", &a.host_writes()[n1..]);
+    show_writes("restore", &a.host_writes_since(n1));
     let h = c.host();
     for addr in NUMA0.iter().chain(NUMA1.iter()) {
         assert_eq!(driver(&h, addr), "nvidia", "after Restore, GPU {addr}");
@@ -702,27 +612,19 @@ fn agent_honours_deletion_policy_retain_and_restore() {
         entry(&h["units"], UNIT_KEY).is_none(),
         "the server's unit is still on the host after Restore"
     );
-    let fins = c.server()["metadata"]["finalizers"].clone();
+    let s = c.server();
     assert!(
-        !fins
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|f| f == "gpuplane.dev/unit-cleanup"),
-        "the InferenceServer keeps the agent's finalizer after its partition left: {fins}"
+        !has_finalizer(&s, "gpuplane.dev/unit-cleanup"),
+        "the InferenceServer keeps the agent's finalizer after its partition left: {}",
+        s["metadata"]["finalizers"]
     );
-    eprintln!(
-        "[kube_agent] agent_honours_deletion_policy_retain_and_restore: {:.1}s",
-        t0.elapsed().as_secs_f64()
-    );
+    report_duration("agent_honours_deletion_policy_retain_and_restore", t0);
 }
 
 #[test]
 fn agent_survives_an_api_outage_without_duplicate_writes() {
     let t0 = Instant::now();
-    let c = Cluster::start("agent-outage");
-    let mut a = Agent::start(&c, "agent-a", AgentOpts::default());
-    c.apply_examples_and_wait();
+    let (c, mut a) = start_converged("agent-outage");
     std::thread::sleep(Duration::from_secs(4)); // one quiet drift check
     let w0 = a.host_writes();
     let m0 = a.metric("gpuplane_host_writes_total");
@@ -738,17 +640,11 @@ fn agent_survives_an_api_outage_without_duplicate_writes() {
         t.elapsed().as_secs_f64()
     );
     // Let the agent run into the restarted API for a few drift intervals.
-    wait_for(
+    a.wait_metric(
         "reconciles after the outage",
+        "gpuplane_reconciles_total",
         Duration::from_secs(60),
-        || {
-            let r = a.metric("gpuplane_reconciles_total");
-            if r >= rec0 + 2.0 {
-                Ok(())
-            } else {
-                Err(format!("{rec0} -> {r}"))
-            }
-        },
+        |r| r >= rec0 + 2.0,
     );
     std::thread::sleep(Duration::from_secs(3));
     assert!(a.alive(), "the agent exited during the API outage");
@@ -771,17 +667,7 @@ fn agent_survives_an_api_outage_without_duplicate_writes() {
 
     // A spec edit after the outage converges without restarting the agent.
     let t = Instant::now();
-    c.k(&[
-        "patch",
-        "inferenceserver",
-        "qwen35-122b",
-        "-n",
-        "default",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"tensorParallelSize":2}}"#,
-    ]);
+    c.patch_server(r#"{"spec":{"tensorParallelSize":2}}"#);
     c.wait_converged(Duration::from_secs(90));
     eprintln!(
         "[kube_agent] tp 4 -> 2 after the outage converged in {:.1}s",
@@ -790,15 +676,9 @@ fn agent_survives_an_api_outage_without_duplicate_writes() {
     assert!(a.alive());
     assert!(unit_file(&c.host()).contains("--tp-size 2"));
     std::thread::sleep(Duration::from_secs(4));
-    let new = a.host_writes()[w0.len()..].to_vec();
+    let new = a.host_writes_since(w0.len());
     show_writes("after the outage (tp 4 -> 2)", &new);
-    assert_eq!(kinds(&new).get("writeUnit"), Some(&1), "{new:?}");
-    for (k, t) in &new {
-        assert!(
-            !GPU_KINDS.contains(&k.as_str()),
-            "a duplicate GPU/container write after the outage: {k} {t}"
-        );
-    }
+    assert_one_unit_write_only(&new, "a duplicate GPU/container write after the outage");
     let mut seen = std::collections::BTreeSet::new();
     for w in &new {
         assert!(
@@ -810,10 +690,7 @@ fn agent_survives_an_api_outage_without_duplicate_writes() {
         a.metric("gpuplane_host_writes_total") as usize,
         w0.len() + new.len()
     );
-    eprintln!(
-        "[kube_agent] agent_survives_an_api_outage_without_duplicate_writes: {:.1}s",
-        t0.elapsed().as_secs_f64()
-    );
+    report_duration("agent_survives_an_api_outage_without_duplicate_writes", t0);
 }
 
 #[test]
@@ -854,17 +731,11 @@ fn two_agents_one_leader_and_failover() {
     // Kill the leader (no chance to release the lease).
     agents[li].kill();
     let killed = Instant::now();
-    wait_for(
+    agents[fi].wait_metric(
         &format!("{fid} to take the lease"),
+        "gpuplane_leader",
         Duration::from_secs(30),
-        || {
-            let l = agents[fi].metric("gpuplane_leader");
-            if l == 1.0 {
-                Ok(())
-            } else {
-                Err(format!("gpuplane_leader {l}"))
-            }
-        },
+        |l| l == 1.0,
     );
     let took = killed.elapsed();
     eprintln!(
@@ -878,33 +749,21 @@ fn two_agents_one_leader_and_failover() {
     assert_eq!(c.lease_holder(), fid);
 
     // The new leader keeps reconciling: a drift made now is corrected by it.
-    wait_for(
+    agents[fi].wait_metric(
         "the new leader to reconcile",
+        "gpuplane_reconciles_total",
         Duration::from_secs(15),
-        || {
-            let r = agents[fi].metric("gpuplane_reconciles_total");
-            if r >= 1.0 {
-                Ok(())
-            } else {
-                Err(format!("{r}"))
-            }
-        },
+        |r| r >= 1.0,
     );
     let n0 = agents[fi].host_writes().len();
     edit_host(&c.host, |h| set_driver(h, "0000:91:00.0", "nvidia"));
-    wait_for(
+    c.wait_driver(
         "the new leader to correct the drift",
+        "0000:91:00.0",
+        "vfio-pci",
         Duration::from_secs(20),
-        || {
-            let d = driver(&c.host(), "0000:91:00.0");
-            if d == "vfio-pci" {
-                Ok(())
-            } else {
-                Err(d)
-            }
-        },
     );
-    let fw = agents[fi].host_writes()[n0..].to_vec();
+    let fw = agents[fi].host_writes_since(n0);
     show_writes(&format!("{fid} after takeover"), &fw);
     assert!(
         fw.iter().any(|(_, t)| t.contains("0000:91:00.0")),
@@ -918,38 +777,23 @@ fn two_agents_one_leader_and_failover() {
     c.wait_converged(Duration::from_secs(60));
     assert!(agents[fi].metric("gpuplane_drifts_corrected_total") >= 1.0);
     drop(agents);
-    eprintln!(
-        "[kube_agent] two_agents_one_leader_and_failover: {:.1}s",
-        t0.elapsed().as_secs_f64()
-    );
+    report_duration("two_agents_one_leader_and_failover", t0);
 }
 
 #[test]
 fn deleting_a_server_stops_and_removes_its_unit() {
-    let c = Cluster::start("agent-server-delete");
-    let a = Agent::start(&c, "agent-a", AgentOpts::default());
-    c.apply_examples_and_wait();
-    let fins = c.server()["metadata"]["finalizers"].clone();
+    let (c, a) = start_converged("agent-server-delete");
+    let s = c.server();
     assert!(
-        fins.as_array()
-            .into_iter()
-            .flatten()
-            .any(|f| f == "gpuplane.dev/unit-cleanup"),
-        "the agent puts its finalizer on servers: {fins}"
+        has_finalizer(&s, "gpuplane.dev/unit-cleanup"),
+        "the agent puts its finalizer on servers: {}",
+        s["metadata"]["finalizers"]
     );
     assert!(!unit_file(&c.host()).is_empty());
     let n0 = a.host_writes().len();
-    c.k(&[
-        "delete",
-        "inferenceserver",
-        "qwen35-122b",
-        "-n",
-        "default",
-        "--timeout=60s",
-    ]);
-    c.wait_gone(
+    c.delete_and_wait_gone(
         "InferenceServer",
-        &["get", "inferenceserver", "qwen35-122b", "-n", "default"],
+        &["inferenceserver", "qwen35-122b", "-n", "default"],
         Duration::from_secs(60),
     );
     let h = c.host();
@@ -957,7 +801,7 @@ fn deleting_a_server_stops_and_removes_its_unit() {
         entry(&h["units"], UNIT_KEY).is_none(),
         "the unit is still on the host"
     );
-    let writes = a.host_writes()[n0..].to_vec();
+    let writes = a.host_writes_since(n0);
     show_writes("server delete", &writes);
     let k = kinds(&writes);
     assert_eq!(k.get("stopUnit"), Some(&1), "{writes:?}");

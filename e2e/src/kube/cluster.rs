@@ -3,7 +3,7 @@
 //! simulated reference host for the agent to act on. Stopped with the control plane on drop.
 
 use super::control_plane::ControlPlane;
-use super::objects::ready_for_generation;
+use super::objects::{cond3, ready_for_generation};
 use crate::kpro6::{NODE, SERVER};
 use crate::paths::{repo_path, repo_root};
 use crate::sim_host::read_host;
@@ -92,7 +92,7 @@ impl Cluster {
     }
 
     fn install_crds_and_rbac(&self) {
-        self.k(&["apply", "-f", &repo_path("crds/gpuplane.dev_crds.yaml")]);
+        self.apply("crds/gpuplane.dev_crds.yaml");
         self.k(&[
             "wait",
             "--for=condition=established",
@@ -100,7 +100,7 @@ impl Cluster {
             "crd/gpupartitions.gpuplane.dev",
             "crd/inferenceservers.gpuplane.dev",
         ]);
-        self.k(&["apply", "-f", &repo_path("e2e/kube/agent-rbac.yaml")]);
+        self.apply("e2e/kube/agent-rbac.yaml");
         for (args, want) in AGENT_CAN_I {
             let out = self.cp.kubectl_agent(args).run();
             assert_eq!(
@@ -117,6 +117,11 @@ impl Cluster {
     /// kubectl as admin; panics on failure; returns stdout.
     pub fn k(&self, args: &[&str]) -> String {
         self.cp.kubectl(args).ok()
+    }
+
+    /// `kubectl apply -f REL` of a file or directory of the repository; returns stdout.
+    pub fn apply(&self, rel: &str) -> String {
+        self.k(&["apply", "-f", &repo_path(rel)])
     }
 
     /// [`Cluster::k`] with `input` on stdin.
@@ -141,6 +146,21 @@ impl Cluster {
                 Err(out.stdout + &out.stderr)
             }
         });
+    }
+
+    /// `kubectl delete OBJECT --timeout=60s`, then waits until `kubectl get OBJECT` answers
+    /// NotFound (finalizers done); returns how long both took. `what` names it in a timeout.
+    pub fn delete_and_wait_gone(&self, what: &str, object: &[&str], timeout: Duration) -> Duration {
+        let t = Instant::now();
+        let delete: Vec<&str> = ["delete"]
+            .into_iter()
+            .chain(object.iter().copied())
+            .chain(["--timeout=60s"])
+            .collect();
+        self.k(&delete);
+        let get: Vec<&str> = ["get"].into_iter().chain(object.iter().copied()).collect();
+        self.wait_gone(what, &get, timeout);
+        t.elapsed()
     }
 
     /// The GpuPartition of the node.
@@ -212,7 +232,7 @@ impl Cluster {
     /// `kubectl apply -f examples/kpro6/` and the documented `kubectl wait`.
     pub fn apply_examples_and_wait(&self) -> Duration {
         let t = Instant::now();
-        let out = self.k(&["apply", "-f", &repo_path("examples/kpro6/")]);
+        let out = self.apply("examples/kpro6/");
         eprintln!("$ kubectl apply -f examples/kpro6/\n{}", out.trim_end());
         let out = self.k(&[
             "wait",
@@ -243,6 +263,37 @@ impl Cluster {
                 ready_for_generation(&self.server()).map_err(|e| format!("InferenceServer: {e}"))
             },
         );
+    }
+
+    /// `kubectl patch` of the examples' InferenceServer with a JSON merge patch.
+    pub fn patch_server(&self, patch: &str) {
+        self.k(&[
+            "patch",
+            "inferenceserver",
+            SERVER,
+            "-n",
+            "default",
+            "--type",
+            "merge",
+            "-p",
+            patch,
+        ]);
+    }
+
+    /// Waits until the agent has bound `address` to `driver` in the host file; the last state
+    /// names the server's Ready condition too.
+    pub fn wait_driver(&self, what: &str, address: &str, driver: &str, timeout: Duration) {
+        wait_for(what, timeout, || {
+            let d = crate::sim_host::driver(&self.host(), address);
+            if d == driver {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{address} on {d}; server Ready {:?}",
+                    cond3(&self.server(), "Ready")
+                ))
+            }
+        });
     }
 
     /// The holder of the node's Lease ("" when none).

@@ -9,4 +9,4 @@ pub mod objects;
 pub use cluster::{Cluster, LEASE_NS};
 pub use control_plane::{describe, ControlPlane, KubeBinaries};
 pub use kubectl::{table, Kubectl, KubectlOutput};
-pub use objects::{cond3, condition, ready_for_generation};
+pub use objects::{cond3, condition, has_finalizer, ready_for_generation, ready_is};

@@ -38,3 +38,22 @@ pub fn ready_for_generation(obj: &Json) -> Result<(), String> {
         ))
     }
 }
+
+/// Ready has `status` and `reason`; else Err("Ready STATUS REASON: MESSAGE").
+pub fn ready_is(obj: &Json, status: &str, reason: &str) -> Result<(), String> {
+    let (st, re, msg) = cond3(obj, "Ready");
+    if st == status && re == reason {
+        Ok(())
+    } else {
+        Err(format!("Ready {st} {re}: {msg}"))
+    }
+}
+
+/// Whether `metadata.finalizers` holds `name`.
+pub fn has_finalizer(obj: &Json, name: &str) -> bool {
+    obj["metadata"]["finalizers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|f| f == name)
+}
