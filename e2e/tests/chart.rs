@@ -45,15 +45,12 @@ fn rules_of<'a>(docs: &'a [Yaml], kind: &str) -> &'a Yaml {
         .unwrap_or_else(|| panic!("no {kind} in agent-rbac.yaml"))["rules"]
 }
 
-#[test]
-fn chart_parses_and_its_rbac_equals_the_tested_rbac() {
-    let root = repo_root();
-    let chart = root.join("charts/gpuplane");
-    let read = |p: &Path| {
-        std::fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
-    };
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
 
-    // Plain YAML files.
+/// Plain YAML files: Chart.yaml, values.yaml and the copy of the CRDs.
+fn check_plain_files(root: &Path, chart: &Path) {
     let meta: Yaml = serde_yaml::from_str(&read(&chart.join("Chart.yaml"))).expect("Chart.yaml");
     assert_eq!(meta["apiVersion"].as_str(), Some("v2"));
     assert_eq!(meta["name"].as_str(), Some("gpuplane"));
@@ -72,8 +69,10 @@ fn chart_parses_and_its_rbac_equals_the_tested_rbac() {
         "charts/gpuplane/crds/gpuplane.dev_crds.yaml must be a copy of crds/gpuplane.dev_crds.yaml"
     );
     assert_eq!(yaml_docs(&crd_copy).len(), 2);
+}
 
-    // Templates: Go templates, so only YAML-shaped after a crude render.
+/// Templates: Go templates, so only YAML-shaped after a crude render; returns them by kind.
+fn check_templates(chart: &Path) -> BTreeMap<String, Yaml> {
     let mut rendered: BTreeMap<String, Yaml> = BTreeMap::new();
     for e in std::fs::read_dir(chart.join("templates")).unwrap() {
         let p = e.unwrap().path();
@@ -107,8 +106,11 @@ fn chart_parses_and_its_rbac_equals_the_tested_rbac() {
             rendered.keys()
         );
     }
+    rendered
+}
 
-    // RBAC: the chart's rules are exactly the ones the e2e tests run the agent under.
+/// RBAC: the chart's rules are exactly the ones the e2e tests run the agent under.
+fn check_rbac(root: &Path, rendered: &BTreeMap<String, Yaml>) {
     let rbac = yaml_docs(&read(&root.join("e2e/kube/agent-rbac.yaml")));
     assert_eq!(
         rendered["ClusterRole"]["rules"],
@@ -141,8 +143,10 @@ fn chart_parses_and_its_rbac_equals_the_tested_rbac() {
         binding["subjects"][0]["name"].as_str(),
         Some("gpuplane-agent")
     );
+}
 
-    // The DaemonSet's shape.
+/// The DaemonSet's shape, and its Service.
+fn check_daemonset(rendered: &BTreeMap<String, Yaml>) {
     let ds = &rendered["DaemonSet"]["spec"]["template"]["spec"];
     assert_eq!(ds["hostPID"].as_bool(), Some(true), "hostPID");
     let ctr = &ds["containers"][0];
@@ -209,4 +213,14 @@ fn chart_parses_and_its_rbac_equals_the_tested_rbac() {
         rendered["Service"]["spec"]["ports"][0]["targetPort"].as_str(),
         Some("metrics")
     );
+}
+
+#[test]
+fn chart_parses_and_its_rbac_equals_the_tested_rbac() {
+    let root = repo_root();
+    let chart = root.join("charts/gpuplane");
+    check_plain_files(&root, &chart);
+    let rendered = check_templates(&chart);
+    check_rbac(&root, &rendered);
+    check_daemonset(&rendered);
 }

@@ -27,11 +27,8 @@ fn header_columns(table: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn kube_smoke() {
-    let t0 = Instant::now();
-    let mut cp = ControlPlane::start("kube-smoke");
-
+/// The server and kubectl are both the v1.20.2 that kube-build.sh built.
+fn check_versions(cp: &ControlPlane) {
     // The server and kubectl both are the v1.20.2 we built (ldflags set): no skew warning.
     let version = cp.kubectl(&["version", "-o", "json"]).run();
     assert!(version.success, "kubectl version: {}", version.stderr);
@@ -51,8 +48,10 @@ fn kube_smoke() {
         "kubectl warned: {}",
         version.stderr
     );
+}
 
-    // --- CRDs ------------------------------------------------------------------------------------
+/// Installs crds/gpuplane.dev_crds.yaml and checks the server took it as it is; returns the CRDs.
+fn install_crds(cp: &ControlPlane) -> Vec<serde_yaml::Value> {
     let crds = repo_yaml_docs("crds/gpuplane.dev_crds.yaml");
     let crd_names: Vec<String> = crds
         .iter()
@@ -90,7 +89,11 @@ fn kube_smoke() {
         }
     }
 
-    // --- Examples and printer columns ------------------------------------------------------------
+    crds
+}
+
+/// Applies the kpro6 examples; printer columns, short names, schema defaults, empty strings.
+fn check_examples(cp: &ControlPlane) {
     cp.kubectl(&["apply", "-f", &repo_path("examples/kpro6/partition.yaml")])
         .ok();
     cp.kubectl(&["apply", "-f", &repo_path("examples/kpro6/server.yaml")])
@@ -170,8 +173,10 @@ fn kube_smoke() {
     cp.kubectl(&["create", "--dry-run=server", "-f", "-"])
         .stdin(&empty_env)
         .ok();
+}
 
-    // --- kubectl explain shows the schema's documentation ----------------------------------------
+/// `kubectl explain` shows the schema's documentation.
+fn check_explain(cp: &ControlPlane, crds: &[serde_yaml::Value]) {
     // The server publishes a new CRD's OpenAPI a moment after it is Established; retry briefly.
     let deadline = Instant::now() + Duration::from_secs(30);
     let explain = loop {
@@ -209,8 +214,10 @@ fn kube_smoke() {
             "explain lacks field {field}:\n{explain}"
         );
     }
+}
 
-    // --- Schema validation: PCI address pattern --------------------------------------------------
+/// Schema validation: the PCI address pattern.
+fn check_pci_address_pattern(cp: &ControlPlane) {
     let partition = |name: &str, address: &str| {
         format!(
             "apiVersion: gpuplane.dev/v1alpha1\nkind: GpuPartition\nmetadata:\n  name: {name}\n\
@@ -238,8 +245,10 @@ fn kube_smoke() {
         .kubectl(&["get", "gpupartition", "bad"])
         .fails()
         .contains("NotFound"));
+}
 
-    // --- RBAC: the agent user is authenticated but has no permissions yet ------------------------
+/// RBAC: the agent user is authenticated but has no permissions yet.
+fn check_agent_user_denied(cp: &ControlPlane) {
     let denied = cp.kubectl_agent(&["get", "gpupartitions"]).fails();
     println!("$ kubectl --kubeconfig agent.kubeconfig get gpupartitions\n{denied}");
     let agent_user = &cp.env["AGENT_USER"];
@@ -270,6 +279,18 @@ fn kube_smoke() {
             .trim(),
         "yes"
     );
+}
+
+#[test]
+fn kube_smoke() {
+    let t0 = Instant::now();
+    let mut cp = ControlPlane::start("kube-smoke");
+    check_versions(&cp);
+    let crds = install_crds(&cp);
+    check_examples(&cp);
+    check_explain(&cp, &crds);
+    check_pci_address_pattern(&cp);
+    check_agent_user_denied(&cp);
 
     // --- Restarts keep the data ------------------------------------------------------------------
     cp.control("restart-apiserver");

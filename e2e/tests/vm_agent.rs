@@ -7,12 +7,8 @@
 use gpuplane_e2e::vm::{boot_scenario, gpuplane_for_vm, ready, standin_tar, step_kinds, Report};
 use serde_json::Value;
 
-#[test]
-fn real_kernel_partition_rebinding_refusals_and_a_real_unit() {
-    let (dir, tar) = standin_tar("gpuplane-vm-agent");
-    let out = boot_scenario("host-agent.sh", &[gpuplane_for_vm(), tar], "");
-    let m = Report::parse(&out);
-
+/// split (NUMA 1 to vfio-pci), again (zero writes), back (NUMA 1 to the host driver).
+fn check_split_and_back(m: &Report) {
     // split: NUMA 1 on vfio-pci, NUMA 0 stays on bochs-drm, pinned by driver_override.
     assert_eq!(m.rc("split"), 0, "{}", m.json("split"));
     let d = m.drivers("split");
@@ -76,7 +72,10 @@ fn real_kernel_partition_rebinding_refusals_and_a_real_unit() {
         !cfg.contains("emu-vm") && cfg.contains("path=0000:44:02.0"),
         "{cfg}"
     );
+}
 
+/// held and shared: plans refused before any write.
+fn check_refusals(m: &Report) {
     // held: a process holding 0000:82:00.0 blocks the whole plan; nothing changes.
     assert_eq!(m.rc("held"), 1);
     let held = m.json("held");
@@ -100,7 +99,10 @@ fn real_kernel_partition_rebinding_refusals_and_a_real_unit() {
         "{msg}"
     );
     assert_eq!(m.drivers("shared")["0000:44:01.0"].0, "bochs-drm");
+}
 
+/// unit (a real systemd unit) and move (its GPU goes to the VM).
+fn check_unit_and_move(m: &Report) {
     // unit: written, daemon-reloaded, started, observed active and ready, holding its GPU.
     let unit = m.json("unit");
     assert_eq!(m.rc("unit"), 0, "{unit}");
@@ -150,6 +152,17 @@ fn real_kernel_partition_rebinding_refusals_and_a_real_unit() {
         journal.contains("Stopped"),
         "systemd stopped the unit: {journal}"
     );
+}
+
+#[test]
+fn real_kernel_partition_rebinding_refusals_and_a_real_unit() {
+    let (dir, tar) = standin_tar("gpuplane-vm-agent");
+    let out = boot_scenario("host-agent.sh", &[gpuplane_for_vm(), tar], "");
+    let m = Report::parse(&out);
+
+    check_split_and_back(&m);
+    check_refusals(&m);
+    check_unit_and_move(&m);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
