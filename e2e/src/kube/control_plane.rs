@@ -207,7 +207,7 @@ impl ControlPlane {
             return;
         }
         eprintln!(
-            "[kube_agent] restart-all failed, retrying the starts:\n{}",
+            "[harness] restart-all failed, retrying the starts:\n{}",
             describe(&out)
         );
         for _ in 0..10 {
