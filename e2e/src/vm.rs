@@ -86,6 +86,15 @@ pub fn boot_scenario(script: &str, files: &[PathBuf], kargs: &str) -> String {
     r.stdout
 }
 
+/// [`boot_scenario`] with the gpuplane binary and the SGLang stand-in tarball (made in a temporary
+/// directory named after `name`, removed after the boot).
+pub fn boot_scenario_with_standin(script: &str, name: &str) -> String {
+    let (dir, tar) = standin_tar(name);
+    let out = boot_scenario(script, &[gpuplane_for_vm(), tar], "");
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
 /// The gpuplane binary under test ([`gpuplane_bin`]) as a file named `gpuplane`, which is what
 /// the scenarios run (run.sh installs files under their own names): `GPUPLANE_BIN` under another
 /// name is linked as `gpuplane` in a temporary directory.

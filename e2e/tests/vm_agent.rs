@@ -4,7 +4,9 @@
 //! Needs `e2e/setup/install-vm-deps.sh`, `e2e/vm/build-image.sh` and `cargo build --bin gpuplane`
 //! (or `GPUPLANE_BIN`). The VM helpers are in `gpuplane_e2e::vm` (e2e/src/vm.rs).
 
-use gpuplane_e2e::vm::{boot_scenario, gpuplane_for_vm, ready, standin_tar, step_kinds, Report};
+use gpuplane_e2e::vm::{
+    boot_scenario, boot_scenario_with_standin, gpuplane_for_vm, ready, step_kinds, Report,
+};
 use serde_json::Value;
 
 /// split (NUMA 1 to vfio-pci), again (zero writes), back (NUMA 1 to the host driver).
@@ -156,14 +158,14 @@ fn check_unit_and_move(m: &Report) {
 
 #[test]
 fn real_kernel_partition_rebinding_refusals_and_a_real_unit() {
-    let (dir, tar) = standin_tar("gpuplane-vm-agent");
-    let out = boot_scenario("host-agent.sh", &[gpuplane_for_vm(), tar], "");
-    let m = Report::parse(&out);
+    let m = Report::parse(&boot_scenario_with_standin(
+        "host-agent.sh",
+        "gpuplane-vm-agent",
+    ));
 
     check_split_and_back(&m);
     check_refusals(&m);
     check_unit_and_move(&m);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -207,9 +209,7 @@ fn iommu_mode_is_observed_from_the_kernel() {
 /// The reference story on a real kernel with a real systemd unit running the SGLang stand-in.
 #[test]
 fn reference_story_stall_then_p2p_auto_then_one_restart() {
-    let (dir, tar) = standin_tar("gpuplane-vm-story");
-    let out = boot_scenario("story.sh", &[gpuplane_for_vm(), tar], "");
-    let m = Report::parse(&out);
+    let m = Report::parse(&boot_scenario_with_standin("story.sh", "gpuplane-vm-story"));
     const S: &str = "InferenceServer/default/qwen";
 
     // P2P on: the server hangs in NCCL init; the agent says StartupStalled within stallAfter + one poll.
@@ -288,5 +288,4 @@ fn reference_story_stall_then_p2p_auto_then_one_restart() {
         .contains("--speculative-num-steps 3 -> 4"));
     assert_eq!(m.get("PID", "steps")[0], "changed");
     assert_eq!(m.json("steps-again")["writes"], 0);
-    let _ = std::fs::remove_dir_all(&dir);
 }
