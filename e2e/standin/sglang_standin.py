@@ -6,7 +6,8 @@ flags the way SGLang does, prints SGLang's startup log lines in order with SGLan
 simulated weight load and CUDA-graph capture opens --host/--port and answers the HTTP endpoints gpuplane uses.
 Nothing here loads a model or touches a GPU.
 
-Facts it follows: /work/shared/facts/sglang/{http,startup-log,server-args,p2p,speculative}.txt(.tsv).
+Facts it follows: server-args.tsv (next to this file; its header names its source) for the flags; SGLang 0.5.23's
+HTTP endpoints, startup log, P2P behaviour and speculative-decoding rules for the rest.
 
 Environment (all optional)
 --------------------------

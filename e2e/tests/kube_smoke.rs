@@ -7,10 +7,9 @@
 //!
 //! Needs the binaries from e2e/setup/kube-build.sh; fails (does not skip) without them.
 
-#[path = "../kube/harness.rs"]
-mod kube_harness;
-
-use kube_harness::{repo_root, ControlPlane};
+use gpuplane_e2e::kube::ControlPlane;
+use gpuplane_e2e::manifests::repo_yaml_docs;
+use gpuplane_e2e::paths::repo_path;
 use std::time::{Duration, Instant};
 
 /// Collapses all whitespace runs to one space (kubectl explain re-wraps descriptions).
@@ -28,25 +27,8 @@ fn header_columns(table: &str) -> Vec<String> {
         .collect()
 }
 
-fn crd_docs() -> Vec<serde_yaml::Value> {
-    let path = repo_root().join("crds/gpuplane.dev_crds.yaml");
-    let text =
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    // Multi-document YAML; split at document markers (serde itself is not a dependency here).
-    text.split("\n---")
-        .map(|doc| doc.trim_start_matches("---"))
-        .map(|doc| serde_yaml::from_str::<serde_yaml::Value>(doc).expect("CRD YAML parses"))
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
-#[test]
-fn kube_smoke() {
-    let t0 = Instant::now();
-    let mut cp = ControlPlane::start("kube-smoke");
-    let root = repo_root();
-    let path = |p: &str| root.join(p).to_string_lossy().into_owned();
-
+/// The server and kubectl are both the v1.20.2 that kube-build.sh built.
+fn check_versions(cp: &ControlPlane) {
     // The server and kubectl both are the v1.20.2 we built (ldflags set): no skew warning.
     let version = cp.kubectl(&["version", "-o", "json"]).run();
     assert!(version.success, "kubectl version: {}", version.stderr);
@@ -66,9 +48,11 @@ fn kube_smoke() {
         "kubectl warned: {}",
         version.stderr
     );
+}
 
-    // --- CRDs ------------------------------------------------------------------------------------
-    let crds = crd_docs();
+/// Installs crds/gpuplane.dev_crds.yaml and checks the server took it as it is; returns the CRDs.
+fn install_crds(cp: &ControlPlane) -> Vec<serde_yaml::Value> {
+    let crds = repo_yaml_docs("crds/gpuplane.dev_crds.yaml");
     let crd_names: Vec<String> = crds
         .iter()
         .map(|d| {
@@ -80,7 +64,7 @@ fn kube_smoke() {
         .collect();
     assert_eq!(crd_names.len(), 2, "expected two CRDs, got {crd_names:?}");
     let applied = cp
-        .kubectl(&["apply", "-f", &path("crds/gpuplane.dev_crds.yaml")])
+        .kubectl(&["apply", "-f", &repo_path("crds/gpuplane.dev_crds.yaml")])
         .run();
     assert!(
         applied.success,
@@ -105,10 +89,14 @@ fn kube_smoke() {
         }
     }
 
-    // --- Examples and printer columns ------------------------------------------------------------
-    cp.kubectl(&["apply", "-f", &path("examples/kpro6/partition.yaml")])
+    crds
+}
+
+/// Applies the kpro6 examples; printer columns, short names, schema defaults, empty strings.
+fn check_examples(cp: &ControlPlane) {
+    cp.kubectl(&["apply", "-f", &repo_path("examples/kpro6/partition.yaml")])
         .ok();
-    cp.kubectl(&["apply", "-f", &path("examples/kpro6/server.yaml")])
+    cp.kubectl(&["apply", "-f", &repo_path("examples/kpro6/server.yaml")])
         .ok();
 
     let partitions = cp.kubectl(&["get", "gpupartitions"]).ok();
@@ -174,7 +162,7 @@ fn kube_smoke() {
 
     // Empty strings are strings (guards kube-build.sh's patch of the OpenAPI type validator: built
     // with Go >= 1.19, unpatched 1.20 rejects "" as `must be of type string: "null"`).
-    let server_yaml = std::fs::read_to_string(path("examples/kpro6/server.yaml")).unwrap();
+    let server_yaml = std::fs::read_to_string(repo_path("examples/kpro6/server.yaml")).unwrap();
     let empty_env = server_yaml
         .replace("name: qwen35-122b", "name: empty-env")
         .replace("value: \"1\"", "value: \"\"");
@@ -185,8 +173,10 @@ fn kube_smoke() {
     cp.kubectl(&["create", "--dry-run=server", "-f", "-"])
         .stdin(&empty_env)
         .ok();
+}
 
-    // --- kubectl explain shows the schema's documentation ----------------------------------------
+/// `kubectl explain` shows the schema's documentation.
+fn check_explain(cp: &ControlPlane, crds: &[serde_yaml::Value]) {
     // The server publishes a new CRD's OpenAPI a moment after it is Established; retry briefly.
     let deadline = Instant::now() + Duration::from_secs(30);
     let explain = loop {
@@ -224,8 +214,10 @@ fn kube_smoke() {
             "explain lacks field {field}:\n{explain}"
         );
     }
+}
 
-    // --- Schema validation: PCI address pattern --------------------------------------------------
+/// Schema validation: the PCI address pattern.
+fn check_pci_address_pattern(cp: &ControlPlane) {
     let partition = |name: &str, address: &str| {
         format!(
             "apiVersion: gpuplane.dev/v1alpha1\nkind: GpuPartition\nmetadata:\n  name: {name}\n\
@@ -253,8 +245,10 @@ fn kube_smoke() {
         .kubectl(&["get", "gpupartition", "bad"])
         .fails()
         .contains("NotFound"));
+}
 
-    // --- RBAC: the agent user is authenticated but has no permissions yet ------------------------
+/// RBAC: the agent user is authenticated but has no permissions yet.
+fn check_agent_user_denied(cp: &ControlPlane) {
     let denied = cp.kubectl_agent(&["get", "gpupartitions"]).fails();
     println!("$ kubectl --kubeconfig agent.kubeconfig get gpupartitions\n{denied}");
     let agent_user = &cp.env["AGENT_USER"];
@@ -285,6 +279,18 @@ fn kube_smoke() {
             .trim(),
         "yes"
     );
+}
+
+#[test]
+fn kube_smoke() {
+    let t0 = Instant::now();
+    let mut cp = ControlPlane::start("kube-smoke");
+    check_versions(&cp);
+    let crds = install_crds(&cp);
+    check_examples(&cp);
+    check_explain(&cp, &crds);
+    check_pci_address_pattern(&cp);
+    check_agent_user_denied(&cp);
 
     // --- Restarts keep the data ------------------------------------------------------------------
     cp.control("restart-apiserver");

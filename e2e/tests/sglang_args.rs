@@ -21,9 +21,10 @@
 //!
 //! Needs the SGLang venv; without it the test fails (on purpose) and says how to make it:
 //!   bash e2e/setup/sglang-venv.sh      (as root; ~11 GB, ~3-5 min once, cached afterwards)
-//! and the agent binary: cargo build --bin gpuplane
+//! and the agent binary: cargo build --bin gpuplane (or GPUPLANE_BIN)
 //! Run: cargo test -p gpuplane-e2e --test sglang_args -- --nocapture   (~15-25 s)
 
+use gpuplane_e2e::paths::{cache_dir, gpuplane_bin, repo_root};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -34,31 +35,9 @@ use std::time::Instant;
 const SGLANG_VERSION: &str = "0.5.23";
 const SETUP: &str = "e2e/setup/sglang-venv.sh";
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn agent_binary() -> PathBuf {
-    let p = std::env::var_os("GPUPLANE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/debug/gpuplane"));
-    assert!(
-        p.is_file(),
-        "the agent binary {} is missing: build it first with `cargo build --bin gpuplane`",
-        p.display()
-    );
-    p
-}
-
 /// The venv's python; fails (not skips) when the venv is missing or incomplete.
 fn venv_python() -> PathBuf {
-    let cache = std::env::var_os("GPUPLANE_E2E_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/gpuplane-e2e"));
-    let venv = cache.join("sglang-venv");
+    let venv = cache_dir().join("sglang-venv");
     let python = venv.join("bin/python");
     let stamp = venv.join(format!(".gpuplane-ok-sglang-{SGLANG_VERSION}"));
     assert!(
@@ -144,7 +123,7 @@ fn plan(agent: &Path, dir: &Path) -> Result<(), String> {
 
 /// Runs e2e/sglang/check_args.py on all cases in one process (importing sglang takes seconds).
 fn sglang_check(python: &Path, cases: &[Value]) -> BTreeMap<String, Value> {
-    let script = repo().join("e2e/sglang/check_args.py");
+    let script = repo_root().join("e2e/sglang/check_args.py");
     let mut child = Command::new(python)
         .arg(&script)
         .stdin(Stdio::piped())
@@ -241,20 +220,21 @@ fn put(m: &mut serde_yaml::Mapping, k: &str, v: serde_yaml::Value) {
     m.insert(k.into(), v);
 }
 
-#[test]
-fn sglang_accepts_the_rendered_command_and_agrees_with_the_agent() {
-    let t0 = Instant::now();
-    let agent = agent_binary();
-    let python = venv_python();
-    let example = repo().join("examples/kpro6");
+/// The results of check_args.py by case name.
+type Results = BTreeMap<String, Value>;
 
-    // --- The reference command, and what its spec says SGLang must resolve ----------------------
-    let reference = render(&agent, &example).expect("the reference example must render");
-    println!("rendered flags: {}", reference.join(" "));
-    let server: serde_yaml::Value = serde_yaml::from_str(
-        &std::fs::read_to_string(example.join("server.yaml")).expect("read server.yaml"),
-    )
-    .unwrap();
+/// The result of case `name`; panics when there is none.
+fn result<'a>(results: &'a Results, name: &str) -> &'a Value {
+    results
+        .get(name)
+        .unwrap_or_else(|| panic!("no result for {name}"))
+}
+
+/// The agent's verdict (`gpuplane plan`) per variant: Ok, or Err(the reasons it rejects it).
+type AgentVerdicts = BTreeMap<&'static str, Result<(), String>>;
+
+/// What the reference spec (server.yaml) says SGLang must resolve; checks the brief's numbers.
+fn expected_resolution(server: &serde_yaml::Value) -> Value {
     let sp = &server["spec"];
     let spq = &sp["speculative"];
     let expected = json!({
@@ -282,9 +262,12 @@ fn sglang_accepts_the_rendered_command_and_agrees_with_the_agent() {
         ),
         (&json!(3), &json!(1), &json!(4))
     );
+    expected
+}
 
-    // --- Spec variants: the agent's verdict, and the flags SGLang gets -----------------------------
-    let variants: Vec<Variant> = vec![
+/// Spec variants whose verdicts are asserted: the change to server.yaml and to the flags.
+fn variants() -> Vec<Variant> {
+    vec![
         Variant {
             name: "numDraftTokens 8 with eagleTopk 1",
             edit: |d| put(speculative(d), "numDraftTokens", 8.into()),
@@ -313,9 +296,12 @@ fn sglang_accepts_the_rendered_command_and_agrees_with_the_agent() {
             edit: |d| put(spec(d), "reasoningParser", "qwen35".into()),
             flags: |f| set_flag(f, "--reasoning-parser", Some("qwen35")),
         },
-    ];
-    // Probed and printed, not asserted: where the agent and SGLang 0.5.23 are known to differ.
-    let probes: Vec<Variant> = vec![
+    ]
+}
+
+/// Probed and printed, not asserted: where the agent and SGLang 0.5.23 are known to differ.
+fn probes() -> Vec<Variant> {
+    vec![
         Variant {
             name: "NGRAM with eagleTopk 1",
             edit: |d| put(speculative(d), "algorithm", "NGRAM".into()),
@@ -357,23 +343,37 @@ fn sglang_accepts_the_rendered_command_and_agrees_with_the_agent() {
             edit: |d| put(spec(d), "tensorParallelSize", 3.into()),
             flags: |f| set_flag(f, "--tp-size", Some("3")),
         },
-    ];
+    ]
+}
 
-    let tmp = std::env::temp_dir().join(format!("gpuplane-sglang-args-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    let mut agent_verdicts: BTreeMap<&str, Result<(), String>> = BTreeMap::new();
-    let unknown_flag = [reference.clone(), s(&["--speculative-draft-tokens", "4"])].concat();
-    let mut cases = vec![
+/// The checks of the reference command itself and of commands the checker must catch.
+fn base_cases(reference: &[String]) -> Vec<Value> {
+    let unknown_flag = [reference.to_vec(), s(&["--speculative-draft-tokens", "4"])].concat();
+    vec![
         json!({"name": "reference", "argv": reference}),
         json!({"name": "reference tp 1", "argv": reference, "tp": 1}),
         json!({"name": "reference on Qwen3-MoE", "argv": reference, "model": "qwen3_moe"}),
         json!({"name": "reference without CPU shim", "argv": reference, "cpu_shim": false}),
-        json!({"name": "neg: draft tokens 8", "argv": set_flag(&reference, "--speculative-num-draft-tokens", Some("8"))}),
+        json!({"name": "neg: draft tokens 8", "argv": set_flag(reference, "--speculative-num-draft-tokens", Some("8"))}),
         json!({"name": "neg: unknown flag", "argv": unknown_flag}),
-        json!({"name": "neg: algorithm MTP", "argv": set_flag(&reference, "--speculative-algorithm", Some("MTP"))}),
-        json!({"name": "probe: algorithm eagle3 passed in lower case", "argv": set_flag(&reference, "--speculative-algorithm", Some("eagle3"))}),
-    ];
-    for (i, v) in variants.iter().chain(probes.iter()).enumerate() {
+        json!({"name": "neg: algorithm MTP", "argv": set_flag(reference, "--speculative-algorithm", Some("MTP"))}),
+        json!({"name": "probe: algorithm eagle3 passed in lower case", "argv": set_flag(reference, "--speculative-algorithm", Some("eagle3"))}),
+    ]
+}
+
+/// Writes each variant of the example under `tmp`, asks the agent (`gpuplane plan`; when it
+/// accepts, `render` must give the edited flags) and adds a case with the variant's flags.
+fn agent_verdicts(
+    agent: &Path,
+    example: &Path,
+    server: &serde_yaml::Value,
+    reference: &[String],
+    all: &[&Variant],
+    tmp: &Path,
+    cases: &mut Vec<Value>,
+) -> AgentVerdicts {
+    let mut agent_verdicts = AgentVerdicts::new();
+    for (i, v) in all.iter().enumerate() {
         let dir = tmp.join(format!("v{i}"));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::copy(example.join("partition.yaml"), dir.join("partition.yaml")).unwrap();
@@ -384,11 +384,11 @@ fn sglang_accepts_the_rendered_command_and_agrees_with_the_agent() {
             serde_yaml::to_string(&doc).unwrap(),
         )
         .unwrap();
-        let verdict = plan(&agent, &dir);
-        let flags = (v.flags)(&reference);
+        let verdict = plan(agent, &dir);
+        let flags = (v.flags)(reference);
         if verdict.is_ok() {
             // What SGLang is given must be what the agent would really run.
-            let rendered = render(&agent, &dir)
+            let rendered = render(agent, &dir)
                 .unwrap_or_else(|e| panic!("{}: plan accepts it but render refuses: {e}", v.name));
             assert_eq!(
                 rendered, flags,
@@ -399,17 +399,12 @@ fn sglang_accepts_the_rendered_command_and_agrees_with_the_agent() {
         agent_verdicts.insert(v.name, verdict);
         cases.push(json!({"name": v.name, "argv": flags}));
     }
-    let t_sglang = Instant::now();
-    let results = sglang_check(&python, &cases);
-    let sglang_s = t_sglang.elapsed().as_secs_f64();
-    let _ = std::fs::remove_dir_all(&tmp);
-    let r = |name: &str| -> &Value {
-        results
-            .get(name)
-            .unwrap_or_else(|| panic!("no result for {name}"))
-    };
+    agent_verdicts
+}
 
-    // --- 1. The reference command ---------------------------------------------------------------
+/// 1. SGLang accepts the reference command and resolves what the spec says.
+fn check_reference(results: &Results, expected: &Value) {
+    let r = |name: &str| -> &Value { result(results, name) };
     let reference_r = r("reference");
     println!(
         "\nSGLang {SGLANG_VERSION} on the reference command (model {}, shims {}):\n  resolved {}\n  warnings {}",
@@ -422,7 +417,7 @@ fn sglang_accepts_the_rendered_command_and_agrees_with_the_agent() {
         reference_r["error"]
     );
     assert_eq!(
-        reference_r["resolved"], expected,
+        reference_r["resolved"], *expected,
         "SGLang resolved the reference command differently from the spec"
     );
     assert!(
@@ -451,8 +446,11 @@ fn sglang_accepts_the_rendered_command_and_agrees_with_the_agent() {
          check, got: {}",
         noshim["error"]
     );
+}
 
-    // --- 2. The checker catches problems -----------------------------------------------------------
+/// 2. The checker catches problems.
+fn check_negatives(results: &Results) {
+    let r = |name: &str| -> &Value { result(results, name) };
     let d8 = r("neg: draft tokens 8");
     println!(
         "\nnegative checks:\n  draft tokens 8 with topk 1: {}",
@@ -497,8 +495,15 @@ fn sglang_accepts_the_rendered_command_and_agrees_with_the_agent() {
         show(lower)
     );
     assert_eq!(lower["resolved"]["speculative_algorithm"], json!("EAGLE3"));
+}
 
-    // --- 3. The agent's validation against SGLang's ---------------------------------------------
+/// 3. The agent's validation against SGLang's; returns the disagreements.
+fn compare_with_agent(
+    results: &Results,
+    variants: &[Variant],
+    agent_verdicts: &AgentVerdicts,
+) -> Vec<String> {
+    let r = |name: &str| -> &Value { result(results, name) };
     // Expected verdicts (agent rejects, SGLang refuses-or-rewrites), so a broken side cannot make
     // the comparison pass by both being wrong the same way.
     let expect: BTreeMap<&str, (bool, bool)> = [
@@ -512,7 +517,7 @@ fn sglang_accepts_the_rendered_command_and_agrees_with_the_agent() {
     .collect();
     println!("\nagent (gpuplane plan) vs SGLang {SGLANG_VERSION}:");
     let mut failures = Vec::new();
-    for v in &variants {
+    for v in variants {
         let agent_rejects = agent_verdicts[v.name].is_err();
         let x = r(v.name);
         let sglang_objects = match verdict(x) {
@@ -545,10 +550,14 @@ fn sglang_accepts_the_rendered_command_and_agrees_with_the_agent() {
             ));
         }
     }
+    failures
+}
 
-    // --- 4. Probes: printed, not asserted -----------------------------------------------------------
+/// 4. Probes: printed, not asserted.
+fn print_probes(results: &Results, probes: &[Variant], agent_verdicts: &AgentVerdicts) {
+    let r = |name: &str| -> &Value { result(results, name) };
     println!("\nprobes (not asserted; a mismatch is a known difference between the agent and SGLang's argument checks):");
-    for v in &probes {
+    for v in probes {
         let agent_rejects = agent_verdicts[v.name].is_err();
         let x = r(v.name);
         let sglang_objects = verdict(x).map(|w| !w.is_empty()).unwrap_or(true);
@@ -564,6 +573,42 @@ fn sglang_accepts_the_rendered_command_and_agrees_with_the_agent() {
             show(x)
         );
     }
+}
+
+#[test]
+fn sglang_accepts_the_rendered_command_and_agrees_with_the_agent() {
+    let t0 = Instant::now();
+    let agent = gpuplane_bin();
+    let python = venv_python();
+    let example = repo_root().join("examples/kpro6");
+
+    // --- The reference command, and what its spec says SGLang must resolve ----------------------
+    let reference = render(&agent, &example).expect("the reference example must render");
+    println!("rendered flags: {}", reference.join(" "));
+    let server: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(example.join("server.yaml")).expect("read server.yaml"),
+    )
+    .unwrap();
+    let expected = expected_resolution(&server);
+
+    // --- Spec variants: the agent's verdict, and the flags SGLang gets -----------------------------
+    let (variants, probes) = (variants(), probes());
+    let tmp = std::env::temp_dir().join(format!("gpuplane-sglang-args-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let mut cases = base_cases(&reference);
+    let all: Vec<&Variant> = variants.iter().chain(probes.iter()).collect();
+    let agent_verdicts = agent_verdicts(
+        &agent, &example, &server, &reference, &all, &tmp, &mut cases,
+    );
+    let t_sglang = Instant::now();
+    let results = sglang_check(&python, &cases);
+    let sglang_s = t_sglang.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&tmp);
+
+    check_reference(&results, &expected);
+    check_negatives(&results);
+    let failures = compare_with_agent(&results, &variants, &agent_verdicts);
+    print_probes(&results, &probes, &agent_verdicts);
 
     println!(
         "\ntimings: SGLang checks of {} commands {sglang_s:.1}s, whole test {:.1}s",

@@ -9,13 +9,9 @@
 //!   e2e/setup/install-vm-deps.sh && e2e/vm/build-image.sh
 //! Run: cargo test -p gpuplane-e2e --test vm_smoke -- --nocapture   (two boots, ~1-2 min)
 
+use gpuplane_e2e::vm::{self, preflight, HINT};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Instant;
-
-const HINT: &str = "the VM test set-up is missing: run e2e/setup/install-vm-deps.sh and then \
-                    e2e/vm/build-image.sh (as root)";
+use std::path::Path;
 
 /// Prints one `DEV` line per PCI device and one `GROUP` line per IOMMU group; with VFIO=1 also
 /// moves one stand-in GPU to vfio-pci the way the agent will (driver_override, unbind,
@@ -67,65 +63,30 @@ struct Dev {
     group_type: String,
 }
 
-fn e2e_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn cache_dir() -> PathBuf {
-    std::env::var_os("GPUPLANE_E2E_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/gpuplane-e2e"))
-}
-
-fn in_path(prog: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
-        .unwrap_or(false)
-}
-
-/// Fails (does not skip) when the VM set-up is missing.
-fn preflight() {
-    assert!(
-        in_path("qemu-system-x86_64"),
-        "qemu-system-x86_64 not found in PATH; {HINT}"
-    );
-    for f in ["base.img", "vmlinuz", "initrd.img", "stamp"] {
-        let p = cache_dir().join(f);
-        assert!(p.is_file(), "{} missing; {HINT}", p.display());
-    }
-}
-
 /// Boots the VM once with CHECK_SCRIPT; returns its output. Panics on any failure.
 fn boot(label: &str, kargs: &str, vfio: bool, tmp: &Path) -> String {
     let script = tmp.join(format!("check-{label}.sh"));
     let body = CHECK_SCRIPT.replacen("set -u\n", &format!("set -u\nVFIO={}\n", vfio as u8), 1);
     std::fs::write(&script, body).unwrap();
-    let started = Instant::now();
-    let out = Command::new(e2e_dir().join("vm/run.sh"))
-        .arg(&script)
-        .env("KARGS", kargs)
-        .output()
-        .expect("cannot start e2e/vm/run.sh");
-    let secs = started.elapsed().as_secs_f64();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let out = vm::run(&script, &[], &[("KARGS", kargs)]);
+    let (secs, stdout, stderr) = (out.secs, &out.stdout, &out.stderr);
     eprintln!(
         "--- boot {label} (KARGS={kargs:?}): {secs:.1}s wall, exit {:?}",
-        out.status.code()
+        out.code
     );
     eprint!("{stdout}");
     if !stderr.is_empty() {
         eprintln!("--- stderr\n{stderr}");
     }
-    if out.status.code() == Some(2) {
+    if out.code == Some(2) {
         panic!("run.sh refused to run ({}); {HINT}", stderr.trim());
     }
     assert!(
-        out.status.success(),
+        out.code == Some(0),
         "boot {label}: run.sh exited {:?}\n{stderr}",
-        out.status.code()
+        out.code
     );
-    stdout
+    out.stdout
 }
 
 fn parse_devs(out: &str) -> Vec<Dev> {

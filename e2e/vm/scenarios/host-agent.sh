@@ -3,14 +3,12 @@
 # Stand-in GPUs are bochs-display devices (vendor 1234, driver bochs-drm); Proxmox is not installed,
 # so /etc/pve is a plain directory. Prints machine-readable lines for e2e/tests/vm_agent.rs.
 set -u
-G=/usr/local/bin/gpuplane
-GP="--host local --node-name vmhost --gpu-vendor 1234 --gpu-driver bochs-drm"
-M=/root/m; mkdir -p $M /etc/pve/lxc /etc/pve/qemu-server /etc/pve/mapping
+. /usr/local/bin/scenario-lib.sh
+mkdir -p /etc/pve/lxc /etc/pve/qemu-server /etc/pve/mapping
 printf 'name: snp-guest\nhostpci0: mapping=emu-vm,pcie=1\n' > /etc/pve/qemu-server/300.conf
 printf '# mappings kept by hand\nnic\n\tmap id=8086:100e,node=vmhost,path=0000:44:02.0\n\n' > /etc/pve/mapping/pci.cfg
 drv() { for d in 0000:41:00.0 0000:42:00.0 0000:44:01.0 0000:81:00.0 0000:82:00.0; do
   echo "DRV $1 $d $(basename "$(readlink /sys/bus/pci/devices/$d/driver)" 2>/dev/null || echo none) $(cat /sys/bus/pci/devices/$d/driver_override)"; done; }
-json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps(d, separators=(",",":")))' 2>/dev/null || echo '{}'; }
 # partition DIR HOST-SELECTOR VM-SELECTOR VM-DRIVER [VM-CONSUMER]
 partition() { mkdir -p $M/$1; cat > $M/$1/partition.yaml <<EOF
 apiVersion: gpuplane.dev/v1alpha1
@@ -28,7 +26,6 @@ spec:
 ${5:-}
 EOF
 }
-converge() { $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; echo "RC $1 $?"; json < /tmp/out.json | sed "s/^/JSON $1 /"; sed "s/^/STDERR $1 /" /tmp/err | head -5; }
 VMC='      consumer: {vm: {vmid: 300, pciMapping: emu-vm}}'
 
 echo "== observe"
@@ -60,7 +57,7 @@ converge shared
 drv shared
 
 echo "== unit: an SGLang stand-in as a real systemd unit on the host"
-mkdir -p /opt/standin-src && tar xf /usr/local/bin/standin.tar -C /opt/standin-src && sh /opt/standin-src/standin/install.sh /opt/sglang-venv >/dev/null
+install_standin
 card42=$(ls /sys/bus/pci/devices/0000:42:00.0/drm | grep '^card' | head -1)
 # server DIR CARD: the stand-in keeps /dev/dri/CARD open, as SGLang keeps /dev/nvidiaN open
 server() { cat > $M/$1/server.yaml <<EOF

@@ -5,13 +5,9 @@
 # IO_PAGE_FAULTs for the slice's GPUs -> P2P and custom all-reduce off -> Ready; a spec change
 # restarts the unit once; an unrelated converge does not.
 set -u
-G=/usr/local/bin/gpuplane
-GP="--host local --node-name vmhost --gpu-vendor 1234 --gpu-driver bochs-drm"
-M=/root/m; mkdir -p $M
-mkdir -p /opt/standin-src && tar xf /usr/local/bin/standin.tar -C /opt/standin-src && sh /opt/standin-src/standin/install.sh /opt/sglang-venv >/dev/null
+. /usr/local/bin/scenario-lib.sh
+install_standin
 mkdir -p /etc/gpuplane-standin && touch /etc/gpuplane-standin/p2p-corrupt
-json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps(d, separators=(",",":")))' 2>/dev/null || echo '{}'; }
-converge() { $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; echo "RC $1 $?"; json < /tmp/out.json | sed "s/^/JSON $1 /"; sed "s/^/STDERR $1 /" /tmp/err | head -5; }
 # scenario DIR P2P NUM_STEPS
 scenario() { mkdir -p $M/$1; cat > $M/$1/all.yaml <<EOF
 apiVersion: gpuplane.dev/v1alpha1

@@ -1,38 +1,27 @@
-//! Test-side handle on a real control plane (etcd + kube-apiserver v1.20.2) started by
-//! `e2e/kube/control-plane.sh`, plus a `kubectl` runner.
-//!
-//! Include it from an integration test with
-//! `#[path = "../kube/harness.rs"] mod kube_harness;` (std only, no extra crates).
+//! A real control plane (etcd + kube-apiserver v1.20.2) started by `e2e/kube/control-plane.sh`
+//! in a private RUN directory on free ports, stopped when dropped; kubectl runs against it as the
+//! admin or as the non-admin agent user.
 //!
 //! Binaries come from `e2e/setup/kube-build.sh` (cache `$GPUPLANE_E2E_CACHE/kube`, default
 //! `/var/cache/gpuplane-e2e/kube`); `KUBE_APISERVER` / `KUBECTL` / `ETCD` override them. A missing
 //! binary is a test failure that names the setup script, never a skip.
 
-#![allow(dead_code)]
-
+use super::kubectl::Kubectl;
+use crate::net::free_ports;
+use crate::paths::{cache_dir, find_in_path, repo_root};
 use std::collections::HashMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Root of the repository (the parent of the `e2e` crate).
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("e2e has a parent")
-        .to_path_buf()
-}
-
+/// `e2e/kube/control-plane.sh`.
 pub fn control_plane_script() -> PathBuf {
     repo_root().join("e2e/kube/control-plane.sh")
 }
 
-fn cache_dir() -> PathBuf {
-    std::env::var_os("GPUPLANE_E2E_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/gpuplane-e2e"))
-        .join("kube")
+/// `$GPUPLANE_E2E_CACHE/kube`, where `e2e/setup/kube-build.sh` puts its binaries.
+fn kube_cache_dir() -> PathBuf {
+    cache_dir().join("kube")
 }
 
 /// Paths of the real binaries. Panics, naming the setup script, if one is missing.
@@ -44,20 +33,19 @@ pub struct KubeBinaries {
 }
 
 impl KubeBinaries {
+    /// The binaries from the environment or the cache; panics, naming the setup script, if one is
+    /// missing.
     pub fn require() -> KubeBinaries {
         let from_env = |var: &str, default: PathBuf| {
             std::env::var_os(var).map(PathBuf::from).unwrap_or(default)
         };
-        let etcd_default = std::env::var_os("PATH")
-            .and_then(|p| {
-                std::env::split_paths(&p)
-                    .map(|d| d.join("etcd"))
-                    .find(|f| f.is_file())
-            })
-            .unwrap_or_else(|| PathBuf::from("/usr/bin/etcd"));
+        let etcd_default = find_in_path("etcd").unwrap_or_else(|| PathBuf::from("/usr/bin/etcd"));
         let bins = KubeBinaries {
-            kube_apiserver: from_env("KUBE_APISERVER", cache_dir().join("bin/kube-apiserver")),
-            kubectl: from_env("KUBECTL", cache_dir().join("bin/kubectl")),
+            kube_apiserver: from_env(
+                "KUBE_APISERVER",
+                kube_cache_dir().join("bin/kube-apiserver"),
+            ),
+            kubectl: from_env("KUBECTL", kube_cache_dir().join("bin/kubectl")),
             etcd: from_env("ETCD", etcd_default),
         };
         let missing: Vec<String> = [&bins.kube_apiserver, &bins.kubectl, &bins.etcd]
@@ -75,17 +63,6 @@ impl KubeBinaries {
         );
         bins
     }
-}
-
-/// Free loopback TCP ports, found by binding port 0 (all held until the end so they differ).
-pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
 }
 
 /// A running etcd + kube-apiserver in its own RUN directory. Stopped (RUN removed) on drop, also when
@@ -189,12 +166,15 @@ impl ControlPlane {
         );
     }
 
+    /// `https://127.0.0.1:PORT` of kube-apiserver.
     pub fn url(&self) -> String {
         format!("https://127.0.0.1:{}", self.apiserver_port)
     }
+    /// `$RUN/kubeconfig`: the admin (system:masters).
     pub fn kubeconfig(&self) -> PathBuf {
         self.run.join("kubeconfig")
     }
+    /// `$RUN/agent.kubeconfig`: the non-admin agent user.
     pub fn agent_kubeconfig(&self) -> PathBuf {
         self.run.join("agent.kubeconfig")
     }
@@ -207,20 +187,38 @@ impl ControlPlane {
     pub fn kubectl_agent(&self, args: &[&str]) -> Kubectl {
         self.kubectl_as(&self.agent_kubeconfig(), args)
     }
+    /// kubectl with `kubeconfig`.
     pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Kubectl {
-        let mut cmd = Command::new(&self.bins.kubectl);
-        cmd.arg("--kubeconfig")
-            .arg(kubeconfig)
-            // A private discovery cache: no stale discovery from an earlier server on this port.
-            .arg("--cache-dir")
-            .arg(self.run.join("kubectl-cache"))
-            .args(args)
-            .stdin(Stdio::null());
-        Kubectl {
-            cmd,
-            args: args.iter().map(|s| s.to_string()).collect(),
-            stdin: None,
+        // A private discovery cache: no stale discovery from an earlier server on this port.
+        Kubectl::new(
+            &self.bins.kubectl,
+            kubeconfig,
+            &self.run.join("kubectl-cache"),
+            args,
+        )
+    }
+
+    /// `restart-all` with SIGKILL. When tests run in parallel, a port freed by the kill can be taken
+    /// for a moment by another test's client or server; then the components are started again
+    /// until they come up (what an operator would do), failing after a few tries.
+    pub fn restart_all_killed(&self) {
+        let out = self.script_with_env("restart-all", &[("STOP_SIGNAL", "KILL")]);
+        if out.status.success() {
+            return;
         }
+        eprintln!(
+            "[harness] restart-all failed, retrying the starts:\n{}",
+            describe(&out)
+        );
+        for _ in 0..10 {
+            std::thread::sleep(Duration::from_secs(1));
+            let e = self.script("start-etcd");
+            let a = e.status.success().then(|| self.script("start-apiserver"));
+            if a.as_ref().is_some_and(|a| a.status.success()) {
+                return;
+            }
+        }
+        panic!("the control plane did not come back after restart-all");
     }
 
     fn log_tail(&self, file: &str, lines: usize) -> String {
@@ -229,6 +227,7 @@ impl ControlPlane {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// `control-plane.sh stop` (once): stops both components and removes RUN.
     pub fn stop(&mut self) {
         if self.stopped {
             return;
@@ -257,82 +256,7 @@ impl Drop for ControlPlane {
     }
 }
 
-/// A kubectl invocation being built.
-pub struct Kubectl {
-    cmd: Command,
-    args: Vec<String>,
-    stdin: Option<String>,
-}
-
-/// Result of a kubectl run.
-pub struct KubectlOutput {
-    pub args: Vec<String>,
-    pub success: bool,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Kubectl {
-    /// Feeds `text` on stdin (for `-f -`).
-    pub fn stdin(mut self, text: &str) -> Kubectl {
-        self.stdin = Some(text.to_string());
-        self
-    }
-
-    pub fn run(mut self) -> KubectlOutput {
-        use std::io::Write;
-        let out = if let Some(input) = self.stdin.take() {
-            let mut child = self
-                .cmd
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn kubectl");
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(input.as_bytes())
-                .expect("write kubectl stdin");
-            child.wait_with_output().expect("wait for kubectl")
-        } else {
-            self.cmd.output().expect("run kubectl")
-        };
-        KubectlOutput {
-            args: self.args,
-            success: out.status.success(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
-    /// Runs and panics unless kubectl succeeded; returns stdout.
-    pub fn ok(self) -> String {
-        let out = self.run();
-        assert!(
-            out.success,
-            "kubectl {} failed:\n{}{}",
-            out.args.join(" "),
-            out.stdout,
-            out.stderr
-        );
-        out.stdout
-    }
-
-    /// Runs and panics if kubectl succeeded; returns stderr.
-    pub fn fails(self) -> String {
-        let out = self.run();
-        assert!(
-            !out.success,
-            "kubectl {} should have failed but printed:\n{}",
-            out.args.join(" "),
-            out.stdout
-        );
-        out.stderr
-    }
-}
-
+/// Exit status, stdout and stderr of a finished process, for a failure message.
 pub fn describe(out: &Output) -> String {
     format!(
         "exit: {}\nstdout:\n{}\nstderr:\n{}",

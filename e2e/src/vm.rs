@@ -1,0 +1,207 @@
+//! The emulated GPU host (qemu, `e2e/vm/run.sh`): the set-up check, booting the VM with a script
+//! and files (one VM at a time), the scenarios of `e2e/vm/scenarios/` with their shared shell
+//! helpers, the SGLang stand-in tarball, and reading the `TAG name rest` lines scenarios print.
+
+use crate::paths::{cache_dir, find_in_path, gpuplane_bin, repo_root};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// What to do when the VM set-up is missing.
+pub const HINT: &str = "the VM test set-up is missing: run e2e/setup/install-vm-deps.sh and then \
+                        e2e/vm/build-image.sh (as root)";
+
+/// One VM at a time: two cores do not run two TCG guests well.
+static VM: Mutex<()> = Mutex::new(());
+
+/// Fails (does not skip) when the VM set-up is missing.
+pub fn preflight() {
+    assert!(
+        find_in_path("qemu-system-x86_64").is_some(),
+        "qemu-system-x86_64 not found in PATH; {HINT}"
+    );
+    for f in ["base.img", "vmlinuz", "initrd.img", "stamp"] {
+        let p = cache_dir().join(f);
+        assert!(p.is_file(), "{} missing; {HINT}", p.display());
+    }
+}
+
+/// What one boot gave back.
+pub struct VmRun {
+    /// run.sh's exit code: the script's, 2 when the set-up is missing, 124/125 on a VM failure.
+    pub code: Option<i32>,
+    /// What the script printed.
+    pub stdout: String,
+    pub stderr: String,
+    /// Wall time of the boot.
+    pub secs: f64,
+}
+
+/// Boots the VM once: `run.sh SCRIPT FILES...` with extra environment (e.g. `KARGS`).
+pub fn run(script: &Path, files: &[PathBuf], env: &[(&str, &str)]) -> VmRun {
+    let _one = VM.lock().unwrap_or_else(|e| e.into_inner());
+    let started = Instant::now();
+    let out = Command::new("bash")
+        .arg(repo_root().join("e2e/vm/run.sh"))
+        .arg(script)
+        .args(files)
+        .envs(env.iter().copied())
+        .output()
+        .expect("e2e/vm/run.sh runs");
+    VmRun {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        secs: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// Boots the VM with `e2e/vm/scenarios/SCRIPT`, `files` and `e2e/vm/scenario-lib.sh` (which the
+/// scenarios source); returns what the script printed.
+pub fn boot_scenario(script: &str, files: &[PathBuf], kargs: &str) -> String {
+    let mut all = files.to_vec();
+    all.push(repo_root().join("e2e/vm/scenario-lib.sh"));
+    let r = run(
+        &repo_root().join("e2e/vm/scenarios").join(script),
+        &all,
+        &[("KARGS", kargs), ("VM_TIMEOUT", "900")],
+    );
+    eprintln!(
+        "--- {script} (KARGS={kargs:?}): {:.0}s\n{}",
+        r.secs, r.stdout
+    );
+    assert!(
+        r.code != Some(2),
+        "the VM is not set up: run e2e/setup/install-vm-deps.sh and e2e/vm/build-image.sh\n{}",
+        r.stderr
+    );
+    assert!(
+        r.stdout.contains("== ") || r.stdout.contains("IOMMU"),
+        "no output from the VM: {}",
+        r.stderr
+    );
+    r.stdout
+}
+
+/// [`boot_scenario`] with the gpuplane binary and the SGLang stand-in tarball (made in a temporary
+/// directory named after `name`, removed after the boot).
+pub fn boot_scenario_with_standin(script: &str, name: &str) -> String {
+    let (dir, tar) = standin_tar(name);
+    let out = boot_scenario(script, &[gpuplane_for_vm(), tar], "");
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+/// The gpuplane binary under test ([`gpuplane_bin`]) as a file named `gpuplane`, which is what
+/// the scenarios run (run.sh installs files under their own names): `GPUPLANE_BIN` under another
+/// name is linked as `gpuplane` in a temporary directory.
+pub fn gpuplane_for_vm() -> PathBuf {
+    let bin = gpuplane_bin();
+    if bin.file_name().is_some_and(|n| n == "gpuplane") {
+        return bin;
+    }
+    let dir = std::env::temp_dir().join(format!("gpuplane-vm-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("gpuplane");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(std::path::absolute(&bin).unwrap(), &link).unwrap();
+    link
+}
+
+/// A temp dir and, in it, a tarball of the SGLang stand-in (`e2e/standin`) for the VM.
+pub fn standin_tar(name: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tar = dir.join("standin.tar");
+    let ok = Command::new("tar")
+        .arg("cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(repo_root().join("e2e"))
+        .arg("standin")
+        .status()
+        .unwrap();
+    assert!(ok.success(), "tar of e2e/standin failed");
+    (dir, tar)
+}
+
+/// The `TAG name rest...` lines a scenario printed, by (tag, name).
+pub struct Report(BTreeMap<(String, String), Vec<String>>);
+
+impl Report {
+    /// Groups the lines of `out` by their first two words.
+    pub fn parse(out: &str) -> Report {
+        let mut m: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+        for l in out.lines() {
+            let mut it = l.splitn(3, ' ');
+            if let (Some(tag), Some(name)) = (it.next(), it.next()) {
+                m.entry((tag.into(), name.into()))
+                    .or_default()
+                    .push(it.next().unwrap_or("").to_string());
+            }
+        }
+        Report(m)
+    }
+
+    /// The rests of the `TAG name` lines; panics when there are none.
+    pub fn get(&self, tag: &str, name: &str) -> &Vec<String> {
+        self.0
+            .get(&(tag.to_string(), name.to_string()))
+            .unwrap_or_else(|| panic!("no {tag} {name} line"))
+    }
+
+    /// The `JSON name` line (the converge's `--output json`), parsed.
+    pub fn json(&self, name: &str) -> Value {
+        serde_json::from_str(&self.get("JSON", name)[0])
+            .unwrap_or_else(|e| panic!("JSON {name}: {e}"))
+    }
+
+    /// The `RC name` line: the converge's exit code.
+    pub fn rc(&self, name: &str) -> i32 {
+        self.get("RC", name)[0].parse().unwrap()
+    }
+
+    /// Driver and driver_override per address after a scenario (the `DRV name` lines).
+    pub fn drivers(&self, name: &str) -> BTreeMap<String, (String, String)> {
+        self.get("DRV", name)
+            .iter()
+            .map(|l| {
+                let v: Vec<&str> = l.split(' ').collect();
+                (
+                    v[0].to_string(),
+                    (v[1].to_string(), v.get(2).unwrap_or(&"").to_string()),
+                )
+            })
+            .collect()
+    }
+}
+
+/// The step kinds of a `gpuplane converge --output json`.
+pub fn step_kinds(j: &Value) -> Vec<String> {
+    j["steps"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| s["kind"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// (status, reason, message) of `resource`'s Ready condition in a `gpuplane converge --output
+/// json`, "" when absent.
+pub fn ready(j: &Value, resource: &str) -> (String, String, String) {
+    let c = j["status"][resource]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or_default();
+    (
+        c["status"].as_str().unwrap_or("").into(),
+        c["reason"].as_str().unwrap_or("").into(),
+        c["message"].as_str().unwrap_or("").into(),
+    )
+}
