@@ -106,9 +106,9 @@ pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action,
     let r = resolve(dp, &g.servers, &g.deleting);
     let report = run_converge(&ctx, r.desired.clone(), false).await?;
     release_deleted(&ctx, &r.removed, &report).await?;
-    let old = p.status.clone().unwrap_or_default();
-    let was_ready = is_ready(&old.conditions) && old.observed_generation == p.metadata.generation;
+    let was_ready = nothing_asked_since_ready(&p, &r);
     let ready = write_status(&ctx, &p, &r, &report).await?;
+    let old = p.status.clone().unwrap_or_default();
     publish_events(&ctx, &p, &r, &report, was_ready, &old.conditions).await;
     record_metrics(&ctx, &r, &report, ready, was_ready);
     Ok(next_action(&ctx, &p.name_any(), &report))
@@ -539,6 +539,30 @@ fn next_action(ctx: &Ctx, name: &str, report: &Report) -> Action {
             Action::requeue(ctx.backoff(name).max(ctx.opts.poll_interval))
         }
     }
+}
+
+/// Whether the host was converged to exactly what is asked now: the partition and every valid
+/// server were Ready for their current generation and no server is being deleted. Only then is
+/// a host write a correction of drift; a write for a new or changed object is not.
+fn nothing_asked_since_ready(p: &GpuPartition, r: &Resolved<'_>) -> bool {
+    let ready_now = |conditions: &[Condition], observed: Option<i64>, generation: Option<i64>| {
+        is_ready(conditions) && observed == generation
+    };
+    let ps = p.status.clone().unwrap_or_default();
+    ready_now(
+        &ps.conditions,
+        ps.observed_generation,
+        p.metadata.generation,
+    ) && r.removed.is_empty()
+        && r.valid.iter().all(|(_, s)| {
+            s.status.as_ref().is_some_and(|st| {
+                ready_now(
+                    &st.conditions,
+                    st.observed_generation,
+                    s.metadata.generation,
+                )
+            })
+        })
 }
 
 fn server_api(ctx: &Ctx, s: &InferenceServer) -> Api<InferenceServer> {
