@@ -19,7 +19,10 @@ pub fn review(body: &Value, cluster: &Cluster) -> Value {
     let (allowed, message, warnings) = decide(req, cluster);
     let mut response = json!({"uid": uid, "allowed": allowed});
     if !allowed {
-        response["status"] = json!({"code": 422, "reason": "Invalid", "message": message});
+        // No code or reason: the API server then reports "admission webhook ... denied the
+        // request: <message>" (403); with reason Invalid, kubectl 1.20 prints only "The
+        // request is invalid" and the message is lost.
+        response["status"] = json!({"message": message});
     }
     if !warnings.is_empty() {
         response["warnings"] = json!(warnings);

@@ -1,0 +1,252 @@
+//! The admission webhook on the real kube-apiserver 1.20.2: `kubectl apply` of a wrong spec
+//! fails at once with the message the CLI prints, the valid examples apply, and with the
+//! webhook stopped what happens is what the README says (`failurePolicy: Ignore` admits; the
+//! agent judges later).
+//!
+//! The webhook runs as a process on loopback with a certificate made by openssl for
+//! 127.0.0.1; the API server calls it by URL with that certificate as its caBundle.
+
+use gpuplane_e2e::kube::Cluster;
+use gpuplane_e2e::net::free_ports;
+use gpuplane_e2e::paths::{gpuplane_bin, repo_path, repo_root};
+use gpuplane_e2e::scenario::report_duration;
+use gpuplane_e2e::wait::wait_for;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Examples whose mistake only the host can show (GPUs present, containers existing, the size of
+/// a NUMA node): the webhook cannot see the host, so they are admitted and left to the agent.
+const HOST_DEPENDENT: &[&str] = &[
+    "address-not-on-host",
+    "numa-node-without-gpus",
+    "lxc-container-missing",
+    "tp-larger-than-slice",
+    "gpu-in-two-slices",
+];
+
+/// Examples the API server refuses on its own from the CRD schema (before any webhook), or
+/// kubectl from the published schema: refused at once, in their words.
+const SCHEMA: &[&str] = &[
+    "port-out-of-range",
+    "driver-typo",
+    "name-not-dns",
+    "misspelt-field",
+    "empty-address-list",
+    "missing-model-path",
+];
+
+/// A self-signed certificate for 127.0.0.1: (cert, key) paths.
+fn certificate(dir: &Path) -> (String, String) {
+    let (cert, key) = (dir.join("webhook.crt"), dir.join("webhook.key"));
+    let out = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "openssl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (cert.display().to_string(), key.display().to_string())
+}
+
+/// Starts `gpuplane webhook` and waits until it accepts connections.
+fn start_webhook(c: &Cluster, port: u16, cert: &str, key: &str) -> Child {
+    let log = std::fs::File::create(c.cp.run.join("webhook.log")).expect("log");
+    let child = Command::new(gpuplane_bin())
+        .args(["webhook", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--tls-cert", cert, "--tls-key", key, "--kubeconfig"])
+        .arg(c.cp.kubeconfig())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start gpuplane webhook");
+    wait_for("the webhook to listen", Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("127.0.0.1", port))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+    child
+}
+
+/// The ValidatingWebhookConfiguration, as the chart writes it but with a URL.
+fn registration(port: u16, cert: &str, policy: &str) -> String {
+    let out = Command::new("base64")
+        .args(["-w0", cert])
+        .output()
+        .expect("base64");
+    let ca = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: gpuplane
+webhooks:
+  - name: validate.gpuplane.dev
+    admissionReviewVersions: ["v1"]
+    sideEffects: None
+    failurePolicy: {policy}
+    timeoutSeconds: 5
+    clientConfig:
+      url: https://127.0.0.1:{port}/validate
+      caBundle: {ca}
+    rules:
+      - apiGroups: ["gpuplane.dev"]
+        apiVersions: ["v1alpha1"]
+        operations: ["CREATE", "UPDATE"]
+        resources: ["gpupartitions", "inferenceservers"]
+"#
+    )
+}
+
+/// The `field: message` lines the CLI prints for an example.
+fn cli_problems(example: &str) -> Vec<String> {
+    let out = Command::new(gpuplane_bin())
+        .args(["plan", "-f", &repo_path(example)])
+        .current_dir(repo_root())
+        .output()
+        .expect("gpuplane plan");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{example} must be invalid for the CLI"
+    );
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|l| l.strip_prefix("  - "))
+        // `Kind/ns/name: field: message` (or `Kind/name (file, document n): ...` for the schema).
+        .filter_map(|l| l.split_once(": ").map(|(_, rest)| rest.to_string()))
+        .collect()
+}
+
+fn examples() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(repo_root().join("examples/invalid"))
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .trim_end_matches(".yaml")
+                .to_string()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn kubectl_apply_of_a_wrong_spec_fails_at_once_with_the_clis_message() {
+    let t0 = Instant::now();
+    let c = Cluster::start("webhook");
+    let (cert, key) = certificate(&c.cp.run);
+    let port = free_ports(1)[0];
+    let mut webhook = start_webhook(&c, port, &cert, &key);
+    c.k_stdin(&["apply", "-f", "-"], &registration(port, &cert, "Fail"));
+    // The valid reference split applies (the webhook admits it).
+    wait_for(
+        "the valid examples to apply",
+        Duration::from_secs(30),
+        || {
+            let o =
+                c.cp.kubectl(&["apply", "-f", &repo_path("examples/kpro6/")])
+                    .run();
+            if o.success {
+                Ok(())
+            } else {
+                Err(o.stderr)
+            }
+        },
+    );
+    let (mut by_webhook, mut by_schema, mut admitted) = (0, 0, 0);
+    for name in examples() {
+        let file = format!("examples/invalid/{name}.yaml");
+        let t = Instant::now();
+        let o = c.cp.kubectl(&["apply", "-f", &repo_path(&file)]).run();
+        let said = format!("{}{}", o.stdout, o.stderr);
+        if name == "partition-ref-unknown" {
+            // GitOps may apply a server before its partition: admitted, with the warning.
+            assert!(o.success, "{name}: {said}");
+            assert!(said.contains("Warning: spec.partitionRef.name"), "{name}: {said}");
+            c.apply("examples/kpro6/");
+            admitted += 1;
+            continue;
+        }
+        if HOST_DEPENDENT.contains(&name.as_str()) {
+            assert!(
+                o.success,
+                "{name} is host-dependent and must be admitted: {said}"
+            );
+            admitted += 1;
+            // Put the reference split back for the next example.
+            c.apply("examples/kpro6/");
+            continue;
+        }
+        assert!(!o.success, "{name}: kubectl apply succeeded: {said}");
+        let problems = cli_problems(&file);
+        if SCHEMA.contains(&name.as_str()) {
+            // Refused by the API server's (or kubectl's) own schema check: the field is named.
+            let field = problems[0]
+                .split(": ")
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let leaf = field.rsplit('.').next().unwrap_or(&field).to_string();
+            assert!(said.contains(&leaf), "{name}: {said} does not name {field}");
+            by_schema += 1;
+        } else {
+            assert!(said.contains("denied the request"), "{name}: {said}");
+            for p in &problems {
+                assert!(
+                    said.contains(p.as_str()),
+                    "{name}: the CLI says {p:?}; kubectl said {said}"
+                );
+            }
+            by_webhook += 1;
+        }
+        eprintln!(
+            "[kube_webhook] {name}: refused in {:.2}s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    eprintln!("[kube_webhook] refused by the webhook: {by_webhook}, by the schema: {by_schema}, admitted (host-dependent): {admitted}");
+    assert!(
+        by_webhook >= 10,
+        "too few examples reached the webhook: {by_webhook}"
+    );
+
+    // The webhook stopped: with failurePolicy Fail nothing passes; with Ignore (the chart's
+    // default) the object is admitted and the agent judges it against the host.
+    webhook.kill().ok();
+    webhook.wait().ok();
+    let wrong = repo_path("examples/invalid/newline-in-served-name.yaml");
+    let o = c.cp.kubectl(&["apply", "-f", &wrong]).run();
+    assert!(
+        !o.success && o.stderr.contains("failed calling webhook"),
+        "{}",
+        o.stderr
+    );
+    c.k_stdin(&["apply", "-f", "-"], &registration(port, &cert, "Ignore"));
+    let o = c.cp.kubectl(&["apply", "-f", &wrong]).run();
+    assert!(
+        o.success,
+        "failurePolicy Ignore must admit while the webhook is down: {}",
+        o.stderr
+    );
+    report_duration(
+        "kubectl_apply_of_a_wrong_spec_fails_at_once_with_the_clis_message",
+        t0,
+    );
+}
