@@ -7,6 +7,7 @@
 
 use gpuplane_e2e::manifests::yaml_docs;
 use gpuplane_e2e::paths::repo_root;
+use serde::Deserialize;
 use serde_yaml::Value as Yaml;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -85,10 +86,25 @@ fn check_templates(chart: &Path) -> BTreeMap<String, Yaml> {
             serde_yaml::from_str::<Yaml>(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
         let r = crude_render(&text);
-        let v: Yaml = serde_yaml::from_str(&r)
-            .unwrap_or_else(|e| panic!("templates/{name} is not YAML-shaped: {e}\n{r}"));
-        assert!(v["kind"].as_str().is_some(), "templates/{name} has no kind");
-        rendered.insert(v["kind"].as_str().unwrap().to_string(), v);
+        // The webhook's objects are one template (its certificate must be generated once for
+        // both the Secret and the caBundle); they are keyed `webhook/<Kind>`.
+        let prefix = if name.starts_with("webhook") {
+            "webhook/"
+        } else {
+            ""
+        };
+        for doc in serde_yaml::Deserializer::from_str(&r) {
+            let v = Yaml::deserialize(doc)
+                .unwrap_or_else(|e| panic!("templates/{name} is not YAML-shaped: {e}\n{r}"));
+            if v.is_null() {
+                continue;
+            }
+            let kind = v["kind"]
+                .as_str()
+                .unwrap_or_else(|| panic!("templates/{name} has a document with no kind"))
+                .to_string();
+            rendered.insert(format!("{prefix}{kind}"), v);
+        }
     }
     for kind in [
         "ServiceAccount",
@@ -107,6 +123,27 @@ fn check_templates(chart: &Path) -> BTreeMap<String, Yaml> {
         );
     }
     rendered
+}
+
+/// The webhook: served over HTTPS by its own Deployment, registered for both kinds on create and
+/// update with the chart's failure policy, and allowed to read (never write) the two kinds.
+fn check_webhook(chart: &Path, rendered: &BTreeMap<String, Yaml>) {
+    let values: Yaml = serde_yaml::from_str(&read(&chart.join("values.yaml"))).unwrap();
+    assert_eq!(values["webhook"]["failurePolicy"].as_str(), Some("Ignore"));
+    let cfg = &rendered["webhook/ValidatingWebhookConfiguration"]["webhooks"][0];
+    assert_eq!(
+        cfg["clientConfig"]["service"]["path"].as_str(),
+        Some("/validate")
+    );
+    assert_eq!(cfg["sideEffects"].as_str(), Some("None"));
+    let rule = &cfg["rules"][0];
+    assert_eq!(rule["apiGroups"][0].as_str(), Some("gpuplane.dev"));
+    assert_eq!(rule["resources"].as_sequence().map(Vec::len), Some(2));
+    let args = &rendered["webhook/Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert_eq!(args[0].as_str(), Some("webhook"));
+    let verbs = &rendered["webhook/ClusterRole"]["rules"][0]["verbs"];
+    assert_eq!(verbs, &serde_yaml::from_str::<Yaml>("[get, list]").unwrap());
+    assert!(rendered.contains_key("webhook/Secret") && rendered.contains_key("webhook/Service"));
 }
 
 /// RBAC: the chart's rules are exactly the ones the e2e tests run the agent under.
@@ -222,5 +259,6 @@ fn chart_parses_and_its_rbac_equals_the_tested_rbac() {
     check_plain_files(&root, &chart);
     let rendered = check_templates(&chart);
     check_rbac(&root, &rendered);
+    check_webhook(&chart, &rendered);
     check_daemonset(&rendered);
 }

@@ -179,7 +179,10 @@ fn kubectl_apply_of_a_wrong_spec_fails_at_once_with_the_clis_message() {
         if name == "partition-ref-unknown" {
             // GitOps may apply a server before its partition: admitted, with the warning.
             assert!(o.success, "{name}: {said}");
-            assert!(said.contains("Warning: spec.partitionRef.name"), "{name}: {said}");
+            assert!(
+                said.contains("Warning: spec.partitionRef.name"),
+                "{name}: {said}"
+            );
             c.apply("examples/kpro6/");
             admitted += 1;
             continue;
