@@ -541,6 +541,33 @@ fn invalid_server_is_reported(c: &Cluster, a: &Agent) {
     );
 }
 
+/// A server whose partitionRef names no partition is not dropped in silence: it gets its own
+/// reason, naming the field.
+fn missing_partition_is_reported(c: &Cluster) {
+    c.apply("examples/invalid/partition-ref-unknown.yaml");
+    let s = wait_for(
+        "server Ready=False PartitionNotFound",
+        Duration::from_secs(60),
+        || {
+            let s = c.server();
+            match ready_is(&s, "False", "PartitionNotFound") {
+                Ok(()) if s["status"]["observedGeneration"] == s["metadata"]["generation"] => Ok(s),
+                r => Err(format!(
+                    "{} (status {})",
+                    r.err().unwrap_or_default(),
+                    s["status"]
+                )),
+            }
+        },
+    );
+    let (_, _, msg) = cond3(&s, "Ready");
+    println!("server Ready=False PartitionNotFound: {msg}");
+    assert!(
+        msg.contains("spec.partitionRef.name") && msg.contains("kpro7"),
+        "{msg}"
+    );
+}
+
 #[test]
 fn agent_reports_invalid_specs_without_touching_the_host() {
     let t0 = Instant::now();
@@ -558,6 +585,7 @@ fn agent_reports_invalid_specs_without_touching_the_host() {
 
     invalid_partition_is_reported(&c, &a, &original);
     invalid_server_is_reported(&c, &a);
+    missing_partition_is_reported(&c);
     report_duration("agent_reports_invalid_specs_without_touching_the_host", t0);
 }
 

@@ -541,27 +541,19 @@ fn next_action(ctx: &Ctx, name: &str, report: &Report) -> Action {
     }
 }
 
-/// Whether the host was converged to exactly what is asked now: the partition and every valid
-/// server were Ready for their current generation and no server is being deleted. Only then is
-/// a host write a correction of drift; a write for a new or changed object is not.
+/// Whether nothing new was asked since the partition was last Ready: the partition was Ready
+/// for its generation, every valid server's status already describes its current generation
+/// (a new server has none, an edited one an older one) and no server is being deleted. Only
+/// then is a host write a correction of drift; a write for a new or changed object is not.
 fn nothing_asked_since_ready(p: &GpuPartition, r: &Resolved<'_>) -> bool {
-    let ready_now = |conditions: &[Condition], observed: Option<i64>, generation: Option<i64>| {
-        is_ready(conditions) && observed == generation
-    };
     let ps = p.status.clone().unwrap_or_default();
-    ready_now(
-        &ps.conditions,
-        ps.observed_generation,
-        p.metadata.generation,
-    ) && r.removed.is_empty()
+    is_ready(&ps.conditions)
+        && ps.observed_generation == p.metadata.generation
+        && r.removed.is_empty()
         && r.valid.iter().all(|(_, s)| {
-            s.status.as_ref().is_some_and(|st| {
-                ready_now(
-                    &st.conditions,
-                    st.observed_generation,
-                    s.metadata.generation,
-                )
-            })
+            s.status
+                .as_ref()
+                .is_some_and(|st| st.observed_generation == s.metadata.generation)
         })
 }
 
