@@ -176,13 +176,7 @@ fn p2p_enabled_on_the_corrupt_host_is_reported_as_startup_stalled() {
         dir.path().join("partition.yaml"),
     )
     .unwrap();
-    let o = gpuplane(&[
-        "converge",
-        "-f",
-        dir.path().to_str().unwrap(),
-        "--output",
-        "json",
-    ]);
+    let o = converge_json(dir.path());
     assert_eq!(
         o.status.code(),
         Some(1),
@@ -259,6 +253,11 @@ fn dry_run_writes_nothing() {
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["writes"], 0);
     assert_eq!(r["converged"], false);
+}
+
+/// `gpuplane converge -f DIR --output json` on the embedded host.
+fn converge_json(dir: &std::path::Path) -> std::process::Output {
+    gpuplane(&["converge", "-f", dir.to_str().unwrap(), "--output", "json"])
 }
 
 /// Every file in examples/invalid is a realistic mistake; each must be refused with exit code 2,
@@ -438,13 +437,7 @@ fn a_resource_defined_twice_names_both_files() {
         dir.path().join("server-copy.yaml"),
     )
     .unwrap();
-    let o = gpuplane(&[
-        "converge",
-        "-f",
-        dir.path().to_str().unwrap(),
-        "--output",
-        "json",
-    ]);
+    let o = converge_json(dir.path());
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(o.stdout.is_empty(), "nothing may be applied");

@@ -479,21 +479,7 @@ fn invalid_partition_is_reported(c: &Cluster, a: &Agent, original: &[u8]) {
 /// A valid partition, but tensorParallelSize 8 on a slice of 4 GPUs: the server is invalid.
 fn invalid_server_is_reported(c: &Cluster, a: &Agent) {
     c.apply("examples/invalid/tp-larger-than-slice.yaml");
-    let s = wait_for(
-        "server Ready=False InvalidSpec",
-        Duration::from_secs(60),
-        || {
-            let s = c.server();
-            match ready_is(&s, "False", "InvalidSpec") {
-                Ok(()) if s["status"]["observedGeneration"] == s["metadata"]["generation"] => Ok(s),
-                r => Err(format!(
-                    "{} (status {})",
-                    r.err().unwrap_or_default(),
-                    s["status"]
-                )),
-            }
-        },
-    );
+    let s = c.wait_server_ready_is("False", "InvalidSpec", Duration::from_secs(60));
     let (_, _, msg) = cond3(&s, "Ready");
     println!("server Ready=False InvalidSpec: {msg}");
     assert!(
@@ -545,21 +531,7 @@ fn invalid_server_is_reported(c: &Cluster, a: &Agent) {
 /// reason, naming the field.
 fn missing_partition_is_reported(c: &Cluster) {
     c.apply("examples/invalid/partition-ref-unknown.yaml");
-    let s = wait_for(
-        "server Ready=False PartitionNotFound",
-        Duration::from_secs(60),
-        || {
-            let s = c.server();
-            match ready_is(&s, "False", "PartitionNotFound") {
-                Ok(()) if s["status"]["observedGeneration"] == s["metadata"]["generation"] => Ok(s),
-                r => Err(format!(
-                    "{} (status {})",
-                    r.err().unwrap_or_default(),
-                    s["status"]
-                )),
-            }
-        },
-    );
+    let s = c.wait_server_ready_is("False", "PartitionNotFound", Duration::from_secs(60));
     let (_, _, msg) = cond3(&s, "Ready");
     println!("server Ready=False PartitionNotFound: {msg}");
     assert!(

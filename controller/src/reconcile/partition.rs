@@ -208,15 +208,7 @@ async fn report_invalid_partition(
         last_applied_plan: old.last_applied_plan,
     };
     patch_partition(&api, &name, &st).await?;
-    publish(
-        ctx,
-        &p.object_ref(&()),
-        EventType::Warning,
-        "InvalidSpec",
-        "Validate",
-        msgs.join("; "),
-    )
-    .await;
+    publish_invalid(ctx, &p.object_ref(&()), &msgs).await;
     for s in servers {
         let w = waiting_for_partition(
             "PartitionInvalid",
@@ -369,15 +361,7 @@ async fn write_invalid_server(
     };
     patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
     if ready_reason(s).as_deref() != Some("InvalidSpec") {
-        publish(
-            ctx,
-            &s.object_ref(&()),
-            EventType::Warning,
-            "InvalidSpec",
-            "Validate",
-            msgs.join("; "),
-        )
-        .await;
+        publish_invalid(ctx, &s.object_ref(&()), msgs).await;
     }
     ctx.metrics.errors.with_label_values(&["InvalidSpec"]).inc();
     Ok(())
@@ -555,6 +539,24 @@ fn nothing_asked_since_ready(p: &GpuPartition, r: &Resolved<'_>) -> bool {
                 .as_ref()
                 .is_some_and(|st| st.observed_generation == s.metadata.generation)
         })
+}
+
+/// The `InvalidSpec` event of an object, with every problem.
+async fn publish_invalid(
+    ctx: &Ctx,
+    obj_ref: &k8s_openapi::api::core::v1::ObjectReference,
+    msgs: &[String],
+) {
+    let note = msgs.join("; ");
+    publish(
+        ctx,
+        obj_ref,
+        EventType::Warning,
+        "InvalidSpec",
+        "Validate",
+        note,
+    )
+    .await;
 }
 
 fn server_api(ctx: &Ctx, s: &InferenceServer) -> Api<InferenceServer> {

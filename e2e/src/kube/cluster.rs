@@ -3,7 +3,7 @@
 //! simulated reference host for the agent to act on. Stopped with the control plane on drop.
 
 use super::control_plane::ControlPlane;
-use super::objects::{cond3, ready_for_generation};
+use super::objects::{cond3, ready_for_generation, ready_is};
 use crate::kpro6::{NODE, SERVER};
 use crate::paths::{repo_path, repo_root};
 use crate::sim_host::read_host;
@@ -127,6 +127,22 @@ impl Cluster {
     /// [`Cluster::k`] with `input` on stdin.
     pub fn k_stdin(&self, args: &[&str], input: &str) -> String {
         self.cp.kubectl(args).stdin(input).ok()
+    }
+
+    /// Waits until the reference server's Ready is `status` with `reason` for its current
+    /// generation; returns the server.
+    pub fn wait_server_ready_is(&self, status: &str, reason: &str, timeout: Duration) -> Json {
+        wait_for(&format!("server Ready={status} {reason}"), timeout, || {
+            let s = self.server();
+            match ready_is(&s, status, reason) {
+                Ok(()) if s["status"]["observedGeneration"] == s["metadata"]["generation"] => Ok(s),
+                r => Err(format!(
+                    "{} (status {})",
+                    r.err().unwrap_or_default(),
+                    s["status"]
+                )),
+            }
+        })
     }
 
     /// `kubectl ARGS -o json`, parsed.

@@ -7,6 +7,14 @@ fn request(kind: &str, op: &str, object: Value) -> Value {
         "operation": op, "namespace": "default", "object": object}})
 }
 
+/// The review of `object` (serialized) by `kind` and `op`, against `cluster`.
+fn review_of(kind: &str, op: &str, object: &impl serde::Serialize, cluster: &Cluster) -> Value {
+    review(
+        &request(kind, op, serde_json::to_value(object).unwrap()),
+        cluster,
+    )
+}
+
 fn cluster() -> Cluster {
     let m = manifests();
     Cluster {
@@ -18,24 +26,10 @@ fn cluster() -> Cluster {
 #[test]
 fn the_reference_objects_are_admitted() {
     let m = manifests();
-    let r = review(
-        &request(
-            "InferenceServer",
-            "UPDATE",
-            serde_json::to_value(&m.servers[0]).unwrap(),
-        ),
-        &cluster(),
-    );
+    let r = review_of("InferenceServer", "UPDATE", &m.servers[0], &cluster());
     assert_eq!(r["response"]["uid"], "u-1");
     assert_eq!(r["response"]["allowed"], true, "{r}");
-    let r = review(
-        &request(
-            "GpuPartition",
-            "CREATE",
-            serde_json::to_value(&m.partitions[0]).unwrap(),
-        ),
-        &cluster(),
-    );
+    let r = review_of("GpuPartition", "CREATE", &m.partitions[0], &cluster());
     assert_eq!(r["response"]["allowed"], true, "{r}");
 }
 
@@ -44,14 +38,7 @@ fn a_spec_mistake_is_denied_with_the_clis_words() {
     let mut s = manifests().servers[0].clone();
     s.spec.model.served_name = "qwen\nExecStartPre=/bin/sh".into();
     s.spec.extra_args = vec!["--max-running-requests".into()];
-    let r = review(
-        &request(
-            "InferenceServer",
-            "CREATE",
-            serde_json::to_value(&s).unwrap(),
-        ),
-        &cluster(),
-    );
+    let r = review_of("InferenceServer", "CREATE", &s, &cluster());
     let resp = &r["response"];
     assert_eq!(resp["allowed"], false, "{r}");
     let m = resp["status"]["message"].as_str().unwrap();
@@ -67,14 +54,7 @@ fn a_spec_mistake_is_denied_with_the_clis_words() {
 fn a_second_server_on_a_used_unit_is_the_one_denied() {
     let mut s = manifests().servers[0].clone();
     s.metadata.name = Some("another".into());
-    let r = review(
-        &request(
-            "InferenceServer",
-            "CREATE",
-            serde_json::to_value(&s).unwrap(),
-        ),
-        &cluster(),
-    );
+    let r = review_of("InferenceServer", "CREATE", &s, &cluster());
     let m = r["response"]["status"]["message"]
         .as_str()
         .unwrap_or_default();
@@ -121,14 +101,7 @@ fn schema_mistakes_deletes_and_missing_partitions() {
 fn a_server_without_its_partition_still_gets_its_own_checks() {
     let mut s = manifests().servers[0].clone();
     s.spec.listen.host = "0.0.0.0:30000".into();
-    let r = review(
-        &request(
-            "InferenceServer",
-            "CREATE",
-            serde_json::to_value(&s).unwrap(),
-        ),
-        &Cluster::default(),
-    );
+    let r = review_of("InferenceServer", "CREATE", &s, &Cluster::default());
     assert_eq!(r["response"]["allowed"], false, "{r}");
     assert!(
         r["response"]["status"]["message"]
