@@ -1,41 +1,42 @@
-//! The Helm chart (`charts/gpuplane`), checked without helm and without an API server: its YAML
-//! parses (templates after a crude render), it has the objects the agent needs, its CRDs are a
-//! copy of `crds/`, and its RBAC rules equal `e2e/kube/agent-rbac.yaml`, the rules the agent runs
-//! under in `kube_agent.rs`.
+//! The Helm chart (`charts/gpuplane`), checked by the real Helm 4 without an API server:
+//! `helm lint --strict` passes, `helm template` renders the objects the agent needs, values of a
+//! wrong type or unknown values are refused by `values.schema.json`, its CRDs are a copy of
+//! `crds/`, and its RBAC rules equal `e2e/kube/agent-rbac.yaml`, the rules the agent runs under
+//! in `kube_agent.rs`.
 //!
 //!     cargo test -p gpuplane-e2e --test chart
 
 use gpuplane_e2e::manifests::yaml_docs;
-use gpuplane_e2e::paths::repo_root;
+use gpuplane_e2e::paths::{cache_dir, repo_root};
 use serde::Deserialize;
 use serde_yaml::Value as Yaml;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-/// A crude stand-in for `helm template`: drops lines that are only template actions and replaces
-/// inline actions with `x`. Enough to check that a template is YAML-shaped (not what it renders).
-fn crude_render(text: &str) -> String {
-    let mut out = String::new();
-    for line in text.lines() {
-        let t = line.trim();
-        if t.starts_with("{{")
-            && t.ends_with("}}")
-            && t.matches("{{").count() == 1
-            && !t.contains("}}:")
-        {
-            continue;
-        }
-        let mut l = line.to_string();
-        while let (Some(a), Some(b)) = (l.find("{{"), l.find("}}")) {
-            if b < a {
-                break;
-            }
-            l.replace_range(a..b + 2, "x");
-        }
-        out.push_str(&l);
-        out.push('\n');
-    }
-    out
+/// The Helm binary that `e2e/setup/helm.sh` installs.
+fn helm() -> PathBuf {
+    let h = cache_dir().join("helm/helm");
+    assert!(
+        h.exists(),
+        "{} is missing: run e2e/setup/helm.sh (./e2e/test-all.sh does)",
+        h.display()
+    );
+    h
+}
+
+/// Runs helm with `args`; (success, stdout, stderr).
+fn run_helm(args: &[&str]) -> (bool, String, String) {
+    let o = Command::new(helm())
+        .args(args)
+        .current_dir(repo_root())
+        .output()
+        .expect("run helm");
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 /// The rules of the object of `kind` in agent-rbac.yaml.
@@ -72,39 +73,36 @@ fn check_plain_files(root: &Path, chart: &Path) {
     assert_eq!(yaml_docs(&crd_copy).len(), 2);
 }
 
-/// Templates: Go templates, so only YAML-shaped after a crude render; returns them by kind.
-fn check_templates(chart: &Path) -> BTreeMap<String, Yaml> {
+/// `helm lint --strict`, and `helm template` with the default values: the rendered objects by
+/// kind (the webhook's keyed `webhook/<Kind>`, by their `-webhook` names).
+fn check_templates(_chart: &Path) -> BTreeMap<String, Yaml> {
+    let (ok, out, err) = run_helm(&["lint", "--strict", "charts/gpuplane"]);
+    assert!(ok, "helm lint --strict: {out}{err}");
+    let (ok, out, err) = run_helm(&[
+        "template",
+        "t",
+        "charts/gpuplane",
+        "--namespace",
+        "gpuplane-system",
+    ]);
+    assert!(ok, "helm template: {err}");
     let mut rendered: BTreeMap<String, Yaml> = BTreeMap::new();
-    for e in std::fs::read_dir(chart.join("templates")).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        let text = read(&p);
-        if !name.ends_with(".yaml") {
+    for doc in serde_yaml::Deserializer::from_str(&out) {
+        let v = Yaml::deserialize(doc).expect("helm template renders YAML");
+        if v.is_null() {
             continue;
         }
-        if !text.contains("{{") {
-            serde_yaml::from_str::<Yaml>(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
-        }
-        let r = crude_render(&text);
-        // The webhook's objects are one template (its certificate must be generated once for
-        // both the Secret and the caBundle); they are keyed `webhook/<Kind>`.
-        let prefix = if name.starts_with("webhook") {
+        let kind = v["kind"]
+            .as_str()
+            .expect("every object has a kind")
+            .to_string();
+        let name = v["metadata"]["name"].as_str().unwrap_or_default();
+        let prefix = if name.contains("-webhook") {
             "webhook/"
         } else {
             ""
         };
-        for doc in serde_yaml::Deserializer::from_str(&r) {
-            let v = Yaml::deserialize(doc)
-                .unwrap_or_else(|e| panic!("templates/{name} is not YAML-shaped: {e}\n{r}"));
-            if v.is_null() {
-                continue;
-            }
-            let kind = v["kind"]
-                .as_str()
-                .unwrap_or_else(|| panic!("templates/{name} has a document with no kind"))
-                .to_string();
-            rendered.insert(format!("{prefix}{kind}"), v);
-        }
+        rendered.insert(format!("{prefix}{kind}"), v);
     }
     for kind in [
         "ServiceAccount",
@@ -252,6 +250,18 @@ fn check_daemonset(rendered: &BTreeMap<String, Yaml>) {
     );
 }
 
+/// Wrong values fail on the chart's schema, with the value's path.
+fn check_values_schema() {
+    for (set, want) in [
+        ("agent.driftInterval=abc", "/agent/driftInterval"),
+        ("agent.driftIntervl=3", "driftIntervl"),
+        ("webhook.failurePolicy=Sometimes", "/webhook/failurePolicy"),
+    ] {
+        let (ok, _, err) = run_helm(&["template", "t", "charts/gpuplane", "--set", set]);
+        assert!(!ok && err.contains(want), "--set {set}: {err}");
+    }
+}
+
 #[test]
 fn chart_parses_and_its_rbac_equals_the_tested_rbac() {
     let root = repo_root();
@@ -260,5 +270,6 @@ fn chart_parses_and_its_rbac_equals_the_tested_rbac() {
     let rendered = check_templates(&chart);
     check_rbac(&root, &rendered);
     check_webhook(&chart, &rendered);
+    check_values_schema();
     check_daemonset(&rendered);
 }
