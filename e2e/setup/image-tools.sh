@@ -1,0 +1,13 @@
+#!/bin/bash
+# Tools the image test uses to read the OCI archive the way container tools do (skopeo), and
+# util-linux's nsenter, which the image carries. Idempotent.
+set -euo pipefail
+need=()
+command -v skopeo >/dev/null || need+=(skopeo)
+command -v nsenter >/dev/null || need+=(util-linux)
+[ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+echo "image-tools: $(skopeo --version)"
