@@ -36,6 +36,7 @@ pub mod plan;
 pub mod proxmox;
 pub mod reconcile;
 pub mod sglang;
+pub mod standalone;
 pub mod status;
 pub mod step;
 pub mod systemd;

@@ -32,6 +32,19 @@ impl ConditionStatus {
     }
 }
 
+/// `new` applied onto `existing` with `SetStatusCondition` semantics; types no longer reported are dropped.
+pub fn merge(existing: &[Condition], new: &[Condition]) -> Vec<Condition> {
+    let mut out: Vec<Condition> = existing
+        .iter()
+        .filter(|c| new.iter().any(|n| n.type_ == c.type_))
+        .cloned()
+        .collect();
+    for n in new {
+        set_condition(&mut out, n.clone());
+    }
+    out
+}
+
 /// Inserts or updates `new` in `conditions` by type.
 ///
 /// # Guarantees

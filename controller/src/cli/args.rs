@@ -79,6 +79,16 @@ pub enum Command {
         /// With a simulated host: run its clock this many times faster than wall time.
         #[arg(long, default_value_t = 1)]
         sim_speed: u64,
+        /// Without Kubernetes: reconcile the manifests in this file or directory (watched for
+        /// changes) instead of the API's objects; status goes to files under --status-dir.
+        #[arg(long, conflicts_with_all = ["kubeconfig", "lease_namespace", "identity"])]
+        manifests: Option<PathBuf>,
+        /// With --manifests: where each resource's status file is written.
+        #[arg(long, default_value = "/var/lib/gpuplane/status")]
+        status_dir: PathBuf,
+        /// With --manifests: stop once settled or after this many reconciles (tests).
+        #[arg(long, hide = true)]
+        max_rounds: Option<u64>,
     },
     /// Serve the validating admission webhook (POST /validate, AdmissionReview v1) for both
     /// kinds over HTTPS: the CLI's host-independent validation at `kubectl apply` time.

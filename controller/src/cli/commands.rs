@@ -23,19 +23,35 @@ pub fn observe(host: &HostArgs, format: ObserveFormat) -> Result<i32, Failure> {
     Ok(0)
 }
 
+/// The backend of a long-running agent: a simulated host is live (others may edit its file to
+/// make drift, and each write is saved to it).
+fn agent_host(host: &HostArgs, sim_speed: u64) -> Result<Box<dyn Host + Send>, Failure> {
+    Ok(match host.host.split_once(':') {
+        Some(("sim", path)) if path != "embedded" => {
+            Box::new(SimHost::live(path, sim_speed).map_err(|e| Failure::input(e.to_string()))?)
+        }
+        _ => open_host(host)?,
+    })
+}
+
+/// `gpuplane run --manifests DIR`: the agent without Kubernetes, until stopped.
+pub fn run_standalone(
+    host: &HostArgs,
+    opts: crate::standalone::StandaloneOptions,
+    sim_speed: u64,
+) -> Result<i32, Failure> {
+    let backend = agent_host(host, sim_speed)?;
+    crate::standalone::run(opts, backend).map_err(Failure::Failed)?;
+    Ok(0)
+}
+
 /// `gpuplane run`: the Kubernetes agent, until the process is stopped.
 pub fn run_agent(
     host: &HostArgs,
     opts: crate::reconcile::RunOptions,
     sim_speed: u64,
 ) -> Result<i32, Failure> {
-    // A simulated host is live in run mode: others may edit its file to make drift.
-    let backend: Box<dyn Host + Send> = match host.host.split_once(':') {
-        Some(("sim", path)) if path != "embedded" => {
-            Box::new(SimHost::live(path, sim_speed).map_err(|e| Failure::input(e.to_string()))?)
-        }
-        _ => open_host(host)?,
-    };
+    let backend = agent_host(host, sim_speed)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

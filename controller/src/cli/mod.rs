@@ -47,7 +47,23 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             lease_duration,
             identity,
             sim_speed,
+            manifests,
+            status_dir,
+            max_rounds,
         } => {
+            if let Some(manifests) = manifests {
+                let opts = crate::standalone::StandaloneOptions {
+                    manifests,
+                    status_dir,
+                    gpu_vendor: host.gpu_vendor.clone(),
+                    gpu_driver: host.gpu_driver.clone(),
+                    metrics_addr,
+                    drift_interval: std::time::Duration::from_secs(drift_interval.max(1)),
+                    poll_interval: std::time::Duration::from_secs(poll_interval.max(1)),
+                    max_rounds,
+                };
+                return commands::run_standalone(&host, opts, sim_speed);
+            }
             let node = host
                 .node_name
                 .clone()

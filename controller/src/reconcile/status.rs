@@ -4,24 +4,11 @@
 use super::{Error, MANAGER};
 use crate::status::ResourceStatus;
 use gpuplane_crds::condition::{Condition, Time};
-use gpuplane_crds::{
-    set_condition, GpuPartition, GpuPartitionStatus, InferenceServer, InferenceServerStatus,
-};
+use gpuplane_crds::{GpuPartition, GpuPartitionStatus, InferenceServer, InferenceServerStatus};
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 
-/// `new` applied onto `existing` with `SetStatusCondition` semantics; types no longer reported are dropped.
-pub fn merge(existing: &[Condition], new: &[Condition]) -> Vec<Condition> {
-    let mut out: Vec<Condition> = existing
-        .iter()
-        .filter(|c| new.iter().any(|n| n.type_ == c.type_))
-        .cloned()
-        .collect();
-    for n in new {
-        set_condition(&mut out, n.clone());
-    }
-    out
-}
+pub use gpuplane_crds::condition::merge;
 
 /// Conditions for a spec that failed validation.
 pub fn invalid(messages: &[String], generation: Option<i64>) -> ResourceStatus {
