@@ -70,7 +70,7 @@ pub fn server_unit(
     p2p_disabled: bool,
 ) -> Result<ServerUnit, UnitError> {
     let indices = cuda_indices(s, h, targets, host_driver, container_minors);
-    let spec = command::unit_spec(&s.id, &s.spec, &indices, p2p_disabled);
+    let spec = command::unit_spec(&s.id, &s.spec, &s.runtime, &indices, p2p_disabled);
     let file = unit::render(&spec)?;
     Ok(ServerUnit { spec, file })
 }
@@ -102,6 +102,16 @@ pub fn observed_server_unit(
 pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
     plan_removed_units(p);
     for s in &p.d.servers {
+        if let Some(file) = p.h.unit(&s.unit).and_then(|u| u.file.as_deref()) {
+            if !s.adopt && !unit::is_managed(file) {
+                p.block(
+                    format!("InferenceServer/{}", s.id),
+                    "UnitNotManaged",
+                    format!("{} was not written by gpuplane (no `{}` header); the agent never writes over, restarts or removes such a unit: rename the server's unit, or the slice's admin may adopt it (servers.adoptUnits)", s.unit, unit::HEADER),
+                );
+                continue;
+            }
+        }
         let Some(content) = unit_content(p, ctx, s) else {
             continue;
         };
@@ -110,7 +120,8 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
     }
 }
 
-/// Units of deleted servers go away (unless a live server uses the same unit).
+/// Units of deleted servers go away (unless a live server uses the same unit), but only
+/// units the agent wrote: a file with its header. Any other unit is left exactly as it is.
 fn plan_removed_units(p: &mut Planner<'_>) {
     let h = p.h;
     for u in &p.d.removed_units {
@@ -118,6 +129,9 @@ fn plan_removed_units(p: &mut Planner<'_>) {
             continue;
         }
         let Some(obs) = h.unit(u) else { continue };
+        if !obs.file.as_deref().is_some_and(unit::is_managed) {
+            continue;
+        }
         if obs.is_active() {
             p.push(
                 Step::StopUnit { unit: u.clone() },
