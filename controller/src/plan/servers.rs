@@ -431,8 +431,10 @@ fn place(s: &DesiredServer) -> String {
     }
 }
 
-/// A short description of how two rendered units differ: flags and environment changed, added, removed.
-fn describe_change(old: &str, new: &str) -> String {
+/// A short description of how two rendered units differ: flags and environment changed, added,
+/// removed. It goes into events and status, so an environment value (a token) is shown only
+/// for the agent's own variables (`CUDA_VISIBLE_DEVICES`, ...); any other reads `(value hidden)`.
+pub(super) fn describe_change(old: &str, new: &str) -> String {
     let pairs = |t: &str| -> Vec<(String, String)> {
         match unit::parse(t) {
             Ok(u) => {
@@ -454,9 +456,13 @@ fn describe_change(old: &str, new: &str) -> String {
     let mut parts = Vec::new();
     for (k, val) in &n {
         match get(&o, k) {
-            Some(old_val) if &old_val != val => parts.push(format!("{k} {old_val} -> {val}")),
+            Some(old_val) if &old_val != val && value_shown(k) => {
+                parts.push(format!("{k} {old_val} -> {val}"))
+            }
+            Some(old_val) if &old_val != val => parts.push(format!("{k} changed")),
             Some(_) => {}
-            None => parts.push(format!("added {k} {val}").trim_end().to_string()),
+            None if value_shown(k) => parts.push(format!("added {k} {val}").trim_end().to_string()),
+            None => parts.push(format!("added {k}")),
         }
     }
     for (k, _) in &o {
@@ -469,6 +475,13 @@ fn describe_change(old: &str, new: &str) -> String {
     } else {
         parts.join("; ")
     }
+}
+
+/// Whether the plan may show the value of `key` (`--flag` or `env NAME`): flags and the
+/// agent's own variables, never another variable's value.
+fn value_shown(key: &str) -> bool {
+    key.strip_prefix("env ")
+        .is_none_or(|name| command::MANAGED_ENV.contains(&name))
 }
 
 /// argv as (`--flag`, value) pairs; switches have an empty value, the interpreter is `python`.

@@ -451,3 +451,33 @@ fn a_unit_the_agent_did_not_write_is_never_touched() {
         kinds(&p)
     );
 }
+
+/// Finding 8: env values (tokens) appeared in the step's why, and so in events and status.
+#[test]
+fn env_values_never_appear_in_a_plan() {
+    let unit = |env: &[(&str, &str)]| {
+        crate::systemd::unit::render(&crate::systemd::unit::UnitSpec {
+            exec_start: vec!["/p".into(), "--tp-size".into(), "4".into()],
+            environment: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let old = unit(&[("HF_TOKEN", "hf_old"), ("CUDA_VISIBLE_DEVICES", "0")]);
+    let new = unit(&[
+        ("HF_TOKEN", "hf_secret123"),
+        ("API_KEY", "k3y"),
+        ("CUDA_VISIBLE_DEVICES", "0,1"),
+    ]);
+    let text = servers::describe_change(&old, &new);
+    assert!(
+        text.contains("env HF_TOKEN changed") && text.contains("added env API_KEY"),
+        "{text}"
+    );
+    assert!(!text.contains("hf_") && !text.contains("k3y"), "{text}");
+    // The agent's own variables keep their values: they say what changed on the host.
+    assert!(text.contains("env CUDA_VISIBLE_DEVICES 0 -> 0,1"), "{text}");
+}

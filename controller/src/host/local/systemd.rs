@@ -11,6 +11,8 @@ use crate::host::model::{Location, Unit, UnitRef};
 
 const UNIT_DIR: &str = "/etc/systemd/system";
 const STATE_DIR: &str = "/var/lib/gpuplane/units";
+/// Longest journal line kept from a server's log (bytes); the rest is cut on a character boundary.
+pub const LOG_LINE_MAX: usize = 512;
 
 impl LocalHost {
     /// Runs a command at a location: directly on the host, or through `pct exec`.
@@ -115,7 +117,12 @@ impl LocalHost {
                 "--no-pager",
             ],
         ) {
-            u.log_tail = o.stdout.lines().map(str::to_string).collect();
+            // The server's own output: one line each, capped, at most 30 lines.
+            let lines: Vec<&str> = o.stdout.lines().collect();
+            u.log_tail = lines[lines.len().saturating_sub(30)..]
+                .iter()
+                .map(|l| crate::text::sanitize(l, LOG_LINE_MAX))
+                .collect();
         }
         u
     }
