@@ -42,6 +42,7 @@ pub mod step;
 pub mod systemd;
 #[cfg(test)]
 pub(crate) mod testutil;
+pub mod text;
 pub mod webhook;
 
 /// The simulated reference host, embedded so `gpuplane converge` runs with no arguments.

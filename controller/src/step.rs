@@ -104,9 +104,7 @@ impl Step {
             Step::ProbeP2p { gpus, .. } => gpus.join(","),
             Step::DaemonReload { location } => location.to_string(),
         };
-        let mut a = format!("{}:{target}", self.kind());
-        a.truncate(128);
-        a
+        crate::text::truncate(&format!("{}:{target}", self.kind()), 128)
     }
 
     /// A short machine-friendly kind, as in JSON output.

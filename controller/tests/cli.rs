@@ -350,7 +350,7 @@ fn invalid_manifests_are_rejected_with_the_field_and_the_fix() {
         ),
         (
             "env-set-twice",
-            "spec.env[2].name",
+            "spec.env[1].name",
             "also set by spec.env[0]",
         ),
         (

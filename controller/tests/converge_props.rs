@@ -349,6 +349,14 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
             lxc: Some(LxcConsumer { vmid: 129 }),
             vm: None,
         }),
+        servers: Some(ServerPolicy {
+            namespaces: vec!["default".into()],
+            interpreters: vec!["/venv/bin/python3".into()],
+            model_roots: vec!["/m".into()],
+            // The generated host may hold an older unit of this name written by hand.
+            adopt_units: vec!["sglang".into()],
+            ..ServerPolicy::default()
+        }),
     }];
     if (0..n).any(|i| numa_of(i) == other_numa) {
         slices.push(GpuSlice {
@@ -369,6 +377,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
                     pci_mapping: "vm-pool".into(),
                 }),
             }),
+            servers: None,
         });
     }
     let mut part = GpuPartition::new(

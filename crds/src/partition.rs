@@ -62,6 +62,50 @@ pub struct GpuSlice {
     /// Who uses the GPUs. Omit for GPUs that are only bound to a driver.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer: Option<Consumer>,
+    /// What `InferenceServer`s may do on this slice: the partition's admin decides, a server
+    /// (a tenant, in its namespace) asks only within it. Omit and no server may use the slice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub servers: Option<ServerPolicy>,
+}
+
+/// The trust boundary between the admin of a (cluster-scoped) `GpuPartition` and the tenants
+/// whose (namespaced) `InferenceServer`s run on one of its slices. Every list is an allow-list:
+/// what is not named is refused, with a reason, by the agent, the CLI and the webhook.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerPolicy {
+    /// Namespaces whose `InferenceServer`s may use this slice.
+    #[schemars(length(min = 1))]
+    pub namespaces: Vec<String>,
+    /// Absolute paths a server's `spec.python` may name (the interpreters of the admin's
+    /// SGLang environments). A server's unit runs this program, so only the admin chooses it.
+    #[schemars(length(min = 1))]
+    pub interpreters: Vec<String>,
+    /// Absolute directories under which a server's model (and draft model) must lie.
+    #[serde(default)]
+    pub model_roots: Vec<String>,
+    /// Whether a model may be a Hugging Face repo id (`org/name`), downloaded by the server.
+    #[serde(default)]
+    pub allow_hub_models: bool,
+    /// Whether a server may run its unit on the host itself (`unit.location: Host`). Needs
+    /// `user`; off by default, as the unit then shares the host with the agent.
+    #[serde(default)]
+    pub allow_host_placement: bool,
+    /// The user the server's unit runs as (`User=`): a name or a numeric UID that exists where
+    /// the unit runs. Omit to run as the unit's default (root) — inside a container only;
+    /// `Host` placement needs a user (`root` only if written here explicitly).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Units not written by gpuplane (no `# Managed by gpuplane` header) that a server of
+    /// this slice may take over, by name (e.g. a hand-written `sglang-qwen` being migrated).
+    /// Every other server unit must be named `gpuplane-...`, and the agent never writes,
+    /// stops or removes a unit it did not write unless it is named here.
+    #[serde(default)]
+    pub adopt_units: Vec<String>,
+    /// Environment the admin sets for every server of this slice (e.g. `LD_LIBRARY_PATH`,
+    /// which a tenant may not set). A server's `env` may not set these names.
+    #[serde(default)]
+    pub env: Vec<crate::server::EnvVar>,
 }
 
 /// Selects GPUs on the host. Exactly one field must be set.

@@ -105,7 +105,7 @@ impl Progress {
         if u.active_state == "failed" || (!u.is_active() && now > self.start) {
             return Some(WaitOutcome::Crashed {
                 exit_status: u.exit_status,
-                log_tail: u.log_tail,
+                log_tail: clean(&u.log_tail),
             });
         }
         let obs = u.server.clone().unwrap_or_default();
@@ -135,7 +135,7 @@ impl Progress {
                 phase,
                 stalled_seconds: now - self.last_progress,
                 gpu_memory_mib: obs.gpu_memory_mib,
-                log_tail: u.log_tail,
+                log_tail: clean(&u.log_tail),
             });
         }
         if now.saturating_sub(self.start) >= deadline {
@@ -176,3 +176,16 @@ pub fn wait_ready(
         host.sleep(poll.min(p.seconds_to_stall(stall_after, now)).max(1));
     }
 }
+
+/// Log lines from a server (any backend) as status and events may carry them: the last 30,
+/// one line each, at most 512 bytes each, cut on character boundaries.
+fn clean(lines: &[String]) -> Vec<String> {
+    let from = lines.len().saturating_sub(30);
+    lines[from..]
+        .iter()
+        .map(|l| crate::text::sanitize(l, 512))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

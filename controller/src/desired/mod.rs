@@ -8,13 +8,15 @@
 pub mod offline;
 mod partition;
 mod server;
+pub mod tenancy;
 mod unit_check;
 
 pub use partition::resolve_partition;
-pub use server::{check_servers_together, resolve_server};
+pub use server::{check_servers_together, in_claim_order, resolve_server};
 
 use crate::host::model::{Location, UnitRef};
-use gpuplane_crds::{GpuDriver, InferenceServerSpec, IommuModeExpectation};
+use crate::sglang::command::Runtime;
+use gpuplane_crds::{GpuDriver, InferenceServerSpec, IommuModeExpectation, ServerPolicy};
 
 /// One spec problem.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +55,8 @@ pub struct ResolvedSlice {
     pub gpus: Vec<String>,
     pub driver: GpuDriver,
     pub consumer: Option<ResolvedConsumer>,
+    /// What the admin lets servers do here; `None`: no server may use the slice.
+    pub servers: Option<ServerPolicy>,
 }
 
 /// A slice's consumer.
@@ -85,6 +89,12 @@ pub struct DesiredServer {
     pub unit: UnitRef,
     /// The slice's GPUs (full addresses, sorted).
     pub gpus: Vec<String>,
+    /// What the slice's admin decided about how it runs (user, environment, sandboxing).
+    pub runtime: Runtime,
+    /// The admin lets the agent take over this unit although it did not write it
+    /// (`servers.adoptUnits`); otherwise a unit file without the agent's header is never
+    /// written over, restarted, stopped or removed.
+    pub adopt: bool,
 }
 
 impl DesiredServer {

@@ -11,11 +11,13 @@
 //! real host again before the first write.
 
 use super::{
-    check_servers_together, resolve_partition, resolve_server, DesiredPartition, ResolvedConsumer,
-    ResolvedSlice, SpecError,
+    check_servers_together, in_claim_order, resolve_partition, resolve_server, DesiredPartition,
+    ResolvedConsumer, ResolvedSlice, SpecError,
 };
 use crate::host::model::{Container, HostState, PciDevice, RunState};
-use gpuplane_crds::{Consumer, GpuDriver, GpuPartition, InferenceServer, UnitLocation};
+use gpuplane_crds::{
+    Consumer, GpuDriver, GpuPartition, InferenceServer, ServerPolicy, UnitLocation,
+};
 use std::collections::BTreeMap;
 
 /// Vendor of the stand-in GPUs (any; the stand-in host has only these).
@@ -33,10 +35,8 @@ pub fn validate(
     errors.extend(one_partition_per_node(partitions));
     for p in partitions {
         let name = p.metadata.name.as_deref().unwrap_or_default();
-        let mine: Vec<&InferenceServer> = servers
-            .iter()
-            .filter(|s| s.spec.partition_ref.name == name)
-            .collect();
+        let mine: Vec<&InferenceServer> =
+            in_claim_order(servers.iter().filter(|s| s.spec.partition_ref.name == name));
         let host = stand_in_host(p, &mine);
         let dp = match resolve_partition(p, &host, VENDOR, "nvidia") {
             Ok(dp) => dp,
@@ -72,7 +72,8 @@ pub fn validate(
     (errors, warnings)
 }
 
-/// A partition with just the slice `s` names, as large as it asks, where its unit can run.
+/// A partition with just the slice `s` names, as large as it asks, where its unit can run,
+/// allowing what `s` asks (the real partition's policy is judged once it exists).
 fn stand_in_partition(s: &InferenceServer) -> DesiredPartition {
     let r = &s.spec.partition_ref;
     let gpus = (0..s.spec.tensor_parallel_size.clamp(1, 1024))
@@ -90,9 +91,28 @@ fn stand_in_partition(s: &InferenceServer) -> DesiredPartition {
             gpus,
             driver: GpuDriver::Nvidia,
             consumer,
+            servers: Some(permissive_policy(s)),
         }],
         iommu: Default::default(),
         host_driver: "nvidia".into(),
+    }
+}
+
+/// A policy that allows exactly what `s` asks.
+fn permissive_policy(s: &InferenceServer) -> ServerPolicy {
+    ServerPolicy {
+        namespaces: vec![s
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into())],
+        interpreters: vec![s.spec.python.clone()],
+        model_roots: vec!["/".into()],
+        allow_hub_models: true,
+        allow_host_placement: true,
+        user: Some("root".into()),
+        adopt_units: vec![s.spec.unit.name.clone()],
+        env: vec![],
     }
 }
 

@@ -110,6 +110,9 @@ impl<'a> Check<'a> {
         if let Some(c) = &s.consumer {
             self.consumer(i, s, c);
         }
+        if let Some(policy) = &s.servers {
+            super::tenancy::check_policy(&mut self.problems, i, policy);
+        }
         let picked = if let Some(addrs) = &s.gpus.addresses {
             Some(self.addresses(i, addrs))
         } else {
@@ -346,6 +349,7 @@ fn resolved_slices(
                 gpus,
                 driver: s.driver,
                 consumer: s.consumer.as_ref().and_then(resolved_consumer),
+                servers: s.servers.clone(),
             }
         })
         .collect()

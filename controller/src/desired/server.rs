@@ -1,8 +1,8 @@
 //! Validation of an `InferenceServer` against its partition.
 
 use super::{
-    err, unit_check, DesiredPartition, DesiredServer, Problems, ResolvedConsumer, ResolvedSlice,
-    SpecError,
+    err, tenancy, unit_check, DesiredPartition, DesiredServer, Problems, ResolvedConsumer,
+    ResolvedSlice, SpecError,
 };
 use crate::host::model::{Location, UnitRef};
 use crate::sglang::{args, command, flags, speculative};
@@ -34,6 +34,7 @@ pub fn resolve_server(
         slice_driver(&mut pr, sl);
         tensor_parallel_fits(&mut pr, spec, sl);
         location = unit_location(&mut pr, spec, sl);
+        tenancy::check_server(&mut pr, ns, spec, sl);
     }
     if spec.tensor_parallel_size == 0 {
         pr.add("spec.tensorParallelSize", "must be at least 1");
@@ -46,16 +47,19 @@ pub fn resolve_server(
     listen_and_startup(&mut pr, spec);
     env(&mut pr, spec);
     extra_args(&mut pr, spec);
+    let runtime = runtime(slice, spec);
     unit_check::unit_renders(
         &mut pr,
         &format!("{ns}/{name}"),
         spec,
+        &runtime,
         slice.map_or(0, |s| s.gpus.len()),
     );
     pr.finish()?;
     let (Some(location), Some(unit_name), Some(slice)) = (location, unit_name, slice) else {
         return Err(vec![err(&res, "spec", "internal: incomplete resolution")]);
     };
+    let adopt = tenancy::adopted(slice, &unit_name);
     Ok(DesiredServer {
         id: format!("{ns}/{name}"),
         spec: spec.clone(),
@@ -64,7 +68,27 @@ pub fn resolve_server(
             name: unit_name,
         },
         gpus: slice.gpus.clone(),
+        runtime,
+        adopt,
     })
+}
+
+/// How the slice's admin runs the server: its user, environment and the sandboxing of its
+/// location.
+fn runtime(slice: Option<&ResolvedSlice>, spec: &InferenceServerSpec) -> command::Runtime {
+    let policy = slice.and_then(|s| s.servers.as_ref());
+    command::Runtime {
+        user: policy.and_then(|p| p.user.clone()),
+        env: policy
+            .map(|p| {
+                p.env
+                    .iter()
+                    .map(|v| (v.name.clone(), v.value.clone()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        on_host: spec.unit.location == UnitLocation::Host,
+    }
 }
 
 /// The slice the server refers to, if the partition is this host's and has that slice.
@@ -330,7 +354,25 @@ fn extra_args(pr: &mut Problems, spec: &InferenceServerSpec) {
     }
 }
 
-/// Rules across servers: one unit name per location, one port per location, one server per slice.
+/// `servers` in the order their claims were made: oldest `metadata.creationTimestamp` first,
+/// objects without one (files, an object being created) last, ties in the given order.
+///
+/// # Guarantees
+/// Passed to [`check_servers_together`] in this order, a conflict is reported on the newer
+/// claim: the server already running keeps its slice, unit and port, whatever the names.
+pub fn in_claim_order<'a>(
+    servers: impl IntoIterator<Item = &'a InferenceServer>,
+) -> Vec<&'a InferenceServer> {
+    let mut v: Vec<&InferenceServer> = servers.into_iter().collect();
+    v.sort_by_key(|s| {
+        let t = s.metadata.creation_timestamp.as_ref();
+        (t.is_none(), t.cloned())
+    });
+    v
+}
+
+/// Rules across servers: one unit name per location, one port per location, one server per
+/// slice; each conflict is reported on the later server of `servers`.
 pub fn check_servers_together(servers: &[DesiredServer]) -> Vec<SpecError> {
     let mut errors = Vec::new();
     for (i, a) in servers.iter().enumerate() {

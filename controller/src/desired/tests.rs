@@ -46,6 +46,7 @@ fn slice(
         gpus: gpus.iter().map(|a| format!("0000:{a}")).collect(),
         driver,
         consumer,
+        servers: None,
     }
 }
 
@@ -218,18 +219,21 @@ fn the_reference_partition_resolves() {
         vmid: 200,
         mapping: "pro6000-vm".into(),
     };
+    let mut inference = slice(
+        "inference",
+        &["01:00.0", "11:00.0", "61:00.0", "71:00.0"],
+        GpuDriver::Nvidia,
+        Some(ResolvedConsumer::Lxc(129)),
+    );
+    inference.servers = manifests().partitions[0].spec.slices[0].servers.clone();
+    assert!(inference.servers.is_some());
     assert_eq!(
         kpro6(),
         DesiredPartition {
             name: "kpro6".into(),
             node_name: "kpro6".into(),
             slices: vec![
-                slice(
-                    "inference",
-                    &["01:00.0", "11:00.0", "61:00.0", "71:00.0"],
-                    GpuDriver::Nvidia,
-                    Some(ResolvedConsumer::Lxc(129)),
-                ),
+                inference,
                 slice(
                     "confidential-vm",
                     &["81:00.0", "91:00.0", "e1:00.0", "f1:00.0"],
@@ -284,6 +288,7 @@ fn server_errors_keep_their_order() {
         "InferenceServer/default/bad: spec.partitionRef.name: refers to GpuPartition \"other\", but the partition for this host is \"kpro6\"",
         "InferenceServer/default/bad: spec.partitionRef.slice: slice \"confidential-vm\" is bound to vfio-pci (passthrough to a VM); an inference server needs a slice with driver nvidia",
         "InferenceServer/default/bad: spec.unit.location: slice \"confidential-vm\" has no LXC consumer to run the unit in; set unit.location: Host or give the slice consumer.lxc",
+        "InferenceServer/default/bad: spec.partitionRef.slice: slice \"confidential-vm\" admits no InferenceServers; its GpuPartition's admin must allow them (spec.slices[].servers)",
         "InferenceServer/default/bad: spec.tensorParallelSize: must be at least 1",
         "InferenceServer/default/bad: spec.unit.name: unit name \"bad name.service\" contains ' ' at byte 3; only ASCII letters, digits, ':', '-', '_', '.', '\\' and '@' are allowed",
         "InferenceServer/default/bad: spec.python: \"python3\" must be an absolute path to the interpreter, e.g. /root/ml-env/bin/python3",
@@ -335,6 +340,9 @@ fn server_slice_errors_keep_their_order() {
     assert_eq!(server_errors(&base("inference", "Host", 8)), vec![
         "InferenceServer/default/bad: spec.tensorParallelSize: tensor parallel size 8 is larger than slice \"inference\", which has 4 GPUs; lower it to at most 4",
         "InferenceServer/default/bad: spec.unit.location: slice \"inference\" belongs to container 129; run the unit there (unit.location: Container)",
+        "InferenceServer/default/bad: spec.python: \"/usr/bin/python3\" is not an interpreter slice \"inference\" allows; use one of: /root/ml-env/bin/python3",
+        "InferenceServer/default/bad: spec.model.path: \"/m\" is not under a model root of this slice (/shared/models)",
+        "InferenceServer/default/bad: spec.unit.name: sglang-x.service is outside the agent's unit names: name it gpuplane-sglang-x, or the slice's admin may let it adopt this unit (servers.adoptUnits)",
     ]);
     assert_eq!(server_errors(&base("nope", "Host", 0)), vec![
         "InferenceServer/default/bad: spec.partitionRef.slice: no slice \"nope\" in GpuPartition \"kpro6\"; its slices are: inference, confidential-vm",
@@ -345,6 +353,7 @@ fn server_slice_errors_keep_their_order() {
         vec![
             "InferenceServer/default/bad: spec.partitionRef.slice: slice \"confidential-vm\" is bound to vfio-pci (passthrough to a VM); an inference server needs a slice with driver nvidia",
             "InferenceServer/default/bad: spec.tensorParallelSize: tensor parallel size 9 is larger than slice \"confidential-vm\", which has 4 GPUs; lower it to at most 4",
+            "InferenceServer/default/bad: spec.partitionRef.slice: slice \"confidential-vm\" admits no InferenceServers; its GpuPartition's admin must allow them (spec.slices[].servers)",
         ]
     );
 }

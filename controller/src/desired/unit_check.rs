@@ -9,7 +9,7 @@
 //! (a line over systemd's limit) is reported on `spec`.
 
 use super::Problems;
-use crate::sglang::command;
+use crate::sglang::command::{self, Runtime};
 use crate::systemd::unit::{self, UnitError, UnitSpec};
 use gpuplane_crds::InferenceServerSpec;
 
@@ -18,7 +18,13 @@ const STAND_IN_EXECUTABLE: &str = "/bin/true";
 
 /// Records a problem for every spec field whose text the unit cannot hold, unless that field
 /// already has one.
-pub(super) fn unit_renders(pr: &mut Problems, id: &str, spec: &InferenceServerSpec, gpus: usize) {
+pub(super) fn unit_renders(
+    pr: &mut Problems,
+    id: &str,
+    spec: &InferenceServerSpec,
+    rt: &Runtime,
+    gpus: usize,
+) {
     for (word, field) in command::argv_with_fields(spec, true) {
         let Some(field) = field else { continue };
         let exec_start = if field == "spec.python" {
@@ -43,7 +49,7 @@ pub(super) fn unit_renders(pr: &mut Problems, id: &str, spec: &InferenceServerSp
             add(pr, &format!("spec.env[{i}].{part}"), &e);
         }
     }
-    let description = command::unit_spec(id, spec, &[], false).description;
+    let description = command::unit_spec(id, spec, rt, &[], false).description;
     check(
         pr,
         "spec.model.servedName",
@@ -55,7 +61,7 @@ pub(super) fn unit_renders(pr: &mut Problems, id: &str, spec: &InferenceServerSp
     }
     let indices: Vec<u32> = (0..gpus as u32).collect();
     for p2p_disabled in [false, true] {
-        if let Err(e) = unit::render(&command::unit_spec(id, spec, &indices, p2p_disabled)) {
+        if let Err(e) = unit::render(&command::unit_spec(id, spec, rt, &indices, p2p_disabled)) {
             pr.add("spec", format!("the server's unit cannot be rendered: {e}"));
             return;
         }

@@ -61,7 +61,21 @@ impl Planner<'_> {
         stop_units
     }
 
-    /// Active units inside containers that stop are stopped first, gracefully.
+    /// Whether the agent may stop or change unit `key`: it wrote the file (header), or a
+    /// server's slice adopts it.
+    fn may_touch(&self, key: &str, u: &crate::host::model::Unit) -> bool {
+        u.file
+            .as_deref()
+            .is_some_and(crate::systemd::unit::is_managed)
+            || self
+                .d
+                .servers
+                .iter()
+                .any(|s| s.adopt && s.unit.key() == key)
+    }
+
+    /// Active units inside containers that stop are stopped first, gracefully: those the agent
+    /// wrote (header) or was let adopt. Any other unit is left to the container's own shutdown.
     pub(super) fn stop_units_in(
         &self,
         stop_containers: &BTreeMap<u32, String>,
@@ -69,7 +83,10 @@ impl Planner<'_> {
     ) {
         for vmid in stop_containers.keys() {
             for (key, u) in &self.h.units {
-                if key.starts_with(&format!("lxc-{vmid}/")) && u.is_active() {
+                if key.starts_with(&format!("lxc-{vmid}/"))
+                    && u.is_active()
+                    && self.may_touch(key, u)
+                {
                     if let Some(name) = key.split_once('/').map(|(_, n)| n.to_string()) {
                         let r = UnitRef {
                             location: Location::Container(*vmid),

@@ -70,7 +70,7 @@ pub fn server_unit(
     p2p_disabled: bool,
 ) -> Result<ServerUnit, UnitError> {
     let indices = cuda_indices(s, h, targets, host_driver, container_minors);
-    let spec = command::unit_spec(&s.id, &s.spec, &indices, p2p_disabled);
+    let spec = command::unit_spec(&s.id, &s.spec, &s.runtime, &indices, p2p_disabled);
     let file = unit::render(&spec)?;
     Ok(ServerUnit { spec, file })
 }
@@ -102,6 +102,16 @@ pub fn observed_server_unit(
 pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
     plan_removed_units(p);
     for s in &p.d.servers {
+        if let Some(file) = p.h.unit(&s.unit).and_then(|u| u.file.as_deref()) {
+            if !s.adopt && !unit::is_managed(file) {
+                p.block(
+                    format!("InferenceServer/{}", s.id),
+                    "UnitNotManaged",
+                    format!("{} was not written by gpuplane (no `{}` header); the agent never writes over, restarts or removes such a unit: rename the server's unit, or the slice's admin may adopt it (servers.adoptUnits)", s.unit, unit::HEADER),
+                );
+                continue;
+            }
+        }
         let Some(content) = unit_content(p, ctx, s) else {
             continue;
         };
@@ -110,7 +120,8 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
     }
 }
 
-/// Units of deleted servers go away (unless a live server uses the same unit).
+/// Units of deleted servers go away (unless a live server uses the same unit), but only
+/// units the agent wrote: a file with its header. Any other unit is left exactly as it is.
 fn plan_removed_units(p: &mut Planner<'_>) {
     let h = p.h;
     for u in &p.d.removed_units {
@@ -118,6 +129,9 @@ fn plan_removed_units(p: &mut Planner<'_>) {
             continue;
         }
         let Some(obs) = h.unit(u) else { continue };
+        if !obs.file.as_deref().is_some_and(unit::is_managed) {
+            continue;
+        }
         if obs.is_active() {
             p.push(
                 Step::StopUnit { unit: u.clone() },
@@ -417,8 +431,10 @@ fn place(s: &DesiredServer) -> String {
     }
 }
 
-/// A short description of how two rendered units differ: flags and environment changed, added, removed.
-fn describe_change(old: &str, new: &str) -> String {
+/// A short description of how two rendered units differ: flags and environment changed, added,
+/// removed. It goes into events and status, so an environment value (a token) is shown only
+/// for the agent's own variables (`CUDA_VISIBLE_DEVICES`, ...); any other reads `(value hidden)`.
+pub(super) fn describe_change(old: &str, new: &str) -> String {
     let pairs = |t: &str| -> Vec<(String, String)> {
         match unit::parse(t) {
             Ok(u) => {
@@ -440,9 +456,13 @@ fn describe_change(old: &str, new: &str) -> String {
     let mut parts = Vec::new();
     for (k, val) in &n {
         match get(&o, k) {
-            Some(old_val) if &old_val != val => parts.push(format!("{k} {old_val} -> {val}")),
+            Some(old_val) if &old_val != val && value_shown(k) => {
+                parts.push(format!("{k} {old_val} -> {val}"))
+            }
+            Some(old_val) if &old_val != val => parts.push(format!("{k} changed")),
             Some(_) => {}
-            None => parts.push(format!("added {k} {val}").trim_end().to_string()),
+            None if value_shown(k) => parts.push(format!("added {k} {val}").trim_end().to_string()),
+            None => parts.push(format!("added {k}")),
         }
     }
     for (k, _) in &o {
@@ -455,6 +475,13 @@ fn describe_change(old: &str, new: &str) -> String {
     } else {
         parts.join("; ")
     }
+}
+
+/// Whether the plan may show the value of `key` (`--flag` or `env NAME`): flags and the
+/// agent's own variables, never another variable's value.
+fn value_shown(key: &str) -> bool {
+    key.strip_prefix("env ")
+        .is_none_or(|name| command::MANAGED_ENV.contains(&name))
 }
 
 /// argv as (`--flag`, value) pairs; switches have an empty value, the interpreter is `python`.

@@ -414,3 +414,70 @@ fn drift_that_crashes_the_server_is_corrected() {
     assert!(st.containers[&129].gpu_mounts.minors.contains(&0));
     assert!(plan(&d, &st).is_empty());
 }
+
+/// Finding 3: a unit file the agent did not write (no header) is never written over,
+/// restarted or stopped unless the slice's admin adopted it; a deleted server's unit without
+/// the header is never stopped or removed.
+#[test]
+fn a_unit_the_agent_did_not_write_is_never_touched() {
+    let mut h = twin();
+    let mut d = desired(&mut h, &manifests());
+    let st = h.observe().unwrap();
+    // The twin's hand-written sglang-qwen is adopted by the reference slice.
+    assert!(d.servers[0].adopt);
+    assert!(plan(&d, &st).blockers.is_empty());
+    // Not adopted: blocked, and no step names the unit.
+    d.servers[0].adopt = false;
+    let p = plan(&d, &st);
+    assert!(
+        p.blockers.iter().any(|b| b.reason == "UnitNotManaged"),
+        "{:?}",
+        p.blockers
+    );
+    let unit = d.servers[0].unit.clone();
+    assert!(!p.steps.iter().any(|s| matches!(&s.step,
+        Step::WriteUnit { unit: u, .. } | Step::StopUnit { unit: u } | Step::RemoveUnit { unit: u } if *u == unit)));
+    // A deleted server's hand-written unit: left alone.
+    let removed = Desired {
+        servers: vec![],
+        removed_units: vec![unit.clone()],
+        ..d.clone()
+    };
+    let p = plan(&removed, &st);
+    assert!(
+        !p.steps.iter().any(|s| matches!(&s.step,
+        Step::StopUnit { unit: u } | Step::RemoveUnit { unit: u } if *u == unit)),
+        "{:?}",
+        kinds(&p)
+    );
+}
+
+/// Finding 8: env values (tokens) appeared in the step's why, and so in events and status.
+#[test]
+fn env_values_never_appear_in_a_plan() {
+    let unit = |env: &[(&str, &str)]| {
+        crate::systemd::unit::render(&crate::systemd::unit::UnitSpec {
+            exec_start: vec!["/p".into(), "--tp-size".into(), "4".into()],
+            environment: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let old = unit(&[("HF_TOKEN", "hf_old"), ("CUDA_VISIBLE_DEVICES", "0")]);
+    let new = unit(&[
+        ("HF_TOKEN", "hf_secret123"),
+        ("API_KEY", "k3y"),
+        ("CUDA_VISIBLE_DEVICES", "0,1"),
+    ]);
+    let text = servers::describe_change(&old, &new);
+    assert!(
+        text.contains("env HF_TOKEN changed") && text.contains("added env API_KEY"),
+        "{text}"
+    );
+    assert!(!text.contains("hf_") && !text.contains("k3y"), "{text}");
+    // The agent's own variables keep their values: they say what changed on the host.
+    assert!(text.contains("env CUDA_VISIBLE_DEVICES 0 -> 0,1"), "{text}");
+}

@@ -21,6 +21,7 @@ pub fn restore_desired(dp: &DesiredPartition) -> Desired {
         gpus: dp.slices.iter().flat_map(|s| s.gpus.clone()).collect(),
         driver: GpuDriver::Nvidia,
         consumer: None,
+        servers: None,
     }];
     for s in &dp.slices {
         if let Some(ResolvedConsumer::Lxc(v)) = &s.consumer {
@@ -29,6 +30,7 @@ pub fn restore_desired(dp: &DesiredPartition) -> Desired {
                 gpus: vec![],
                 driver: GpuDriver::Nvidia,
                 consumer: Some(ResolvedConsumer::Lxc(*v)),
+                servers: None,
             });
         }
     }

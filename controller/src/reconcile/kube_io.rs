@@ -72,8 +72,9 @@ pub(super) async fn publish(
         obj_ref.namespace = Some("default".into());
     }
     let obj_ref = &obj_ref;
-    let mut note = note;
-    note.truncate(1000);
+    // Untrusted text (crash logs, probe details, spec text) reaches notes: one line, capped on a
+    // character boundary (`String::truncate` panicked inside a multi-byte character).
+    let note = crate::text::sanitize(&note, crate::text::EVENT_NOTE_MAX);
     let ev = Event {
         type_,
         reason: reason.into(),

@@ -7,6 +7,7 @@
 //! A per-node Lease makes sure only one agent acts for a node.
 
 mod cleanup;
+mod guard;
 mod host_io;
 mod kube_io;
 mod lease;
@@ -180,7 +181,14 @@ pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), Str
             Some(ObjectRef::<GpuPartition>::new(&s.spec.partition_ref.name))
         })
         .shutdown_on_signal()
-        .run(partition::reconcile, error_policy, ctx.clone())
+        .run(
+            |p, ctx| async move {
+                let what = format!("GpuPartition/{}", p.metadata.name.as_deref().unwrap_or(""));
+                guard::catch_panic(&what, partition::reconcile(p, ctx)).await
+            },
+            error_policy,
+            ctx.clone(),
+        )
         .for_each(|res| {
             let ctx = ctx.clone();
             async move {

@@ -20,8 +20,8 @@ use super::status::{invalid, merge, patch_partition, patch_server, waiting_for_p
 use super::{Ctx, Error, FINALIZER};
 use crate::converge::{Report, Stop};
 use crate::desired::{
-    check_servers_together, resolve_partition, resolve_server, Desired, DesiredPartition,
-    DesiredServer, SpecError,
+    check_servers_together, in_claim_order, resolve_partition, resolve_server, Desired,
+    DesiredPartition, DesiredServer, SpecError,
 };
 use crate::host::model::{HostState, UnitRef};
 use crate::step::Step;
@@ -146,7 +146,8 @@ fn resolve<'a>(
 ) -> Resolved<'a> {
     let mut valid: Vec<(DesiredServer, &InferenceServer)> = vec![];
     let mut invalid: Vec<(&InferenceServer, Vec<String>)> = vec![];
-    for s in servers {
+    // The oldest claim first: in a conflict the server already running keeps what it has.
+    for s in in_claim_order(servers) {
         match resolve_server(s, &dp) {
             Ok(d) => valid.push((d, s)),
             Err(errs) => invalid.push((s, field_messages(&errs))),

@@ -122,6 +122,18 @@ pub fn argv_with_fields(
     a
 }
 
+/// What the slice's admin decides about how a server runs (`GpuPartition` slice `servers`),
+/// and where: the parts of the unit a tenant cannot choose.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Runtime {
+    /// `User=`; `None` leaves systemd's default (root).
+    pub user: Option<String>,
+    /// The admin's environment, written before the tenant's.
+    pub env: Vec<(String, String)>,
+    /// The unit runs on the host itself (more sandboxing: see [`super::sandbox`]).
+    pub on_host: bool,
+}
+
 /// The environment, in order: CUDA device selection, the P2P switch, then the user's env.
 ///
 /// `CUDA_DEVICE_ORDER=PCI_BUS_ID` makes CUDA number devices by PCI address, the order
@@ -147,27 +159,35 @@ pub fn env(
     e
 }
 
-/// The unit for `spec`, run by `id` (`namespace/name`, shown in the description).
+/// The unit for `spec`, run by `id` (`namespace/name`, shown in the description), as the
+/// admin's `rt` says: its user, its environment (between the agent's and the tenant's), and
+/// the sandboxing for where the unit runs.
 pub fn unit_spec(
     id: &str,
     spec: &InferenceServerSpec,
+    rt: &Runtime,
     cuda_indices: &[u32],
     p2p_disabled: bool,
 ) -> UnitSpec {
+    let mut environment = env(spec, cuda_indices, p2p_disabled);
+    let tenant = environment.split_off(environment.len() - spec.env.len());
+    environment.extend(rt.env.iter().cloned());
+    environment.extend(tenant);
     UnitSpec {
         description: format!(
             "SGLang server {} (gpuplane InferenceServer {id})",
             spec.model.served_name
         ),
         exec_start: argv(spec, p2p_disabled),
-        environment: env(spec, cuda_indices, p2p_disabled),
+        environment,
         working_directory: None,
-        user: None,
+        user: rt.user.clone(),
         // The agent decides about restarts: a crash must stay visible as `failed`.
         restart: Some("no".into()),
         timeout_start_sec: None,
         after: vec!["network-online.target".into()],
         wanted_by: vec!["multi-user.target".into()],
+        sandbox: super::sandbox::options(rt.on_host),
     }
 }
 

@@ -7,6 +7,7 @@ pub mod command;
 pub mod flags;
 pub mod log;
 pub mod phase;
+pub mod sandbox;
 pub mod speculative;
 
 pub use phase::StartupPhase;

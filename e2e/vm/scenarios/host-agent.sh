@@ -20,6 +20,7 @@ spec:
     - name: host
       gpus: $2
       driver: nvidia
+      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, adoptUnits: [sglang-e2e]}
     - name: vm
       gpus: $3
       driver: $4

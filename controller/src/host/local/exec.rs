@@ -7,7 +7,8 @@
 //! an uninterruptible kernel wait cannot be killed); the error says so.
 
 use super::error::LocalError;
-use std::io::Read;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -27,14 +28,50 @@ impl CmdOutput {
     }
 }
 
-/// Runs `argv` (no shell) with a deadline; the child is killed when it passes.
+/// Most bytes kept of each of a command's stdout and stderr (the rest is read and dropped, so
+/// the child never blocks on a full pipe). The container's own binaries answer `pct exec`.
+pub const OUTPUT_MAX: usize = 1024 * 1024;
+
+/// The only environment a child gets: the agent's own (tokens, kubeconfig paths, proxies) is
+/// not passed on, also not through `pct exec` into containers.
+const CHILD_ENV: &[(&str, &str)] = &[
+    (
+        "PATH",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    ),
+    ("LANG", "C.UTF-8"),
+];
+
+/// Runs `argv` (no shell) with a deadline; see [`run_with_input`].
 pub fn run(argv: &[String], deadline: Duration) -> Result<CmdOutput, LocalError> {
+    run_with_input(argv, None, deadline)
+}
+
+/// Runs `argv` (no shell) with `input` on its stdin (or none) and a deadline.
+///
+/// # Guarantees
+/// * The child runs in its own process group with only [`CHILD_ENV`]; at the deadline the whole
+///   group is killed (`SIGKILL`), so grandchildren (`pct exec` → `lxc-attach` → the command)
+///   do not outlive it.
+/// * At most [`OUTPUT_MAX`] bytes of each stream are kept; the text is lossy UTF-8.
+pub fn run_with_input(
+    argv: &[String],
+    input: Option<&[u8]>,
+    deadline: Duration,
+) -> Result<CmdOutput, LocalError> {
     let Some((prog, args)) = argv.split_first() else {
         return Err(LocalError::EmptyCommand);
     };
     let mut child = Command::new(prog)
         .args(args)
-        .stdin(Stdio::null())
+        .env_clear()
+        .envs(CHILD_ENV.iter().copied())
+        .process_group(0)
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -42,29 +79,20 @@ pub fn run(argv: &[String], deadline: Duration) -> Result<CmdOutput, LocalError>
             program: prog.clone(),
             source,
         })?;
-    let mut out = child.stdout.take();
-    let mut err = child.stderr.take();
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        if let Some(o) = out.as_mut() {
-            let _ = o.read_to_string(&mut s);
-        }
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        if let Some(e) = err.as_mut() {
-            let _ = e.read_to_string(&mut s);
-        }
-        s
-    });
+    if let (Some(data), Some(mut stdin)) = (input.map(<[u8]>::to_vec), child.stdin.take()) {
+        // On its own thread: a child that does not read must not block us past the deadline.
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&data);
+        });
+    }
+    let t_out = reader(child.stdout.take());
+    let t_err = reader(child.stderr.take());
     let start = Instant::now();
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break s,
             Ok(None) if start.elapsed() > deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
+                kill_group(&mut child);
                 return Err(LocalError::Killed {
                     command: argv.join(" "),
                     seconds: deadline.as_secs(),
@@ -72,10 +100,11 @@ pub fn run(argv: &[String], deadline: Duration) -> Result<CmdOutput, LocalError>
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => {
+                kill_group(&mut child);
                 return Err(LocalError::failed(
                     format!("waiting for {prog}"),
                     &e.to_string(),
-                ))
+                ));
             }
         }
     };
@@ -83,6 +112,40 @@ pub fn run(argv: &[String], deadline: Duration) -> Result<CmdOutput, LocalError>
         code: status.code(),
         stdout: t_out.join().unwrap_or_default(),
         stderr: t_err.join().unwrap_or_default(),
+    })
+}
+
+/// Kills the child's whole process group, then reaps the child.
+fn kill_group(child: &mut std::process::Child) {
+    if let Ok(pgid) = i32::try_from(child.id()) {
+        // SAFETY: kill(2) with a negative pid signals the process group we created for the
+        // child (process_group(0) makes its pid the group id); no memory is touched.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Reads a stream to its end on a thread, keeping at most [`OUTPUT_MAX`] bytes.
+fn reader<R: Read + Send + 'static>(stream: Option<R>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let Some(mut r) = stream else {
+            return String::new();
+        };
+        let mut buf = [0u8; 8192];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let room = OUTPUT_MAX.saturating_sub(kept.len());
+                    kept.extend_from_slice(&buf[..n.min(room)]);
+                }
+            }
+        }
+        String::from_utf8_lossy(&kept).into_owned()
     })
 }
 

@@ -22,6 +22,7 @@ pub mod pci;
 mod probe;
 mod pve;
 mod server;
+pub mod staging;
 mod systemd;
 
 use super::model::*;

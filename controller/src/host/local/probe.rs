@@ -1,8 +1,9 @@
 //! Running the P2P correctness probe and caching its result.
 //!
 //! The probe (`controller/src/p2p/probe.py`, shipped inside the binary) copies random data
-//! between every GPU pair and compares it; it runs with the server's own interpreter where the
-//! server runs (the host, or the container through `pct push` + `pct exec`). The result is
+//! between every GPU pair and compares it; it runs with the server's own interpreter (one the
+//! slice's admin allowed) where the server runs (the host, or the container through
+//! `pct exec`), read from stdin. The result is
 //! cached in `<state_dir>/p2p-cache.json`, keyed by the GPUs' bindings and the IOMMU state, so a
 //! change to either invalidates it.
 
@@ -77,33 +78,34 @@ impl LocalHost {
             .map(u32::to_string)
             .collect::<Vec<_>>()
             .join(",");
-        let local =
-            std::env::temp_dir().join(format!("gpuplane-p2p-probe-{}.py", std::process::id()));
-        std::fs::write(&local, PROBE_PY).map_err(|e| LocalError::io("cannot write", &local, e))?;
-        let local_s = local.to_string_lossy().into_owned();
-        let script = match loc {
-            Location::Host => local_s.clone(),
+        // The script goes in through stdin (`python -`): no file in a shared or world-writable
+        // place that another user of the host or the container could replace before it runs.
+        let env_visible = format!("CUDA_VISIBLE_DEVICES={visible}");
+        let argv: Vec<String> = [
+            "env",
+            "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+            &env_visible,
+            python,
+            "-",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let argv = match loc {
+            Location::Host => argv,
             Location::Container(v) => {
-                let dest = "/tmp/gpuplane-p2p-probe.py";
-                let o = self.cmd(&[&self.tools.pct, "push", &v.to_string(), &local_s, dest])?;
-                if !o.ok() {
-                    return Err(LocalError::failed("pct push", &o.stderr));
-                }
-                dest.to_string()
+                let mut a = vec![
+                    self.tools.pct.clone(),
+                    "exec".into(),
+                    v.to_string(),
+                    "--".into(),
+                ];
+                a.extend(argv);
+                a
             }
         };
-        let env_visible = format!("CUDA_VISIBLE_DEVICES={visible}");
-        let out = self.at(
-            loc,
-            &[
-                "env",
-                "CUDA_DEVICE_ORDER=PCI_BUS_ID",
-                &env_visible,
-                python,
-                &script,
-            ],
-        );
-        let _ = std::fs::remove_file(&local);
+        let out =
+            super::exec::run_with_input(&argv, Some(PROBE_PY.as_bytes()), self.command_timeout);
         let out = out?;
         let failing = failing_pairs(&out.stdout, gpus)
             .map_err(|e| LocalError::Probe(format!("{e}; stderr: {}", out.stderr.trim())))?;

@@ -74,7 +74,12 @@ fn userspace_version(h: &LocalHost, vmid: u32) -> Option<String> {
     o.stdout
         .lines()
         .filter_map(|l| l.strip_prefix("libnvidia-ml.so."))
-        .find(|v| v.matches('.').count() >= 1)
+        // The container's file names are the tenant's text: a version is digits and dots only.
+        .find(|v| {
+            v.matches('.').count() >= 1
+                && v.len() <= 32
+                && v.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        })
         .map(str::to_string)
 }
 

@@ -11,6 +11,8 @@ use crate::host::model::{Location, Unit, UnitRef};
 
 const UNIT_DIR: &str = "/etc/systemd/system";
 const STATE_DIR: &str = "/var/lib/gpuplane/units";
+/// Longest journal line kept from a server's log (bytes); the rest is cut on a character boundary.
+pub const LOG_LINE_MAX: usize = 512;
 
 impl LocalHost {
     /// Runs a command at a location: directly on the host, or through `pct exec`.
@@ -64,10 +66,11 @@ impl LocalHost {
             r.location,
             &[
                 "show",
-                &r.name,
                 "--timestamp=unix",
                 "-p",
                 "ActiveState,SubState,NeedDaemonReload,ExecMainStatus,ExecMainStartTimestamp,Result",
+                "--",
+                &r.name,
             ],
         );
         let Ok(props) = props else { return u };
@@ -95,7 +98,7 @@ impl LocalHost {
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map(|d| d.as_secs() as i64),
             Location::Container(_) => self
-                .at(r.location, &["stat", "-c", "%Y", &path])
+                .at(r.location, &["stat", "-c", "%Y", "--", &path])
                 .ok()
                 .and_then(|o| o.stdout.trim().parse().ok()),
         };
@@ -106,8 +109,7 @@ impl LocalHost {
             r.location,
             &[
                 &self.tools.journalctl,
-                "-u",
-                &r.name,
+                &format!("--unit={}", r.name),
                 "-n",
                 "30",
                 "-o",
@@ -115,7 +117,12 @@ impl LocalHost {
                 "--no-pager",
             ],
         ) {
-            u.log_tail = o.stdout.lines().map(str::to_string).collect();
+            // The server's own output: one line each, capped, at most 30 lines.
+            let lines: Vec<&str> = o.stdout.lines().collect();
+            u.log_tail = lines[lines.len().saturating_sub(30)..]
+                .iter()
+                .map(|l| crate::text::sanitize(l, LOG_LINE_MAX))
+                .collect();
         }
         u
     }
@@ -131,7 +138,7 @@ impl LocalHost {
         match loc {
             Location::Host => self.root.read(path),
             Location::Container(_) => self
-                .at(loc, &["cat", path])
+                .at(loc, &["cat", "--", path])
                 .ok()
                 .filter(|o| o.ok())
                 .map(|o| o.stdout),
@@ -160,13 +167,10 @@ impl LocalHost {
                     &["mkdir", "-p", STATE_DIR],
                     format!("mkdir in container {v}"),
                 )?;
-                let tmp = tempfile_path(&format!("{}.{kind}", r.name));
-                std::fs::write(&tmp, content)
-                    .map_err(|e| LocalError::io("cannot write", &tmp, e))?;
+                let tmp =
+                    super::staging::Staging::open(&self.state_dir)?.file(content.as_bytes())?;
                 let tmp_s = tmp.to_string_lossy().into_owned();
-                let o = self.cmd(&[&self.tools.pct, "push", &v.to_string(), &tmp_s, &path]);
-                let _ = std::fs::remove_file(&tmp);
-                let o = o?;
+                let o = self.cmd(&[&self.tools.pct, "push", &v.to_string(), &tmp_s, &path])?;
                 if !o.ok() || !o.stderr.trim().is_empty() {
                     return Err(LocalError::failed("pct push", &o.stderr));
                 }
@@ -180,9 +184,8 @@ impl LocalHost {
         match r.location {
             Location::Host => super::files::write_atomic(&self.root.path(&path), content),
             Location::Container(v) => {
-                let tmp = tempfile_path(&r.name);
-                std::fs::write(&tmp, content)
-                    .map_err(|e| LocalError::io("cannot write", &tmp, e))?;
+                let tmp =
+                    super::staging::Staging::open(&self.state_dir)?.file(content.as_bytes())?;
                 let staged = format!("{path}.gpuplane-new");
                 let vmid = v.to_string();
                 let tmp_s = tmp.to_string_lossy().into_owned();
@@ -195,14 +198,14 @@ impl LocalHost {
                     "--perms",
                     "0644",
                 ]);
-                let _ = std::fs::remove_file(&tmp);
+                drop(tmp);
                 let o = pushed?;
                 if !o.ok() || !o.stderr.trim().is_empty() {
                     return Err(LocalError::failed("pct push", &o.stderr));
                 }
                 self.at_ok(
                     r.location,
-                    &["mv", "-f", &staged, &path],
+                    &["mv", "-f", "--", &staged, &path],
                     format!("mv in container {v}"),
                 )?;
                 Ok(())
@@ -210,8 +213,24 @@ impl LocalHost {
         }
     }
 
-    /// Removes the unit file and the agent's records of it, then reloads systemd.
+    /// Refuses to change unit `r` when its file exists and was not written by gpuplane (no
+    /// [`HEADER`](crate::systemd::unit::HEADER)) and the agent has no record of it: the planner
+    /// never asks for that; this holds even if a caller does.
+    fn ours_or_absent(&self, r: &UnitRef) -> Result<(), LocalError> {
+        let path = format!("{UNIT_DIR}/{}", r.name);
+        match self.read_at(r.location, &path) {
+            Some(text) if !crate::systemd::unit::is_managed(&text) => Err(LocalError::failed(
+                format!("removing {r}"),
+                "the unit file was not written by gpuplane (no managed header); it is left as it is",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Removes the unit file and the agent's records of it, then reloads systemd; never a unit
+    /// file the agent did not write.
     pub(super) fn remove_unit(&self, r: &UnitRef) -> Result<(), LocalError> {
+        self.ours_or_absent(r)?;
         let paths = [
             format!("{UNIT_DIR}/{}", r.name),
             format!("{STATE_DIR}/{}.ready", r.name),
@@ -228,7 +247,7 @@ impl LocalHost {
                 Location::Container(v) => {
                     self.at_ok(
                         r.location,
-                        &["rm", "-f", p],
+                        &["rm", "-f", "--", p],
                         format!("rm {p} in container {v}"),
                     )?;
                 }
@@ -238,14 +257,11 @@ impl LocalHost {
     }
 
     pub(super) fn unit_action(&self, r: &UnitRef, action: &str) -> Result<(), LocalError> {
-        self.systemctl(r.location, &[action, &r.name]).map(|_| ())
+        self.systemctl(r.location, &[action, "--", &r.name])
+            .map(|_| ())
     }
 
     pub(super) fn daemon_reload(&self, loc: Location) -> Result<(), LocalError> {
         self.systemctl(loc, &["daemon-reload"]).map(|_| ())
     }
-}
-
-fn tempfile_path(name: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("gpuplane-{}-{name}", std::process::id()))
 }

@@ -357,3 +357,84 @@ fn observes_the_captured_h200_host() {
     );
     assert!(st.containers.is_empty(), "not a Proxmox host");
 }
+
+/// A `pct` stand-in that logs `exec` and `push`, keeps what `exec ... -` reads on stdin and
+/// answers it with a passing P2P result.
+fn recording_pct(t: &tempfile::TempDir) {
+    let p = t.path().join("bin/pct");
+    std::fs::write(
+        &p,
+        "#!/bin/sh\nd=\"$(dirname \"$0\")\"\ncase \"$1\" in\n status) echo 'status: running'; exit 0;;\n \
+         exec) echo \"$@\" >> \"$d/exec.log\"; case \"$*\" in *' -') cat > \"$d/stdin.txt\"; echo '{\"pairs\": []}';; esac; exit 0;;\n \
+         push) echo \"$3\" >> \"$d/push.src\"; cp \"$3\" \"$d/pushed.copy\"; exit 0;;\nesac\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+}
+
+/// Finding 6: the probe was pushed to a fixed, world-writable path in the container and the
+/// unit was staged under a predictable /tmp name; now the probe goes through stdin and files
+/// are staged in the agent's private directory, gone after the push.
+#[test]
+fn probe_through_stdin_and_private_staging() {
+    let t = fake_root();
+    recording_pct(&t);
+    let mut h = host(&t);
+    let gpus = vec!["0000:01:00.0".to_string(), "0000:02:00.0".to_string()];
+    let r = h.step(&Step::ProbeP2p {
+        location: Location::Container(129),
+        python: "/root/ml-env/bin/python3".into(),
+        gpus,
+        cuda_indices: vec![0, 1],
+    });
+    assert!(r.is_ok(), "{r:?}");
+    let bin = t.path().join("bin");
+    assert_eq!(
+        std::fs::read_to_string(bin.join("stdin.txt")).unwrap(),
+        probe::PROBE_PY
+    );
+    let exec = std::fs::read_to_string(bin.join("exec.log")).unwrap();
+    assert!(exec.contains("/root/ml-env/bin/python3 -"), "{exec}");
+    assert!(!exec.contains("/tmp/"), "{exec}");
+    let unit = UnitRef {
+        location: Location::Container(129),
+        name: "gpuplane-x.service".into(),
+    };
+    h.step(&Step::WriteUnit {
+        unit,
+        content: "# Managed by gpuplane; local edits are overwritten.\n".into(),
+    })
+    .unwrap();
+    let src = std::fs::read_to_string(bin.join("push.src")).unwrap();
+    let staging = t.path().join("var/lib/gpuplane/staging");
+    assert!(src.trim().starts_with(staging.to_str().unwrap()), "{src}");
+    assert!(
+        !std::path::Path::new(src.trim()).exists(),
+        "staged file removed"
+    );
+    assert!(std::fs::read_to_string(bin.join("pushed.copy"))
+        .unwrap()
+        .starts_with("# Managed"));
+}
+
+/// Finding 3: the agent removed any unit file it was asked to; one it did not write stays.
+#[test]
+fn a_unit_file_the_agent_did_not_write_is_never_removed() {
+    let t = fake_root();
+    let mut h = host(&t);
+    h.tools.systemctl = "true".into();
+    let dir = t.path().join("etc/systemd/system");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("ssh.service"),
+        "[Service]\nExecStart=/usr/sbin/sshd\n",
+    )
+    .unwrap();
+    let unit = UnitRef {
+        location: Location::Host,
+        name: "ssh.service".into(),
+    };
+    let e = h.step(&Step::RemoveUnit { unit }).unwrap_err();
+    assert!(e.to_string().contains("not written by gpuplane"), "{e}");
+    assert!(dir.join("ssh.service").exists());
+}

@@ -70,6 +70,11 @@ pub use render::render;
 /// First line of every rendered unit.
 pub const HEADER: &str = "# Managed by gpuplane; local edits are overwritten.";
 
+/// Whether unit file `text` was written by gpuplane: its first line is [`HEADER`].
+pub fn is_managed(text: &str) -> bool {
+    text.lines().next() == Some(HEADER)
+}
+
 /// systemd's `LONG_LINE_MAX`: longer (logical) lines make the unit unloadable.
 const LONG_LINE_MAX: usize = 1024 * 1024;
 
@@ -126,6 +131,10 @@ pub struct UnitSpec {
     pub after: Vec<String>,
     /// Unit names for `WantedBy=` (e.g. `multi-user.target`), validated.
     pub wanted_by: Vec<String>,
+    /// Sandboxing settings of `[Service]` (`NoNewPrivileges`, `yes`), rendered after
+    /// `ExecStart=` in this order: keys ASCII letters only, values plain (see the module docs).
+    #[serde(default)]
+    pub sandbox: Vec<(String, String)>,
 }
 
 /// The subset of a unit file that [`parse()`] understands.

@@ -238,6 +238,17 @@ pub fn render(spec: &UnitSpec) -> Result<String, UnitError> {
         }
         push_line(&mut out, "TimeoutStartSec", &t.to_string())?;
     }
+    for (key, value) in &spec.sandbox {
+        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphabetic()) {
+            return Err(UnitError::InvalidValue {
+                field: "sandbox".into(),
+                value: key.clone(),
+                reason: "a setting name is ASCII letters only".into(),
+            });
+        }
+        let v = render_plain(&format!("sandbox[{key}]"), value)?;
+        push_line(&mut out, key, &v)?;
+    }
 
     if !spec.wanted_by.is_empty() {
         let wanted = render_unit_names("wanted_by", &spec.wanted_by)?;

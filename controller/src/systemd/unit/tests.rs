@@ -178,6 +178,7 @@ fn full_render_is_deterministic() {
         timeout_start_sec: Some(600),
         after: vec!["network-online.target".into()],
         wanted_by: vec!["multi-user.target".into()],
+        sandbox: vec![("NoNewPrivileges".into(), "yes".into())],
     };
     let expected = "\
 # Managed by gpuplane; local edits are overwritten.
@@ -193,6 +194,7 @@ Environment=\"HF_HOME=/var/cache/hf $x\"
 ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path \"/models/Qwen 7B\"
 Restart=on-failure
 TimeoutStartSec=600
+NoNewPrivileges=yes
 
 [Install]
 WantedBy=multi-user.target
@@ -683,4 +685,19 @@ fn systemd_analyze_verify_hostile_unit() {
             "{k}: {all}"
         );
     }
+}
+
+/// Sandboxing keys are letters only and values plain: no spec text can add a line.
+#[test]
+fn sandbox_settings_cannot_smuggle_lines() {
+    let mut s = UnitSpec {
+        exec_start: vec![PY.into()],
+        ..UnitSpec::default()
+    };
+    s.sandbox = vec![("ProtectSystem\nExecStartPre".into(), "x".into())];
+    assert!(render(&s).is_err());
+    s.sandbox = vec![("ProtectSystem".into(), "full\nExecStartPre=/bin/sh".into())];
+    assert!(render(&s).is_err());
+    s.sandbox = vec![("ProtectSystem".into(), "full".into())];
+    assert!(render(&s).unwrap().contains("\nProtectSystem=full\n"));
 }

@@ -111,3 +111,48 @@ fn a_server_without_its_partition_still_gets_its_own_checks() {
         "{r}"
     );
 }
+
+/// Finding 2 at the door: a tenant's server in a namespace the slice does not list, or with
+/// `Host` placement, an interpreter or an environment the admin did not allow, is refused by
+/// `kubectl apply` with the field and the reason.
+#[test]
+fn a_tenant_asking_beyond_its_slice_is_denied() {
+    type Edit = fn(&mut InferenceServer);
+    let cases: [(&str, Edit); 4] = [
+        (
+            "metadata.namespace: namespace \"tenant-b\" may not use slice",
+            |s| s.metadata.namespace = Some("tenant-b".into()),
+        ),
+        ("spec.python: \"/bin/sh\" is not an interpreter", |s| {
+            s.spec.python = "/bin/sh".into()
+        }),
+        (
+            "spec.env[3].name: BROWSER may not be set by a server",
+            |s| {
+                s.spec.env.push(gpuplane_crds::EnvVar {
+                    name: "BROWSER".into(),
+                    value: "/bin/sh -c id".into(),
+                })
+            },
+        ),
+        (
+            "spec.unit.name: ssh.service is outside the agent's unit names",
+            |s| s.spec.unit.name = "ssh".into(),
+        ),
+    ];
+    for (want, edit) in cases {
+        let mut s = manifests().servers[0].clone();
+        s.metadata.name = Some("intruder".into());
+        edit(&mut s);
+        let mut req = request(
+            "InferenceServer",
+            "CREATE",
+            serde_json::to_value(&s).unwrap(),
+        );
+        req["request"]["namespace"] = json!(s.metadata.namespace.clone().unwrap());
+        let r = review(&req, &cluster());
+        assert_eq!(r["response"]["allowed"], false, "{want}: {r}");
+        let m = r["response"]["status"]["message"].as_str().unwrap();
+        assert!(m.contains(want), "{want}: {m}");
+    }
+}

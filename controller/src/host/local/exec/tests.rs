@@ -32,3 +32,48 @@ fn a_blocking_write_becomes_an_error() {
     let e = sysfs_write(&fifo, "0000:01:00.0", Duration::from_millis(300)).unwrap_err();
     assert!(e.to_string().contains("blocked for more than"), "{e}");
 }
+
+/// Finding 4: a timeout killed only the direct child; a grandchild holding the pipes kept the
+/// agent waiting (and ran on).
+#[test]
+fn the_deadline_kills_the_whole_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("grandchild-ran");
+    let script = format!("(sleep 1; touch {}) & sleep 5", mark.display());
+    let t = Instant::now();
+    let e = run(
+        &["sh".into(), "-c".into(), script],
+        Duration::from_millis(200),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("did not finish"), "{e}");
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "waited for the grandchild"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!mark.exists(), "the grandchild outlived the deadline");
+}
+
+/// Finding 4: output of the container's own binaries was unbounded.
+#[test]
+fn output_is_bounded() {
+    let o = run(
+        &["sh".into(), "-c".into(), "head -c 5000000 /dev/zero".into()],
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    assert_eq!(o.code, Some(0));
+    assert_eq!(o.stdout.len(), OUTPUT_MAX);
+}
+
+/// Finding 8: children inherited the agent's whole environment.
+#[test]
+fn children_get_only_a_minimal_environment() {
+    std::env::set_var("GPUPLANE_TEST_SECRET", "s3cret");
+    let o = run(&["env".into()], Duration::from_secs(5)).unwrap();
+    assert!(!o.stdout.contains("s3cret"), "{}", o.stdout);
+    assert!(o.stdout.contains("PATH=/usr/local/sbin:"), "{}", o.stdout);
+    let o = run_with_input(&["cat".into()], Some(b"from stdin"), Duration::from_secs(5)).unwrap();
+    assert_eq!(o.stdout, "from stdin");
+}
