@@ -208,6 +208,8 @@ async fn report_invalid_partition(
         last_applied_plan: old.last_applied_plan,
     };
     patch_partition(&api, &name, &st).await?;
+    ctx.metrics
+        .set_conditions("GpuPartition", "", &name, &st.conditions);
     publish(
         ctx,
         &p.object_ref(&()),
@@ -230,6 +232,7 @@ async fn report_invalid_partition(
             ..old
         };
         patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
+        record_server_conditions(ctx, s, &st.conditions);
     }
     ctx.metrics.errors.with_label_values(&["InvalidSpec"]).inc();
     Ok(Action::await_change())
@@ -253,6 +256,11 @@ async fn release_deleted(
             continue;
         }
         release_server(ctx, s).await?;
+        ctx.metrics.forget(
+            "InferenceServer",
+            &s.namespace().unwrap_or_default(),
+            &s.name_any(),
+        );
         publish(
             ctx,
             &s.object_ref(&()),
@@ -307,6 +315,8 @@ async fn write_status(
         },
     };
     patch_partition(&Api::all(ctx.client.clone()), &name, &st).await?;
+    ctx.metrics
+        .set_conditions("GpuPartition", "", &name, &st.conditions);
 
     let mut ready = 0i64;
     for (d, s) in &r.valid {
@@ -319,6 +329,7 @@ async fn write_status(
         }
         let st = server_status(d, s, &sc.conditions, &host);
         patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
+        record_server_conditions(ctx, s, &st.conditions);
     }
     for (s, msgs) in &r.invalid {
         write_invalid_server(ctx, s, msgs).await?;
@@ -368,6 +379,7 @@ async fn write_invalid_server(
         ..old
     };
     patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
+    record_server_conditions(ctx, s, &st.conditions);
     if ready_reason(s).as_deref() != Some("InvalidSpec") {
         publish(
             ctx,
@@ -497,6 +509,7 @@ fn record_metrics(ctx: &Ctx, r: &Resolved<'_>, report: &Report, ready: i64, was_
         m.host_writes.with_label_values(&[kind]).inc_by(*n);
     }
     m.gpus.reset();
+    m.gpu_owner.reset();
     let empty = HostState::default();
     let host = report.final_host.as_ref().unwrap_or(&empty);
     for s in &r.desired.partition.slices {
@@ -505,6 +518,10 @@ fn record_metrics(ctx: &Ctx, r: &Resolved<'_>, report: &Report, ready: i64, was_
             m.gpus
                 .with_label_values(&[s.name.as_str(), driver.as_str()])
                 .inc();
+            let bus_id = super::metrics::dcgm_bus_id(g);
+            m.gpu_owner
+                .with_label_values(&[&ctx.opts.node, &bus_id, &s.name, &driver])
+                .set(1);
         }
     }
     m.servers_ready.set(ready);
@@ -555,6 +572,16 @@ fn nothing_asked_since_ready(p: &GpuPartition, r: &Resolved<'_>) -> bool {
                 .as_ref()
                 .is_some_and(|st| st.observed_generation == s.metadata.generation)
         })
+}
+
+/// Shows a server's conditions in `gpuplane_resource_condition`.
+fn record_server_conditions(ctx: &Ctx, s: &InferenceServer, conditions: &[Condition]) {
+    ctx.metrics.set_conditions(
+        "InferenceServer",
+        &s.namespace().unwrap_or_default(),
+        &s.name_any(),
+        conditions,
+    );
 }
 
 fn server_api(ctx: &Ctx, s: &InferenceServer) -> Api<InferenceServer> {
