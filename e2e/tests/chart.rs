@@ -90,6 +90,8 @@ fn check_templates(chart: &Path) -> BTreeMap<String, Yaml> {
         // both the Secret and the caBundle); they are keyed `webhook/<Kind>`.
         let prefix = if name.starts_with("webhook") {
             "webhook/"
+        } else if name.starts_with("monitoring") {
+            "monitoring/"
         } else {
             ""
         };

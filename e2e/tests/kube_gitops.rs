@@ -19,6 +19,7 @@ use gpuplane_e2e::agent::{Agent, AgentOpts};
 use gpuplane_e2e::kpro6::{NODE, SERVER};
 use gpuplane_e2e::kube::{cond3, ready_for_generation, Cluster};
 use gpuplane_e2e::paths::repo_root;
+use gpuplane_e2e::prometheus::{promtool_check_metrics, Prometheus};
 use gpuplane_e2e::sim_host::edit_host;
 use gpuplane_e2e::wait::wait_for;
 use serde_json::Value as Json;
@@ -70,6 +71,62 @@ fn wait_condition(what: &str, get: impl Fn() -> Json, ty: &str, status: &str) ->
     })
 }
 
+/// A live scrape: `promtool check metrics` finds nothing, and the series users build on are there.
+fn check_metrics(a: &Agent) {
+    let scrape = a.metrics();
+    if let Err(e) = promtool_check_metrics(&scrape) {
+        panic!("promtool check metrics on a live scrape:\n{e}");
+    }
+    for series in [
+        r#"gpuplane_resource_condition{kind="GpuPartition",name="kpro6",namespace="",reason="Converged",status="True",type="Ready"} 1"#,
+        r#"gpuplane_resource_condition{kind="InferenceServer",name="qwen35-122b",namespace="default",reason="ServerReady",status="True",type="Ready"} 1"#,
+        r#"gpuplane_gpu_owner{driver="vfio-pci",node="kpro6",pci_bus_id="00000000:81:00.0",slice="confidential-vm"} 1"#,
+        "gpuplane_build_info{",
+        "process_resident_memory_bytes ",
+    ] {
+        assert!(
+            scrape.contains(series),
+            "no {series} in the scrape:\n{scrape}"
+        );
+    }
+    println!(
+        "promtool check metrics: clean on a live scrape ({} lines)",
+        scrape.lines().count()
+    );
+}
+
+/// Every panel of the chart's dashboard, queried on the real Prometheus, returns data.
+fn dashboard_queries_return_data(prom: &Prometheus) {
+    let path = repo_root().join("charts/gpuplane/files/dashboard.json");
+    let d: Json = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let panels = d["panels"].as_array().unwrap();
+    // Rates and increases need two samples of every series in their window.
+    std::thread::sleep(Duration::from_secs(3));
+    for p in panels {
+        for t in p["targets"].as_array().unwrap() {
+            let expr = t["expr"].as_str().unwrap();
+            let rows = wait_for(
+                &format!("data for panel {}", p["title"]),
+                Duration::from_secs(30),
+                || {
+                    let r = prom.query(expr)?;
+                    if r.is_empty() {
+                        Err(format!("{expr}: no data"))
+                    } else {
+                        Ok(r)
+                    }
+                },
+            );
+            println!(
+                "panel {:<48} {} series",
+                p["title"].as_str().unwrap(),
+                rows.len()
+            );
+        }
+    }
+    println!("{} panels, every query returned data", panels.len());
+}
+
 #[test]
 fn gitops_tools_read_the_agents_status_as_it_means() {
     let c = Cluster::start("gitops");
@@ -82,6 +139,8 @@ fn gitops_tools_read_the_agents_status_as_it_means() {
         h["behaviour"]["graphSeconds"] = Yaml::from(1_000_000u64);
     });
     let mut a = Agent::start(&c, "agent-a", AgentOpts::default());
+    // A real Prometheus scrapes the agent through every state below.
+    let prom = Prometheus::start(&c.cp.run.join("prometheus"), a.metrics_port());
     c.apply("examples/kpro6/partition.yaml");
     // The server must not stall while graphs are captured for a long time.
     let server = std::fs::read_to_string(repo_root().join("examples/kpro6/server.yaml"))
@@ -106,6 +165,8 @@ fn gitops_tools_read_the_agents_status_as_it_means() {
     c.wait_converged(Duration::from_secs(60));
     check("converged", &c.partition(), Kstatus::Current, "Healthy");
     check("converged", &c.server(), Kstatus::Current, "Healthy");
+    check_metrics(&a);
+    dashboard_queries_return_data(&prom);
 
     // Without an agent, spec edits stay unobserved and deletions wait on the finalizers.
     a.kill();
