@@ -30,6 +30,7 @@ pub mod cli;
 pub mod converge;
 pub mod desired;
 pub mod host;
+pub mod http;
 pub mod manifests;
 pub mod p2p;
 pub mod plan;

@@ -12,6 +12,12 @@ pub mod types {
     pub const PROGRESSING: &str = "Progressing";
     pub const DEGRADED: &str = "Degraded";
     pub const P2P_SAFE: &str = "P2PSafe";
+    /// kstatus's abnormal-true condition: `True` while work remains (steps left, a server
+    /// starting); kstatus reads it as InProgress.
+    pub const RECONCILING: &str = "Reconciling";
+    /// kstatus's abnormal-true condition: `True` when the agent cannot make progress without a
+    /// person or a spec change (a blocker, a terminal failure); kstatus reads it as Failed.
+    pub const STALLED: &str = "Stalled";
 }
 
 /// `True`, `False` or `Unknown`, as the Kubernetes API spells them.

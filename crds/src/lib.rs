@@ -6,6 +6,7 @@
 //! by the `crdgen` binary; a test fails when the committed YAML is stale.
 
 pub mod condition;
+pub mod kstatus;
 pub mod partition;
 pub mod server;
 

@@ -195,6 +195,11 @@ impl Agent {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// The port of its `/metrics`.
+    pub fn metrics_port(&self) -> u16 {
+        self.port
+    }
+
     /// SIGKILL (no chance to release the lease), once.
     pub fn kill(&mut self) {
         if !self.killed {

@@ -18,6 +18,7 @@ pub mod kube;
 pub mod manifests;
 pub mod net;
 pub mod paths;
+pub mod prometheus;
 pub mod scenario;
 pub mod sim_host;
 pub mod vm;

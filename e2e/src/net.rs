@@ -22,7 +22,7 @@ pub fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
         .map_err(|e| format!("connect 127.0.0.1:{port}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok();
-    // One write: the agent's small HTTP server answers after its first read.
+    // HTTP/1.0 without keep-alive: the server closes the connection after its answer.
     s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
         .map_err(|e| e.to_string())?;
     let mut resp = String::new();

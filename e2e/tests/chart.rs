@@ -99,6 +99,8 @@ fn check_templates(_chart: &Path) -> BTreeMap<String, Yaml> {
         let name = v["metadata"]["name"].as_str().unwrap_or_default();
         let prefix = if name.contains("-webhook") {
             "webhook/"
+        } else if name.starts_with("monitoring") {
+            "monitoring/"
         } else {
             ""
         };
@@ -250,6 +252,29 @@ fn check_daemonset(rendered: &BTreeMap<String, Yaml>) {
     );
 }
 
+/// The optional monitoring objects render (the API server would take them as YAML objects).
+fn check_monitoring_renders() {
+    let (ok, out, err) = run_helm(&[
+        "template",
+        "t",
+        "charts/gpuplane",
+        "--set",
+        "prometheusRule.enabled=true",
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--set",
+        "grafanaDashboard.enabled=true",
+    ]);
+    assert!(ok, "helm template with monitoring: {err}");
+    let kinds: Vec<String> = serde_yaml::Deserializer::from_str(&out)
+        .filter_map(|d| Yaml::deserialize(d).ok())
+        .filter_map(|v| v["kind"].as_str().map(str::to_string))
+        .collect();
+    for k in ["PrometheusRule", "ServiceMonitor", "ConfigMap"] {
+        assert!(kinds.iter().any(|x| x == k), "{k} not rendered: {kinds:?}");
+    }
+}
+
 /// Wrong values fail on the chart's schema, with the value's path.
 fn check_values_schema() {
     for (set, want) in [
@@ -271,5 +296,6 @@ fn chart_parses_and_its_rbac_equals_the_tested_rbac() {
     check_rbac(&root, &rendered);
     check_webhook(&chart, &rendered);
     check_values_schema();
+    check_monitoring_renders();
     check_daemonset(&rendered);
 }

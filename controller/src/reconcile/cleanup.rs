@@ -58,6 +58,8 @@ async fn release_servers(ctx: &Ctx, servers: &[InferenceServer]) -> Result<(), E
 pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let p_ref = p.object_ref(&());
     let name = p.name_any();
+    // The partition is going: its condition series go with it.
+    ctx.metrics.forget("GpuPartition", "", &name);
     let servers: Vec<InferenceServer> = servers_of(&ctx, &name)
         .await?
         .into_iter()

@@ -1,131 +1,238 @@
-//! Prometheus metrics and the `/metrics`, `/healthz`, `/readyz` endpoints.
+//! Prometheus metrics and the `/metrics`, `/healthz`, `/readyz` endpoints (hyper, through
+//! [`crate::http::server`]).
+//!
+//! Names users build on (dashboards, alerts in the chart):
+//! - `gpuplane_resource_condition{kind,namespace,name,type,status,reason}` = 1 for each
+//!   condition a resource has now (a changed status or reason replaces the series);
+//! - `gpuplane_gpu_owner{node,pci_bus_id,slice,driver}` = 1 per GPU of the partition, with
+//!   `pci_bus_id` spelt as DCGM/NVML spell it (`00000000:81:00.0`), so panels join
+//!   dcgm-exporter's `DCGM_FI_*{pci_bus_id=...}` series;
+//! - `gpuplane_build_info{version}` = 1; `process_*` of the agent process;
+//! - reconciles, their latency, errors per reason, host writes, drift corrected, lease held.
 
+use crate::http::server::{accept_loop, reply, serve_connection, Limits, Reply};
+use gpuplane_crds::condition::Condition;
+use hyper::{Method, Request, StatusCode};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Scrapes served at once, and how long one may take.
+const LIMITS: Limits = Limits {
+    max_connections: 16,
+    header_read: Duration::from_secs(5),
+    connection: Duration::from_secs(30),
+};
+
+/// Label values of one condition series: kind, namespace, name, type, status, reason.
+type ConditionLabels = [String; 6];
+/// A resource: kind, namespace, name.
+type ResourceKey = (String, String, String);
 
 /// The agent's metrics.
 #[derive(Clone)]
 pub struct Metrics {
     pub registry: Registry,
+    /// `process_*` (unprefixed, as every Prometheus client names them).
+    process: Registry,
     pub reconciles: IntCounterVec,
     pub reconcile_duration: HistogramVec,
     pub errors: IntCounterVec,
     pub host_writes: IntCounterVec,
     pub drifts_corrected: IntCounter,
     pub gpus: IntGaugeVec,
+    pub gpu_owner: IntGaugeVec,
     pub servers_ready: IntGauge,
     pub leader: IntGauge,
+    pub conditions: IntGaugeVec,
+    /// The condition series each resource has now, to remove them when they change.
+    shown: Arc<Mutex<BTreeMap<ResourceKey, Vec<ConditionLabels>>>>,
 }
 
 impl Metrics {
     pub fn new() -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new_custom(Some("gpuplane".into()), None)?;
-        let reconciles = IntCounterVec::new(
-            Opts::new("reconciles_total", "Reconciles by resource kind"),
-            &["kind"],
-        )?;
-        let reconcile_duration = HistogramVec::new(
-            HistogramOpts::new("reconcile_duration_seconds", "Time per reconcile")
-                .buckets(vec![0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0]),
-            &["kind"],
-        )?;
-        let errors = IntCounterVec::new(
-            Opts::new(
+        let counter = |n: &str, h: &str, l: &[&str]| IntCounterVec::new(Opts::new(n, h), l);
+        let gauge = |n: &str, h: &str, l: &[&str]| IntGaugeVec::new(Opts::new(n, h), l);
+        let m = Metrics {
+            process: process_registry()?,
+            reconciles: counter("reconciles_total", "Reconciles by resource kind", &["kind"])?,
+            reconcile_duration: HistogramVec::new(
+                HistogramOpts::new("reconcile_duration_seconds", "Time per reconcile")
+                    .buckets(vec![0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0]),
+                &["kind"],
+            )?,
+            errors: counter(
                 "reconcile_errors_total",
                 "Failed or blocked reconciles by reason",
-            ),
-            &["reason"],
-        )?;
-        let host_writes = IntCounterVec::new(
-            Opts::new("host_writes_total", "Host writes by step kind"),
-            &["kind"],
-        )?;
-        let drifts_corrected = IntCounter::new(
-            "drifts_corrected_total",
-            "Reconciles that changed a host that had been converged",
-        )?;
-        let gpus = IntGaugeVec::new(
-            Opts::new("gpus", "GPUs by owning slice and bound driver"),
-            &["owner", "driver"],
-        )?;
-        let servers_ready = IntGauge::new("servers_ready", "InferenceServers that are Ready")?;
-        let leader = IntGauge::new("leader", "1 while this agent holds its node's lease")?;
-        for c in [
-            Box::new(reconciles.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(reconcile_duration.clone()),
-            Box::new(errors.clone()),
-            Box::new(host_writes.clone()),
-            Box::new(drifts_corrected.clone()),
-            Box::new(gpus.clone()),
-            Box::new(servers_ready.clone()),
-            Box::new(leader.clone()),
-        ] {
-            registry.register(c)?;
-        }
-        Ok(Metrics {
+                &["reason"],
+            )?,
+            host_writes: counter("host_writes_total", "Host writes by step kind", &["kind"])?,
+            drifts_corrected: IntCounter::new(
+                "drifts_corrected_total",
+                "Reconciles that changed a host that had been converged",
+            )?,
+            gpus: gauge(
+                "gpus",
+                "GPUs by owning slice and bound driver",
+                &["owner", "driver"],
+            )?,
+            gpu_owner: gauge(
+                "gpu_owner",
+                "1 per GPU of the partition: its slice and bound driver, by DCGM's pci_bus_id",
+                &["node", "pci_bus_id", "slice", "driver"],
+            )?,
+            servers_ready: IntGauge::new("servers_ready", "InferenceServers that are Ready")?,
+            leader: IntGauge::new("leader", "1 while this agent holds its node's lease")?,
+            conditions: gauge(
+                "resource_condition",
+                "1 for each status condition a resource has now",
+                &["kind", "namespace", "name", "type", "status", "reason"],
+            )?,
+            shown: Arc::new(Mutex::new(BTreeMap::new())),
             registry,
-            reconciles,
-            reconcile_duration,
-            errors,
-            host_writes,
-            drifts_corrected,
-            gpus,
-            servers_ready,
-            leader,
-        })
+        };
+        let build = gauge(
+            "build_info",
+            "1, labelled with the agent's version",
+            &["version"],
+        )?;
+        build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        for c in [
+            Box::new(m.reconciles.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(m.reconcile_duration.clone()),
+            Box::new(m.errors.clone()),
+            Box::new(m.host_writes.clone()),
+            Box::new(m.drifts_corrected.clone()),
+            Box::new(m.gpus.clone()),
+            Box::new(m.gpu_owner.clone()),
+            Box::new(m.servers_ready.clone()),
+            Box::new(m.leader.clone()),
+            Box::new(m.conditions.clone()),
+            Box::new(build),
+        ] {
+            m.registry.register(c)?;
+        }
+        Ok(m)
     }
 
+    /// Shows `conditions` as the conditions of `kind` `namespace`/`name` (namespace "" for a
+    /// cluster-scoped resource), replacing the series it had.
+    pub fn set_conditions(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        conditions: &[Condition],
+    ) {
+        let now: Vec<ConditionLabels> = conditions
+            .iter()
+            .map(|c| [kind, namespace, name, &c.type_, &c.status, &c.reason].map(str::to_string))
+            .collect();
+        self.replace_conditions(kind, namespace, name, now);
+    }
+
+    /// Removes every condition series of a resource that is gone.
+    pub fn forget(&self, kind: &str, namespace: &str, name: &str) {
+        self.replace_conditions(kind, namespace, name, vec![]);
+    }
+
+    fn replace_conditions(&self, kind: &str, ns: &str, name: &str, now: Vec<ConditionLabels>) {
+        let mut shown = self.shown.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (kind.to_string(), ns.to_string(), name.to_string());
+        for old in shown.remove(&key).unwrap_or_default() {
+            if !now.contains(&old) {
+                let l: Vec<&str> = old.iter().map(String::as_str).collect();
+                let _ = self.conditions.remove_label_values(&l);
+            }
+        }
+        for l in &now {
+            let l: Vec<&str> = l.iter().map(String::as_str).collect();
+            self.conditions.with_label_values(&l).set(1);
+        }
+        if !now.is_empty() {
+            shown.insert(key, now);
+        }
+    }
+
+    /// The text exposition of every metric.
     pub fn render(&self) -> String {
+        let mut families = self.registry.gather();
+        families.extend(self.process.gather());
         let mut buf = Vec::new();
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        let _ = TextEncoder::new().encode(&families, &mut buf);
         String::from_utf8(buf).unwrap_or_default()
     }
 }
 
-/// Serves `/metrics`, `/healthz` (the process answers) and `/readyz` (the API server was reached
-/// recently) on `addr`. A deliberately small HTTP/1.0-style server: one request per connection.
+/// A registry holding the process collector (Linux; empty elsewhere).
+fn process_registry() -> Result<Registry, prometheus::Error> {
+    let r = Registry::new();
+    #[cfg(target_os = "linux")]
+    r.register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    ))?;
+    Ok(r)
+}
+
+/// A PCI address as NVML and DCGM spell it: an 8-digit domain, upper-case hex
+/// (`0000:c1:00.0` → `00000000:C1:00.0`).
+pub fn dcgm_bus_id(address: &str) -> String {
+    let upper = address.to_ascii_uppercase();
+    match upper.split_once(':') {
+        Some((domain, rest)) if domain.len() <= 8 => format!("{domain:0>8}:{rest}"),
+        _ => upper,
+    }
+}
+
+/// Binds `addr` and serves `/metrics`, `/healthz` (the process answers) and `/readyz` (the API
+/// server was reached) until the process ends.
 pub async fn serve(addr: String, metrics: Metrics, ready: Arc<AtomicBool>) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     tracing::info!("serving /metrics, /healthz, /readyz on {addr}");
-    loop {
-        let (mut sock, _) = listener.accept().await?;
-        let metrics = metrics.clone();
-        let ready = ready.clone();
-        tokio::spawn(async move {
-            // Read until the end of the request head (it may come in pieces), at most 16 KiB.
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 2048];
-            while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 16 * 1024 {
-                match tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut chunk))
-                    .await
-                {
-                    Ok(Ok(0)) => break,
-                    Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
-                    _ => return,
-                }
-            }
-            let req = String::from_utf8_lossy(&buf);
-            let path = req.split_whitespace().nth(1).unwrap_or("/");
-            let (code, body) = match path {
-                "/metrics" => ("200 OK", metrics.render()),
-                "/healthz" => ("200 OK", "ok\n".to_string()),
-                "/readyz" if ready.load(Ordering::SeqCst) => ("200 OK", "ok\n".to_string()),
-                "/readyz" => (
-                    "503 Service Unavailable",
-                    "the API server has not been reached yet\n".to_string(),
-                ),
-                _ => ("404 Not Found", "not found\n".to_string()),
-            };
-            let resp = format!(
-                "HTTP/1.1 {code}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = sock.write_all(resp.as_bytes()).await;
-        });
-    }
+    serve_on(listener, metrics, ready).await;
+    Ok(())
 }
+
+/// [`serve`] on a bound listener.
+pub async fn serve_on(listener: tokio::net::TcpListener, metrics: Metrics, ready: Arc<AtomicBool>) {
+    accept_loop(listener, LIMITS, move |tcp, _| {
+        let (m, r) = (metrics.clone(), ready.clone());
+        serve_connection(tcp, move |req| answer(req, m.clone(), r.clone()), LIMITS)
+    })
+    .await
+}
+
+async fn answer(
+    req: Request<hyper::body::Incoming>,
+    metrics: Metrics,
+    ready: Arc<AtomicBool>,
+) -> Result<Reply, std::convert::Infallible> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return Ok(reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "GET only\n"));
+    }
+    Ok(match req.uri().path() {
+        "/metrics" => reply(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics.render(),
+        ),
+        "/healthz" => reply(StatusCode::OK, TEXT, "ok\n"),
+        "/readyz" if ready.load(Ordering::SeqCst) => reply(StatusCode::OK, TEXT, "ok\n"),
+        "/readyz" => reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
+            "the API server has not been reached yet\n",
+        ),
+        _ => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),
+    })
+}
+
+#[cfg(test)]
+mod tests;

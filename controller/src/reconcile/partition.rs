@@ -209,6 +209,8 @@ async fn report_invalid_partition(
         last_applied_plan: old.last_applied_plan,
     };
     patch_partition(&api, &name, &st).await?;
+    ctx.metrics
+        .set_conditions("GpuPartition", "", &name, &st.conditions);
     publish_invalid(ctx, &p.object_ref(&()), &msgs).await;
     for s in servers {
         let w = waiting_for_partition(
@@ -223,6 +225,7 @@ async fn report_invalid_partition(
             ..old
         };
         patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
+        record_server_conditions(ctx, s, &st.conditions);
     }
     ctx.metrics.errors.with_label_values(&["InvalidSpec"]).inc();
     Ok(Action::await_change())
@@ -246,6 +249,11 @@ async fn release_deleted(
             continue;
         }
         release_server(ctx, s).await?;
+        ctx.metrics.forget(
+            "InferenceServer",
+            &s.namespace().unwrap_or_default(),
+            &s.name_any(),
+        );
         publish(
             ctx,
             &s.object_ref(&()),
@@ -300,6 +308,8 @@ async fn write_status(
         },
     };
     patch_partition(&Api::all(ctx.client.clone()), &name, &st).await?;
+    ctx.metrics
+        .set_conditions("GpuPartition", "", &name, &st.conditions);
 
     let mut ready = 0i64;
     for (d, s) in &r.valid {
@@ -312,6 +322,7 @@ async fn write_status(
         }
         let st = server_status(d, s, &sc.conditions, &host);
         patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
+        record_server_conditions(ctx, s, &st.conditions);
     }
     for (s, msgs) in &r.invalid {
         write_invalid_server(ctx, s, msgs).await?;
@@ -361,6 +372,7 @@ async fn write_invalid_server(
         ..old
     };
     patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
+    record_server_conditions(ctx, s, &st.conditions);
     if ready_reason(s).as_deref() != Some("InvalidSpec") {
         publish_invalid(ctx, &s.object_ref(&()), msgs).await;
     }
@@ -482,6 +494,7 @@ fn record_metrics(ctx: &Ctx, r: &Resolved<'_>, report: &Report, ready: i64, was_
         m.host_writes.with_label_values(&[kind]).inc_by(*n);
     }
     m.gpus.reset();
+    m.gpu_owner.reset();
     let empty = HostState::default();
     let host = report.final_host.as_ref().unwrap_or(&empty);
     for s in &r.desired.partition.slices {
@@ -490,6 +503,10 @@ fn record_metrics(ctx: &Ctx, r: &Resolved<'_>, report: &Report, ready: i64, was_
             m.gpus
                 .with_label_values(&[s.name.as_str(), driver.as_str()])
                 .inc();
+            let bus_id = super::metrics::dcgm_bus_id(g);
+            m.gpu_owner
+                .with_label_values(&[&ctx.opts.node, &bus_id, &s.name, &driver])
+                .set(1);
         }
     }
     m.servers_ready.set(ready);
@@ -558,6 +575,16 @@ async fn publish_invalid(
         note,
     )
     .await;
+}
+
+/// Shows a server's conditions in `gpuplane_resource_condition`.
+fn record_server_conditions(ctx: &Ctx, s: &InferenceServer, conditions: &[Condition]) {
+    ctx.metrics.set_conditions(
+        "InferenceServer",
+        &s.namespace().unwrap_or_default(),
+        &s.name_any(),
+        conditions,
+    );
 }
 
 fn server_api(ctx: &Ctx, s: &InferenceServer) -> Api<InferenceServer> {

@@ -30,26 +30,39 @@ pub fn invalid(messages: &[String], generation: Option<i64>) -> ResourceStatus {
                 "InvalidSpec",
                 "fix the spec; nothing on the host was changed".into(),
             ),
+            c(
+                "Reconciling",
+                "False",
+                "InvalidSpec",
+                "waiting for a spec change".into(),
+            ),
+            c("Stalled", "True", "InvalidSpec", messages.join("; ")),
         ],
     }
 }
 
-/// Conditions for a server whose partition cannot be applied.
+/// Conditions for a server whose partition cannot be applied (invalid or missing): not Ready
+/// and Stalled, since only a change to a spec can move it.
 pub fn waiting_for_partition(
     reason: &str,
     message: String,
     generation: Option<i64>,
 ) -> ResourceStatus {
     let now = Time(jiff::Timestamp::now());
+    let c = |t: &str, s: &str| Condition {
+        type_: t.into(),
+        status: s.into(),
+        reason: reason.into(),
+        message: message.clone(),
+        observed_generation: generation,
+        last_transition_time: now.clone(),
+    };
     ResourceStatus {
-        conditions: vec![Condition {
-            type_: "Ready".into(),
-            status: "False".into(),
-            reason: reason.into(),
-            message,
-            observed_generation: generation,
-            last_transition_time: now,
-        }],
+        conditions: vec![
+            c("Ready", "False"),
+            c("Reconciling", "False"),
+            c("Stalled", "True"),
+        ],
     }
 }
 

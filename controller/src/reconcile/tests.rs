@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::host::sim::SimHost;
+use gpuplane_crds::kstatus::Kstatus;
 use gpuplane_crds::{GpuPartition, InferenceServer};
 use http::{Request, Response};
 use kube::client::Body;
@@ -133,6 +134,16 @@ fn condition<'a>(status_patch: &'a serde_json::Value, t: &str) -> &'a serde_json
         .unwrap()
 }
 
+/// kstatus's verdict on a status patch for an object at `generation`.
+fn kstatus_of(status_patch: &serde_json::Value, generation: i64) -> (Kstatus, String) {
+    let o = serde_json::json!({
+        "metadata": { "generation": generation },
+        "status": status_patch["status"],
+    });
+    let v = gpuplane_crds::kstatus::compute(&o);
+    (v.status, v.reason)
+}
+
 #[tokio::test]
 async fn converges_the_twin_and_reports_through_status_and_events() {
     let (p, s) = reference();
@@ -170,6 +181,12 @@ async fn converges_the_twin_and_reports_through_status_and_events() {
     assert_eq!(condition(ss[0], "Ready")["reason"], "Starting");
     assert_eq!(condition(ss[0], "P2PSafe")["reason"], "P2PCorruption");
     assert_eq!(ss[0]["status"]["observedGeneration"], 3);
+    assert_eq!(kstatus_of(ps[0], 1), (Kstatus::Current, "Ready".into()));
+    assert_eq!(
+        kstatus_of(ss[0], 3),
+        (Kstatus::InProgress, "Launching".into()),
+        "a starting server is InProgress, not Failed"
+    );
     let events: Vec<&Seen> = log.iter().filter(|r| r.path.contains("/events")).collect();
     assert!(
         events.iter().any(|e| e.body["reason"] == "HostChanged"
@@ -192,6 +209,7 @@ async fn converges_the_twin_and_reports_through_status_and_events() {
     let log = seen.lock().unwrap().clone();
     let ss = status_patches(&log, "inferenceservers");
     assert_eq!(condition(ss[0], "Ready")["status"], "True");
+    assert_eq!(kstatus_of(ss[0], 3), (Kstatus::Current, "Ready".into()));
     assert_eq!(ss[0]["status"]["endpoint"], "http://0.0.0.0:30000");
     assert!(ss[0]["status"]["unitHash"]
         .as_str()
@@ -232,8 +250,16 @@ async fn an_invalid_partition_is_reported_and_not_retried() {
             .contains("spec.slices[1].gpus.numaNode"),
         "{ready}"
     );
+    assert_eq!(
+        kstatus_of(ps[0], 1),
+        (Kstatus::Failed, "InvalidSpec".into())
+    );
     let ss = status_patches(&log, "inferenceservers");
     assert_eq!(condition(ss[0], "Ready")["reason"], "PartitionInvalid");
+    assert_eq!(
+        kstatus_of(ss[0], 3),
+        (Kstatus::Failed, "PartitionInvalid".into())
+    );
     assert!(log.iter().any(|r| r.path.contains("/events")
         && r.body["reason"] == "InvalidSpec"
         && r.body["type"] == "Warning"));

@@ -46,6 +46,41 @@ impl ResourceStatus {
     }
 }
 
+/// Where a resource stands for kstatus, written as the abnormal-true pair `Reconciling` /
+/// `Stalled`.
+///
+/// # Guarantees
+/// At most one of the two is `True`, so kstatus's "first abnormal-true condition wins" never
+/// depends on the order of the list.
+pub enum Progress {
+    /// Work remains and the agent is doing it: `Reconciling=True` (kstatus: InProgress).
+    Working(String, String),
+    /// The agent cannot go on without a person or a spec change: `Stalled=True` (Failed).
+    Stuck(String, String),
+    /// Nothing left to do: both `False` (kstatus then reads `Ready`).
+    Done(String, String),
+}
+
+impl ResourceStatus {
+    /// Writes `Reconciling` and `Stalled` for `p`.
+    pub fn progress(&mut self, p: Progress, now: &Time, generation: Option<i64>) {
+        let (reconciling, stalled, reason, message) = match p {
+            Progress::Working(r, m) => (true, false, r, m),
+            Progress::Stuck(r, m) => (false, true, r, m),
+            Progress::Done(r, m) => (false, false, r, m),
+        };
+        self.set(
+            types::RECONCILING,
+            reconciling,
+            &reason,
+            message.clone(),
+            now,
+            generation,
+        );
+        self.set(types::STALLED, stalled, &reason, message, now, generation);
+    }
+}
+
 fn is_server_step(s: &Step) -> bool {
     matches!(
         s,
@@ -117,6 +152,7 @@ fn partition_status(
             now,
             g,
         );
+        ps.progress(Progress::Stuck(b.reason.clone(), all.join("; ")), now, g);
     } else if let Some(Stop::StepFailed { step, error }) = &r.stop {
         ps.set(
             types::READY,
@@ -131,6 +167,11 @@ fn partition_status(
             false,
             "ApplyFailed",
             "the next reconcile retries from the observed state".into(),
+            now,
+            g,
+        );
+        ps.progress(
+            Progress::Stuck("ApplyFailed".into(), format!("{step}: {error}")),
             now,
             g,
         );
@@ -156,6 +197,14 @@ fn partition_status(
             now,
             g,
         );
+        ps.progress(
+            Progress::Working(
+                "Applying".into(),
+                format!("{} host steps left", part_steps.len()),
+            ),
+            now,
+            g,
+        );
     } else {
         let summary: Vec<String> = desired
             .partition
@@ -176,6 +225,11 @@ fn partition_status(
             false,
             "Converged",
             "host matches the spec".into(),
+            now,
+            g,
+        );
+        ps.progress(
+            Progress::Done("Converged".into(), "host matches the spec".into()),
             now,
             g,
         );
@@ -260,7 +314,8 @@ fn server_readiness(
             Some(w @ WaitOutcome::Ready { .. }) => format!("startup finished: {}", w.summary()),
             _ => "startup finished".to_string(),
         };
-        st.set(types::PROGRESSING, false, "Ready", startup, now, g);
+        st.set(types::PROGRESSING, false, "Ready", startup.clone(), now, g);
+        st.progress(Progress::Done("ServerReady".into(), startup), now, g);
     } else {
         let (reason, msg) = match (wait, blocked) {
             (Some(WaitOutcome::Stalled { phase, stalled_seconds, gpu_memory_mib, log_tail }), _) => (
@@ -286,7 +341,7 @@ fn server_readiness(
             (_, Some(b)) => ("WaitingForGpus", format!("the partition is blocked: {}", b.message)),
             _ => ("Starting", format!("phase {}", obs.and_then(|o| o.phase).map(|p| p.reason()).unwrap_or("NotStarted"))),
         };
-        st.set(types::READY, false, reason, msg, now, g);
+        st.set(types::READY, false, reason, msg.clone(), now, g);
         let phase = obs
             .and_then(|o| o.phase)
             .map(|p| p.reason())
@@ -299,6 +354,12 @@ fn server_readiness(
             now,
             g,
         );
+        let p = if reason == "Starting" {
+            Progress::Working(phase.to_string(), format!("the server is starting: {msg}"))
+        } else {
+            Progress::Stuck(reason.to_string(), msg)
+        };
+        st.progress(p, now, g);
     }
 }
 
@@ -424,3 +485,6 @@ pub fn effective_config_drift(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod kstatus_table;

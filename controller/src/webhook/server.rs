@@ -1,18 +1,16 @@
 //! HTTPS for the webhook: TLS (rustls) over hyper, with bounded requests and connections.
 
 use super::review::{review, Cluster};
-use bytes::Bytes;
+use crate::http::server::{accept_loop, reply, serve_connection, Limits, Reply};
 use gpuplane_crds::{GpuPartition, InferenceServer};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper::{Method, Request, StatusCode};
 use kube::api::ListParams;
 use kube::{Api, Client};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
 use tokio_rustls::rustls;
 
 /// The largest AdmissionReview accepted (the API server's own request limit is 3 MiB).
@@ -47,39 +45,25 @@ pub async fn serve(opts: WebhookOptions) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", opts.listen))?;
     tracing::info!(listen = %opts.listen, "gpuplane webhook serving /validate");
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return Ok(());
-        };
-        let (tcp, peer) = match listener.accept().await {
-            Ok(x) => x,
-            Err(e) => {
-                // A failed accept (EMFILE, a reset) ends one connection, never the server.
-                tracing::warn!("accept: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    let limits = Limits {
+        max_connections: MAX_CONNECTIONS,
+        header_read: READ_DEADLINE,
+        connection: Duration::from_secs(60),
+    };
+    accept_loop(listener, limits, move |tcp, peer| {
         let acceptor = acceptor.clone();
         let client = client.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
+        async move {
             let Ok(Ok(tls)) = tokio::time::timeout(READ_DEADLINE, acceptor.accept(tcp)).await
             else {
                 tracing::debug!(%peer, "TLS handshake failed or timed out");
                 return;
             };
-            let svc = hyper::service::service_fn(move |req| handle(req, client.clone()));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(READ_DEADLINE)
-                .serve_connection(TokioIo::new(tls), svc);
-            if let Err(e) = tokio::time::timeout(Duration::from_secs(60), conn).await {
-                tracing::debug!(%peer, "connection closed after its deadline: {e}");
-            }
-        });
-    }
+            serve_connection(tls, move |req| handle(req, client.clone()), limits).await;
+        }
+    })
+    .await;
+    Ok(())
 }
 
 /// The server's certificate chain and key, from PEM files.
@@ -99,37 +83,33 @@ fn tls_config(opts: &WebhookOptions) -> Result<rustls::ServerConfig, String> {
         .map_err(|e| format!("--tls-cert/--tls-key: {e}"))
 }
 
-type Reply = Response<Full<Bytes>>;
-
-async fn handle(req: Request<Incoming>, client: Option<Client>) -> Result<Reply, hyper::Error> {
-    let reply = |code: StatusCode, body: String| {
-        let mut r = Response::new(Full::new(Bytes::from(body)));
-        *r.status_mut() = code;
-        r
-    };
+async fn handle(
+    req: Request<Incoming>,
+    client: Option<Client>,
+) -> Result<Reply, std::convert::Infallible> {
+    let text = |code: StatusCode, body: String| reply(code, "text/plain; charset=utf-8", body);
     match (req.method(), req.uri().path()) {
-        (&Method::GET, "/healthz") => Ok(reply(StatusCode::OK, "ok\n".into())),
+        (&Method::GET, "/healthz") => Ok(text(StatusCode::OK, "ok\n".into())),
         (&Method::POST, "/validate") => {
             let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
                 Ok(b) => b.to_bytes(),
-                Err(e) => return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())),
+                Err(e) => return Ok(text(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())),
             };
             let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) else {
-                return Ok(reply(StatusCode::BAD_REQUEST, "not JSON\n".into()));
+                return Ok(text(StatusCode::BAD_REQUEST, "not JSON\n".into()));
             };
             let cluster = match &client {
                 Some(c) => cluster(c).await,
                 None => Cluster::default(),
             };
             let answer = review(&v, &cluster);
-            let mut r = reply(StatusCode::OK, answer.to_string());
-            r.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static("application/json"),
-            );
-            Ok(r)
+            Ok(reply(
+                StatusCode::OK,
+                "application/json",
+                answer.to_string(),
+            ))
         }
-        _ => Ok(reply(StatusCode::NOT_FOUND, "not found\n".into())),
+        _ => Ok(text(StatusCode::NOT_FOUND, "not found\n".into())),
     }
 }
 

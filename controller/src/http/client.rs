@@ -1,0 +1,67 @@
+//! A bounded HTTP GET for SGLang's endpoints (`/health_generate`, `/v1/models`,
+//! `/server_info`), which a hostile or broken server answers.
+//!
+//! # Guarantees
+//! - The whole request (connect, headers, body) ends within the deadline given: a server that
+//!   trickles bytes or never finishes cannot hold the agent.
+//! - At most [`MAX_BODY`] bytes of body are kept; a longer answer is an error, read no further.
+//! - Headers are bounded by the client's own limit; no redirect is followed.
+//! - The body is returned as text with invalid UTF-8 replaced, never sliced by byte index.
+
+use std::time::Duration;
+
+/// The largest body kept (SGLang's answers are a few KiB).
+pub const MAX_BODY: u64 = 1024 * 1024;
+
+/// Why a GET gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum GetError {
+    #[error("GET {url}: {source}")]
+    Request {
+        url: String,
+        #[source]
+        source: ureq::Error,
+    },
+}
+
+/// `GET http://host:port/path` within `deadline`: (status, body).
+pub fn get(
+    host: &str,
+    port: u16,
+    path: &str,
+    deadline: Duration,
+) -> Result<(u16, String), GetError> {
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    let url = format!("http://{host}:{port}{path}");
+    let err = |source| GetError::Request {
+        url: url.clone(),
+        source,
+    };
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(deadline))
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .max_response_header_size(64 * 1024)
+        .build()
+        .into();
+    let mut resp = agent
+        .get(&url)
+        .header("Accept", "application/json")
+        .call()
+        .map_err(err)?;
+    let status = resp.status().as_u16();
+    let bytes = resp
+        .body_mut()
+        .with_config()
+        .limit(MAX_BODY)
+        .read_to_vec()
+        .map_err(err)?;
+    Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+#[cfg(test)]
+mod tests;

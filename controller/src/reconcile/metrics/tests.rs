@@ -1,0 +1,93 @@
+use super::*;
+use gpuplane_crds::condition::Time;
+
+fn cond(t: &str, s: &str, r: &str) -> Condition {
+    Condition {
+        type_: t.into(),
+        status: s.into(),
+        reason: r.into(),
+        message: String::new(),
+        observed_generation: Some(1),
+        last_transition_time: Time(jiff::Timestamp::now()),
+    }
+}
+
+#[test]
+fn bus_ids_are_spelt_as_dcgm_spells_them() {
+    assert_eq!(dcgm_bus_id("0000:c1:00.0"), "00000000:C1:00.0");
+    assert_eq!(dcgm_bus_id("0000:81:00.0"), "00000000:81:00.0");
+    assert_eq!(dcgm_bus_id("00000000:07:00.0"), "00000000:07:00.0");
+}
+
+#[test]
+fn a_changed_reason_replaces_the_condition_series() {
+    let m = Metrics::new().unwrap();
+    m.set_conditions(
+        "GpuPartition",
+        "",
+        "kpro6",
+        &[cond("Ready", "False", "GpuInUse")],
+    );
+    m.set_conditions(
+        "GpuPartition",
+        "",
+        "kpro6",
+        &[cond("Ready", "True", "Converged")],
+    );
+    let text = m.render();
+    assert!(text.contains(
+        r#"gpuplane_resource_condition{kind="GpuPartition",name="kpro6",namespace="",reason="Converged",status="True",type="Ready"} 1"#
+    ), "{text}");
+    assert!(!text.contains("GpuInUse"), "the old series stayed: {text}");
+    m.forget("GpuPartition", "", "kpro6");
+    assert!(!m.render().contains("gpuplane_resource_condition{"));
+}
+
+#[test]
+fn build_info_and_process_metrics_are_exposed() {
+    let text = Metrics::new().unwrap().render();
+    assert!(text.contains(&format!(
+        "gpuplane_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    )));
+    assert!(text.contains("process_resident_memory_bytes "), "{text}");
+    assert!(text.contains("process_start_time_seconds "), "{text}");
+}
+
+/// GET `path` on `port` with the bounded client.
+fn get(port: u16, path: &str) -> (u16, String) {
+    crate::http::client::get("127.0.0.1", port, path, Duration::from_secs(5)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_metrics_health_and_readiness_even_with_a_silent_client_connected() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let ready = Arc::new(AtomicBool::new(false));
+    tokio::spawn(serve_on(listener, Metrics::new().unwrap(), ready.clone()));
+    // A client that connects and says nothing must not keep others waiting.
+    let _silent = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let r = tokio::task::spawn_blocking(move || {
+        let metrics = get(port, "/metrics");
+        let health = get(port, "/healthz");
+        let not_ready = get(port, "/readyz");
+        ready.store(true, Ordering::SeqCst);
+        (
+            metrics,
+            health,
+            not_ready,
+            get(port, "/readyz"),
+            get(port, "/nope"),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(r.0 .0, 200);
+    assert!(r.0 .1.contains("gpuplane_build_info"), "{}", r.0 .1);
+    assert_eq!(r.1, (200, "ok\n".into()));
+    assert_eq!(r.2 .0, 503);
+    assert_eq!(r.3, (200, "ok\n".into()));
+    assert_eq!(r.4 .0, 404);
+}

@@ -1,0 +1,262 @@
+//! The kstatus oracle run over the statuses simulated converges produce: each scenario's
+//! resources must read Current, InProgress or Failed exactly where they belong.
+
+use super::{compute, ResourceStatus};
+use crate::converge::{converge, Options};
+use crate::desired::Desired;
+use crate::host::sim::{SimHolder, SimHost};
+use crate::testutil::{desired, manifests, twin};
+use gpuplane_crds::kstatus::{self, Kstatus};
+use std::collections::BTreeMap;
+
+const PART: &str = "GpuPartition/kpro6";
+const SERVER: &str = "InferenceServer/default/qwen35-122b";
+
+/// An object as the API server would show it: generation, observedGeneration, conditions.
+fn object(
+    st: &ResourceStatus,
+    generation: i64,
+    observed: i64,
+    deleting: bool,
+) -> serde_json::Value {
+    let mut o = serde_json::json!({
+        "metadata": { "name": "x", "generation": generation },
+        "status": { "observedGeneration": observed, "conditions": st.conditions },
+    });
+    if deleting {
+        o["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z".into();
+    }
+    o
+}
+
+/// Converges `d` on `h` with `opts` and computes every status for generation 1.
+fn statuses(h: &mut SimHost, d: &Desired, opts: &Options) -> BTreeMap<String, ResourceStatus> {
+    let r = converge(d, &mut crate::apply::Door::new(h), opts);
+    let g: BTreeMap<String, i64> = [(PART.to_string(), 1), (SERVER.to_string(), 1)].into();
+    compute(d, &r, &g)
+}
+
+/// One row: scenario, resource, expected verdict and reason, the status it is read from, and
+/// (generation, observedGeneration, deleting).
+type Row = (
+    &'static str,
+    &'static str,
+    Kstatus,
+    &'static str,
+    ResourceStatus,
+    (i64, i64, bool),
+);
+
+fn scenarios() -> Vec<Row> {
+    let mut rows: Vec<Row> = vec![];
+    let controller = Options {
+        block_on_ready: false,
+        ..Options::default()
+    };
+    // The reference split, converged by the CLI (waits for readiness).
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    let st = statuses(&mut h, &d, &Options::default());
+    let same = (1, 1, false);
+    rows.push((
+        "reference split, converged",
+        PART,
+        Kstatus::Current,
+        "Ready",
+        st[PART].clone(),
+        same,
+    ));
+    rows.push((
+        "reference split, converged",
+        SERVER,
+        Kstatus::Current,
+        "Ready",
+        st[SERVER].clone(),
+        same,
+    ));
+    rows.push((
+        "spec edited, not yet observed",
+        PART,
+        Kstatus::InProgress,
+        "LatestGenerationNotObserved",
+        st[PART].clone(),
+        (2, 1, false),
+    ));
+    rows.push((
+        "being deleted",
+        SERVER,
+        Kstatus::Terminating,
+        "DeletionTimestamp",
+        st[SERVER].clone(),
+        (1, 1, true),
+    ));
+    // One reconcile of the agent: the host is split, the server is starting.
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    let st = statuses(&mut h, &d, &controller);
+    rows.push((
+        "first reconcile, server starting",
+        PART,
+        Kstatus::Current,
+        "Ready",
+        st[PART].clone(),
+        same,
+    ));
+    rows.push((
+        "first reconcile, server starting",
+        SERVER,
+        Kstatus::InProgress,
+        "Launching",
+        st[SERVER].clone(),
+        same,
+    ));
+    // Stopped after two steps: host steps remain.
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    let st = statuses(
+        &mut h,
+        &d,
+        &Options {
+            max_steps: 2,
+            ..controller.clone()
+        },
+    );
+    rows.push((
+        "steps remain",
+        PART,
+        Kstatus::InProgress,
+        "Applying",
+        st[PART].clone(),
+        same,
+    ));
+    // A process holds a GPU that must move: blocked, Failed in one reconcile.
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    h.file.holders.push(SimHolder {
+        address: "0000:91:00.0".into(),
+        holder: crate::host::model::Holder {
+            pid: 777,
+            command: "nvidia-persistenced".into(),
+            ..Default::default()
+        },
+    });
+    let st = statuses(&mut h, &d, &controller);
+    rows.push((
+        "GPU held by a process",
+        PART,
+        Kstatus::Failed,
+        "GpuInUse",
+        st[PART].clone(),
+        same,
+    ));
+    rows.push((
+        "GPU held by a process",
+        SERVER,
+        Kstatus::Failed,
+        "WaitingForGpus",
+        st[SERVER].clone(),
+        same,
+    ));
+    // A foreign device shares a moving GPU's IOMMU group.
+    let mut h = twin();
+    h.file.pci_devices.push(crate::host::sim::SimDevice {
+        address: "0000:92:00.0".into(),
+        vendor: "15b3".into(),
+        device: "1017".into(),
+        class: "020000".into(),
+        subsystem: None,
+        numa_node: 1,
+        iommu_group: Some(15),
+        driver: Some("mlx5_core".into()),
+        driver_override: None,
+        default_driver: Some("mlx5_core".into()),
+        minor: None,
+    });
+    h.file.pci_drivers.insert("mlx5_core".into());
+    let d = desired(&mut h, &manifests());
+    let st = statuses(&mut h, &d, &controller);
+    rows.push((
+        "IOMMU group shared with a NIC",
+        PART,
+        Kstatus::Failed,
+        "IommuGroupShared",
+        st[PART].clone(),
+        same,
+    ));
+    rows.extend(server_failures());
+    rows
+}
+
+/// Servers that cannot start: P2P on under a translating IOMMU (hangs after loading), a crash.
+fn server_failures() -> Vec<Row> {
+    let same = (1, 1, false);
+    let mut rows: Vec<Row> = vec![];
+    let mut h = twin();
+    let mut d = desired(&mut h, &manifests());
+    d.servers[0].spec.p2p = gpuplane_crds::P2pPolicy::Enabled;
+    let st = statuses(&mut h, &d, &Options::default());
+    rows.push((
+        "p2p Enabled under SEV-SNP: hangs",
+        SERVER,
+        Kstatus::Failed,
+        "StartupStalled",
+        st[SERVER].clone(),
+        same,
+    ));
+    let mut h = twin();
+    let mut d = desired(&mut h, &manifests());
+    d.servers[0].spec.env.push(gpuplane_crds::EnvVar {
+        name: "SIM_CRASH_AT".into(),
+        value: "load".into(),
+    });
+    let st = statuses(&mut h, &d, &Options::default());
+    rows.push((
+        "server dies while loading",
+        SERVER,
+        Kstatus::Failed,
+        "Crashed",
+        st[SERVER].clone(),
+        same,
+    ));
+    rows
+}
+
+/// Prints the oracle's table and asserts every row.
+#[test]
+fn kstatus_reads_every_simulated_status_as_it_should() {
+    let mut bad = vec![];
+    println!(
+        "{:<34} {:<15} {:<42} {:<42} ok",
+        "scenario", "resource", "expected", "kstatus"
+    );
+    for (scenario, res, want, reason, st, (g, og, del)) in scenarios() {
+        let v = kstatus::compute(&object(&st, g, og, del));
+        let ok = v.status == want && v.reason == reason;
+        let kind = res.split('/').next().unwrap_or(res);
+        println!(
+            "{scenario:<34} {kind:<15} {:<42} {:<42} {}",
+            format!("{}({reason})", want.as_str()),
+            format!("{}({})", v.status.as_str(), v.reason),
+            if ok { "yes" } else { "NO" }
+        );
+        if !ok {
+            bad.push(format!(
+                "{scenario} {res}: want {want:?}({reason}), got {v:?}"
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// The abnormal-true pair never says both: kstatus would then depend on the list's order.
+#[test]
+fn reconciling_and_stalled_are_never_both_true() {
+    for (scenario, res, _, _, st, _) in scenarios() {
+        let t = |k: &str| st.condition(k).is_some_and(|c| c.status == "True");
+        assert!(!(t("Reconciling") && t("Stalled")), "{scenario} {res}");
+        assert!(
+            st.condition("Reconciling").is_some() && st.condition("Stalled").is_some(),
+            "{scenario} {res}"
+        );
+    }
+}
