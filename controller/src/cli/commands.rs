@@ -132,6 +132,18 @@ pub fn plan(input: &InputArgs, format: Format) -> Result<i32, Failure> {
     Ok(if p.blockers.is_empty() { 0 } else { 1 })
 }
 
+/// The crash-recovery harness's hook: `GPUPLANE_KILL_AFTER_WRITE=N` kills `converge` with
+/// SIGKILL right after its N-th host write.
+fn kill_after_write() -> Result<Option<u64>, Failure> {
+    let name = crate::apply::KILL_AFTER_WRITE_ENV;
+    match std::env::var(name) {
+        Err(_) => Ok(None),
+        Ok(v) => v.trim().parse().map(Some).map_err(|_| {
+            Failure::input(format!("{name}={v:?}: expected the number of a host write"))
+        }),
+    }
+}
+
 /// `gpuplane converge`: applies the plan step by step; exit 0 only when converged and Ready.
 pub fn converge(
     input: &InputArgs,
@@ -142,7 +154,9 @@ pub fn converge(
     let mut h = open_host(&input.host)?;
     let desired = load_desired(input, h.as_mut())?;
     let report = {
-        let mut door = Door::new(h.as_mut()).dry_run(dry_run);
+        let mut door = Door::new(h.as_mut())
+            .dry_run(dry_run)
+            .kill_after(kill_after_write()?);
         crate::converge::converge(&desired, &mut door, &Options::default())
     };
     let status = crate::status::compute(&desired, &report, &Default::default());
