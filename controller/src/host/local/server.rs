@@ -41,25 +41,41 @@ pub fn http_get(
     Ok((
         status,
         if chunked {
-            dechunk(body)
+            dechunk(raw_body(&buf))
         } else {
             body.to_string()
         },
     ))
 }
 
-fn dechunk(body: &str) -> String {
-    let mut out = String::new();
+/// The bytes after the header of a raw answer (empty when there is no header end).
+pub(super) fn raw_body(buf: &[u8]) -> &[u8] {
+    buf.windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(&[], |i| &buf[i + 4..])
+}
+
+/// A chunked body, decoded on bytes: chunk sizes count bytes, so a character may straddle two
+/// chunks, and a size line that lies never makes it panic (it ends the body).
+pub(super) fn dechunk(body: &[u8]) -> String {
+    let mut out = Vec::new();
     let mut rest = body;
-    while let Some((size, tail)) = rest.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+    while let Some(i) = rest.windows(2).position(|w| w == b"\r\n") {
+        let (size, tail) = (&rest[..i], &rest[i + 2..]);
+        let n = std::str::from_utf8(size)
+            .ok()
+            .and_then(|s| usize::from_str_radix(s.trim(), 16).ok())
+            .unwrap_or(0);
         if n == 0 || tail.len() < n {
             break;
         }
-        out.push_str(&tail[..n]);
-        rest = tail[n..].trim_start_matches("\r\n");
+        out.extend_from_slice(&tail[..n]);
+        rest = &tail[n..];
+        while let Some(r) = rest.strip_prefix(b"\r\n") {
+            rest = r;
+        }
     }
-    out
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl LocalHost {
