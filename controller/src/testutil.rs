@@ -35,3 +35,12 @@ pub fn desired(host: &mut SimHost, m: &Manifests) -> Desired {
         removed_units: vec![],
     }
 }
+
+/// Cases for a property test: `PROPTEST_CASES` when set (the long runs of `docs/RELIABILITY.md`),
+/// else `default` (bounded, for CI).
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

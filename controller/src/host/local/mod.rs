@@ -16,6 +16,8 @@
 mod error;
 pub mod exec;
 mod files;
+#[cfg(test)]
+mod fuzz;
 pub mod holders;
 pub mod iommu;
 pub mod pci;

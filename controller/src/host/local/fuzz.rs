@@ -1,0 +1,381 @@
+//! Fuzzed parsers of host text (issue 13, item 4): every reader of the real host's text never
+//! panics, whatever the file says.
+//!
+//! Each parser gets arbitrary text and text built from the tokens of its grammar (so that the
+//! interesting branches are reached, not only the "no match" one): `/proc/cmdline`, kernel log
+//! lines (IOMMU faults, default domain, SEV-SNP), `/proc/driver/nvidia/gpus/*/information`,
+//! `/proc/driver/nvidia/version`, `/proc/devices`, chunked HTTP bodies and whole HTTP answers
+//! of SGLang's endpoints (over a loopback socket). Then whole fake host roots: random sysfs
+//! values and links, `/proc/*/fd` targets, cgroups, DRM device numbers, Proxmox files and the
+//! kernel log, observed by [`LocalHost`] end to end.
+//!
+//! Case counts are bounded for CI; `PROPTEST_CASES=N` runs each property N times (the long run
+//! of `docs/RELIABILITY.md`).
+
+use super::*;
+use crate::testutil::cases;
+use proptest::prelude::*;
+
+/// Text made of `tokens` of a grammar and arbitrary snippets in between.
+fn noisy(tokens: &'static [&'static str]) -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        4 => prop::sample::select(tokens).prop_map(str::to_string),
+        1 => "(?s).{0,6}",
+    ];
+    prop::collection::vec(piece, 0..40).prop_map(|v| v.concat())
+}
+
+const CMDLINE: &[&str] = &[
+    "iommu=",
+    "intel_iommu=",
+    "amd_iommu=",
+    "amd_iommu=on",
+    "iommu.",
+    "pt",
+    "on",
+    "off",
+    " ",
+    "\t",
+    "\n",
+    "=",
+    "BOOT_IMAGE=/vmlinuz",
+    "quiet",
+];
+
+const KERNEL_LOG: &[&str] = &[
+    "IO_PAGE_FAULT",
+    "device=",
+    "DMAR:",
+    "Request device [",
+    "]",
+    "[",
+    " ",
+    "\n",
+    "0000:",
+    "01:00.0",
+    "0000:81:00.0",
+    "81:00.0:",
+    "iommu: Default domain type: ",
+    "Translated",
+    "SEV-SNP",
+    "enabled",
+    "SNP: ",
+    ":",
+    ".",
+    "é",
+    "AMD-Vi: Event logged [",
+    "vfio-pci ",
+];
+
+const NVIDIA_FILES: &[&str] = &[
+    "Device Minor:",
+    "Model:",
+    " \t ",
+    "0",
+    "7",
+    "4294967296",
+    "-1",
+    "\n",
+    ":",
+    "NVRM version:",
+    "NVIDIA UNIX x86_64 Kernel Module",
+    "Open Kernel Module for x86_64",
+    " ",
+    "580.159.04",
+    "..",
+    "Character devices:",
+    "195 nvidia",
+    "508 nvidia-uvm",
+    "nvidia-uvm",
+    "99999999999",
+];
+
+const HTTP: &[&str] = &[
+    "HTTP/1.1 ",
+    "200",
+    " OK",
+    "503",
+    "\r\n",
+    "\r\n\r\n",
+    "Transfer-Encoding: chunked",
+    "Content-Type: application/json",
+    "0",
+    "1",
+    "2",
+    "a",
+    "ff",
+    "ffffffffffffffffffff",
+    "é",
+    "€",
+    "{\"data\":[{\"id\":\"qwen\"}]}",
+    "{\"tp_size\":4,\"speculative_algorithm\":null}",
+    "x",
+];
+
+#[test]
+fn a_character_split_across_two_chunks_is_decoded_whole() {
+    // Found by `chunked_bodies_never_panic`: a chunk ending inside a character panicked.
+    assert_eq!(
+        server::dechunk("1\r\n¡\r\n0\r\n\r\n".as_bytes()),
+        "\u{fffd}"
+    );
+    let mut raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    raw.extend_from_slice(b"1\r\n\xc2\r\n1\r\n\xa1\r\n0\r\n\r\n");
+    assert_eq!(server::dechunk(server::raw_body(&raw)), "¡");
+}
+
+/// Chunked bodies: chunks of any text whose size line is the true byte count, or off by a few.
+fn chunked() -> impl Strategy<Value = String> {
+    let chunk = ("(?s).{0,12}", -2i64..=2, any::<bool>()).prop_map(|(data, off, exact)| {
+        let n = if exact {
+            data.len() as i64
+        } else {
+            (data.len() as i64 + off).max(0)
+        };
+        format!("{n:x}\r\n{data}\r\n")
+    });
+    prop::collection::vec(chunk, 0..6).prop_map(|c| c.concat() + "0\r\n\r\n")
+}
+
+/// A GET against a loopback server that answers `raw` and closes.
+fn get_answer(raw: String) -> Result<(u16, String), String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let t = std::thread::spawn(move || {
+        if let Ok((mut s, _)) = l.accept() {
+            use std::io::{Read, Write};
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(raw.as_bytes());
+        }
+    });
+    let r = server::http_get("127.0.0.1", port, "/v1/models", Duration::from_secs(5));
+    t.join().unwrap();
+    r
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(2048),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn cmdline_never_panics(s in prop_oneof!["(?s).{0,200}", noisy(CMDLINE)]) {
+        let o = iommu::cmdline_options(&s);
+        iommu::cmdline_warnings(&o);
+        prop_assert!(o.iter().all(|w| s.split_whitespace().any(|x| x == w)));
+    }
+
+    #[test]
+    fn kernel_log_never_panics(s in prop_oneof!["(?s).{0,300}", noisy(KERNEL_LOG)]) {
+        let mut st = crate::host::model::IommuState::default();
+        iommu::parse_log(&s, &mut st);
+        let faults: u32 = st.page_faults.values().sum();
+        prop_assert!(faults as usize <= s.lines().count() * 2);
+    }
+
+    #[test]
+    fn nvidia_proc_files_never_panic(s in prop_oneof!["(?s).{0,200}", noisy(NVIDIA_FILES)]) {
+        pci::parse_minor(&s);
+        module_version(&s);
+        uvm_major(&s);
+    }
+
+    #[test]
+    fn chunked_bodies_never_panic(s in prop_oneof!["(?s).{0,200}", noisy(HTTP), chunked()]) {
+        let out = server::dechunk(s.as_bytes());
+        prop_assert!(out.len() <= s.len());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(256),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn http_answers_never_panic(raw in prop_oneof!["(?s).{0,200}", noisy(HTTP)]) {
+        let _ = get_answer(raw);
+    }
+}
+
+/// The files of one random fake host.
+#[derive(Debug, Clone)]
+struct RandomRoot {
+    /// (absolute path, content) of regular files.
+    files: Vec<(&'static str, String)>,
+    /// (absolute path, target) of symbolic links.
+    links: Vec<(&'static str, String)>,
+}
+
+/// Paths whose content is random, each with the grammar it is drawn from.
+const FILES: &[(&str, &[&str])] = &[
+    ("/proc/cmdline", CMDLINE),
+    ("/dev/kmsg", KERNEL_LOG),
+    ("/proc/devices", NVIDIA_FILES),
+    ("/proc/driver/nvidia/version", NVIDIA_FILES),
+    (
+        "/proc/driver/nvidia/gpus/0000:01:00.0/information",
+        NVIDIA_FILES,
+    ),
+    ("/sys/module/nvidia/version", NVIDIA_FILES),
+    (
+        "/sys/bus/pci/devices/0000:01:00.0/vendor",
+        &["0x10de", "\n", "0x", "10DE", "zz"],
+    ),
+    (
+        "/sys/bus/pci/devices/0000:01:00.0/class",
+        &["0x030200", "0x", "03", "\n", "é"],
+    ),
+    (
+        "/sys/bus/pci/devices/0000:01:00.0/device",
+        &["0x2bb5", "\n", ""],
+    ),
+    (
+        "/sys/bus/pci/devices/0000:01:00.0/subsystem_vendor",
+        &["0x10de", "0x0000", "\n"],
+    ),
+    (
+        "/sys/bus/pci/devices/0000:01:00.0/subsystem_device",
+        &["0x204e", "0x0000", "\n"],
+    ),
+    (
+        "/sys/bus/pci/devices/0000:01:00.0/numa_node",
+        &["-1", "0", "1", "\n", "99999999999"],
+    ),
+    (
+        "/sys/bus/pci/devices/0000:01:00.0/driver_override",
+        &["(null)", "vfio-pci", "\n", ""],
+    ),
+    (
+        "/sys/bus/pci/devices/0000:01:00.0/drm/card0/dev",
+        &["226", ":", "0", "\n", "-1", "x"],
+    ),
+    (
+        "/sys/kernel/iommu_groups/10/type",
+        &["DMA-FQ", "identity", "DMA", "\n", "é"],
+    ),
+    ("/proc/4242/comm", &["python3", "\n", "é", "kvm"]),
+    (
+        "/proc/4242/cgroup",
+        &[
+            "0::/",
+            "lxc/",
+            "129",
+            "/ns/",
+            "lxc.payload.",
+            "qemu.slice/",
+            "200.scope",
+            "system.slice/",
+            "sglang.service",
+            "\n",
+            ":",
+            "/",
+            "x",
+        ],
+    ),
+    (
+        "/etc/pve/mapping/pci.cfg",
+        &[
+            "gpu\n",
+            "\tmap ",
+            "id=10de:2bb5,",
+            "node=n,",
+            "path=0000:01:00.0",
+            ",iommugroup=10",
+            "\n",
+            "description x",
+            "#",
+            ";",
+            "=",
+        ],
+    ),
+    (
+        "/etc/pve/qemu-server/200.conf",
+        &[
+            "hostpci0: ",
+            "mapping=gpu",
+            ",pcie=1",
+            "\n",
+            "[snap]",
+            ":",
+            ",",
+        ],
+    ),
+];
+
+/// Links whose target is random.
+const LINKS: &[&str] = &[
+    "/sys/bus/pci/devices/0000:01:00.0/iommu_group",
+    "/sys/bus/pci/devices/0000:01:00.0/driver",
+    "/proc/4242/fd/7",
+    "/proc/4242/fd/8",
+];
+
+fn random_root() -> impl Strategy<Value = RandomRoot> {
+    let files: Vec<_> = FILES
+        .iter()
+        .map(|(p, g)| prop_oneof![1 => "(?s).{0,60}", 3 => noisy(g)].prop_map(move |s| (*p, s)))
+        .collect();
+    let target = prop_oneof![
+        "[^\u{0}]{1,40}",
+        noisy(&[
+            "../",
+            "kernel/iommu_groups/",
+            "10",
+            "drivers/",
+            "nvidia",
+            "vfio-pci",
+            "/dev/",
+            "nvidia0",
+            "dri/card0",
+            "vfio/10",
+            "é"
+        ]),
+    ]
+    .prop_filter("a link needs a target", |t| {
+        !t.is_empty() && !t.contains('\0')
+    });
+    let links = prop::collection::vec(target, LINKS.len())
+        .prop_map(|ts| LINKS.iter().copied().zip(ts).collect::<Vec<_>>());
+    (files, links).prop_map(|(files, links)| RandomRoot { files, links })
+}
+
+/// Writes `r` under a new temporary directory.
+fn build(r: &RandomRoot) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    for (p, s) in &r.files {
+        let p = t.path().join(p.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, s).unwrap();
+    }
+    for (p, target) in &r.links {
+        let p = t.path().join(p.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, p).unwrap();
+    }
+    t
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(128),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn observing_a_random_host_never_panics(r in random_root()) {
+        let t = build(&r);
+        let mut h = LocalHost::new(t.path(), "10de");
+        h.node_name = Some("n".into());
+        h.tools.qm = "/nonexistent/qm".into();
+        h.tools.pct = "/nonexistent/pct".into();
+        h.tools.nvidia_smi = "/nonexistent/nvidia-smi".into();
+        let _ = h.observe();
+    }
+}
