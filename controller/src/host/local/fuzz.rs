@@ -4,6 +4,7 @@
 //! Each parser gets arbitrary text and text built from the tokens of its grammar (so that the
 //! interesting branches are reached, not only the "no match" one): `/proc/cmdline`, kernel log
 //! lines (IOMMU faults, default domain, SEV-SNP), `/proc/driver/nvidia/gpus/*/information`,
+//! unit files read back,
 //! `/proc/driver/nvidia/version`, `/proc/devices`, chunked HTTP bodies and whole HTTP answers
 //! of SGLang's endpoints (over a loopback socket). Then whole fake host roots: random sysfs
 //! values and links, `/proc/*/fd` targets, cgroups, DRM device numbers, Proxmox files and the
@@ -13,17 +14,8 @@
 //! of `docs/RELIABILITY.md`).
 
 use super::*;
-use crate::testutil::cases;
+use crate::testutil::{cases, noisy};
 use proptest::prelude::*;
-
-/// Text made of `tokens` of a grammar and arbitrary snippets in between.
-fn noisy(tokens: &'static [&'static str]) -> impl Strategy<Value = String> {
-    let piece = prop_oneof![
-        4 => prop::sample::select(tokens).prop_map(str::to_string),
-        1 => "(?s).{0,6}",
-    ];
-    prop::collection::vec(piece, 0..40).prop_map(|v| v.concat())
-}
 
 const CMDLINE: &[&str] = &[
     "iommu=",
@@ -88,6 +80,45 @@ const NVIDIA_FILES: &[&str] = &[
     "508 nvidia-uvm",
     "nvidia-uvm",
     "99999999999",
+];
+
+const UNIT_FILE: &[&str] = &[
+    "[Unit]",
+    "[Service]",
+    "[Install]",
+    "\n",
+    "ExecStart=",
+    "Environment=",
+    "=",
+    "\"",
+    "'",
+    "\\",
+    "\\x",
+    "\\x4",
+    "\\u12",
+    "\\U0010ffff",
+    "\\n",
+    "\\\n",
+    "%",
+    "%%",
+    "$",
+    "${",
+    "}",
+    " ",
+    "\t",
+    "#",
+    ";",
+    "-",
+    "@",
+    "+",
+    "!",
+    "/usr/bin/python3",
+    "-m",
+    "sglang.launch_server",
+    "--tp-size",
+    "4",
+    "é",
+    "\r",
 ];
 
 const HTTP: &[&str] = &[
@@ -181,6 +212,12 @@ proptest! {
         pci::parse_minor(&s);
         module_version(&s);
         uvm_major(&s);
+    }
+
+    /// Unit files as read back from the host (`/etc/systemd/system/*.service`).
+    #[test]
+    fn unit_files_never_panic(s in prop_oneof!["(?s).{0,200}", noisy(UNIT_FILE)]) {
+        let _ = crate::systemd::unit::parse(&s);
     }
 
     #[test]
