@@ -80,7 +80,8 @@ pub fn render(input: &InputArgs, p2p_disabled: bool) -> Result<i32, Failure> {
     Ok(0)
 }
 
-/// `gpuplane p2p-probe`: copies random data between GPU pairs; exit 1 when a pair is corrupt.
+/// `gpuplane p2p-probe`: copies random data between GPU pairs; exit 1 when a pair is corrupt,
+/// exit 0 with "nothing to probe" when fewer than two GPUs are given or bound to nvidia.
 pub fn p2p_probe(host: &HostArgs, python: String, gpus: Vec<String>) -> Result<i32, Failure> {
     let mut h = open_host(host)?;
     let st = h.observe()?;
@@ -105,6 +106,15 @@ pub fn p2p_probe(host: &HostArgs, python: String, gpus: Vec<String>) -> Result<i
                 )))
             }
         }
+    }
+    if gpus.len() < 2 {
+        // One GPU (or none) has no peer: a normal host, not an error.
+        let which = match gpus.first() {
+            Some(g) => format!("there is only {g}"),
+            None => "this host has none".to_string(),
+        };
+        println!("nothing to probe: P2P needs at least two GPUs bound to nvidia; {which}");
+        return Ok(0);
     }
     let step = crate::step::Step::ProbeP2p {
         location: crate::host::model::Location::Host,

@@ -13,6 +13,7 @@
 //!   `driver` link is re-read afterwards: a probe that bound nothing is an error.
 //! - Proxmox files are edited in place of only our lines, atomically, under Proxmox's locks.
 
+mod absent;
 mod error;
 pub mod exec;
 mod files;
@@ -202,6 +203,7 @@ impl LocalHost {
             st.units.insert(r.key(), u);
         }
         st.p2p_probes = probe::load_cache(&self.state_dir);
+        st.notes = absent::notes(&self.root, &st, &self.filter.vendor);
         Ok(st)
     }
 
