@@ -49,6 +49,10 @@ pub async fn reconcile(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Er
         // Another agent holds this node; look again when the lease may have moved.
         return Ok(Action::requeue(Duration::from_secs(3)));
     }
+    // Two partitions for this node: the oldest claim wins; a younger one never acts.
+    if let Some(action) = super::conflict::settle_partition(&p, &ctx).await? {
+        return Ok(action);
+    }
     let started = Instant::now();
     let span = tracing::info_span!("reconcile", partition = %p.name_any(), node = %ctx.opts.node);
     let result = reconcile_inner(p, ctx.clone()).instrument(span).await;
@@ -90,8 +94,9 @@ struct Resolved<'a> {
     desired: Desired,
     /// Valid servers with their resolved form.
     valid: Vec<(DesiredServer, &'a InferenceServer)>,
-    /// Invalid servers with their messages (`field: message`).
-    invalid: Vec<(&'a InferenceServer, Vec<String>)>,
+    /// Invalid servers with their reason (`InvalidSpec`, or `Conflict` with an older server)
+    /// and messages (`field: message`).
+    invalid: Vec<(&'a InferenceServer, &'static str, Vec<String>)>,
     /// Deleted servers and their unit (an invalid one has no known unit: nothing to remove).
     removed: Vec<(&'a InferenceServer, Option<UnitRef>)>,
 }
@@ -116,11 +121,13 @@ pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action,
 
 /// Phase 1: the partition's servers (live ones get our finalizer) and the observed host.
 async fn gather(p: &GpuPartition, ctx: &Arc<Ctx>) -> Result<Gathered, Error> {
-    let (deleting, servers): (Vec<InferenceServer>, Vec<InferenceServer>) =
+    let (deleting, mut servers): (Vec<InferenceServer>, Vec<InferenceServer>) =
         servers_of(ctx, &p.name_any())
             .await?
             .into_iter()
             .partition(|s| s.metadata.deletion_timestamp.is_some());
+    // Oldest claim first: of two servers wanting one slice, unit or port, the older keeps it.
+    super::conflict::sort_by_claim(&mut servers);
     // Live servers carry our finalizer, so deleting one stops and removes its unit first.
     for s in &servers {
         if !has_server_finalizer(s) {
@@ -145,11 +152,11 @@ fn resolve<'a>(
     deleting: &'a [InferenceServer],
 ) -> Resolved<'a> {
     let mut valid: Vec<(DesiredServer, &InferenceServer)> = vec![];
-    let mut invalid: Vec<(&InferenceServer, Vec<String>)> = vec![];
+    let mut invalid: Vec<(&InferenceServer, &'static str, Vec<String>)> = vec![];
     for s in servers {
         match resolve_server(s, &dp) {
             Ok(d) => valid.push((d, s)),
-            Err(errs) => invalid.push((s, field_messages(&errs))),
+            Err(errs) => invalid.push((s, "InvalidSpec", field_messages(&errs))),
         }
     }
     let together =
@@ -159,8 +166,10 @@ fn resolve<'a>(
             .iter()
             .position(|(d, _)| format!("InferenceServer/{}", d.id) == e.resource)
         {
+            // Servers come oldest claim first, so the one named here is the younger.
             let (_, s) = valid.remove(pos);
-            invalid.push((s, vec![format!("{}: {}", e.field, e.message)]));
+            let msg = format!("{}: {}", e.field, e.message);
+            invalid.push((s, super::conflict::REASON, vec![msg]));
         }
     }
     let removed: Vec<(&InferenceServer, Option<UnitRef>)> = deleting
@@ -320,8 +329,8 @@ async fn write_status(
         let st = server_status(d, s, &sc.conditions, &host);
         patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
     }
-    for (s, msgs) in &r.invalid {
-        write_invalid_server(ctx, s, msgs).await?;
+    for (s, reason, msgs) in &r.invalid {
+        write_invalid_server(ctx, s, reason, msgs).await?;
     }
     Ok(ready)
 }
@@ -354,13 +363,19 @@ fn server_status(
     }
 }
 
-/// An invalid server's condition, and an event when it was not invalid before.
+/// An invalid (or conflicting, `reason` `Conflict`) server's condition, and an event when it
+/// was not so before.
 async fn write_invalid_server(
     ctx: &Ctx,
     s: &InferenceServer,
+    reason: &'static str,
     msgs: &[String],
 ) -> Result<(), Error> {
-    let computed = invalid(msgs, s.metadata.generation);
+    let computed = if reason == super::conflict::REASON {
+        super::conflict::conflict_status(&msgs.join("; "), s.metadata.generation)
+    } else {
+        invalid(msgs, s.metadata.generation)
+    };
     let old = s.status.clone().unwrap_or_default();
     let st = InferenceServerStatus {
         observed_generation: s.metadata.generation,
@@ -368,18 +383,18 @@ async fn write_invalid_server(
         ..old
     };
     patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
-    if ready_reason(s).as_deref() != Some("InvalidSpec") {
+    if ready_reason(s).as_deref() != Some(reason) {
         publish(
             ctx,
             &s.object_ref(&()),
             EventType::Warning,
-            "InvalidSpec",
+            reason,
             "Validate",
             msgs.join("; "),
         )
         .await;
     }
-    ctx.metrics.errors.with_label_values(&["InvalidSpec"]).inc();
+    ctx.metrics.errors.with_label_values(&[reason]).inc();
     Ok(())
 }
 
