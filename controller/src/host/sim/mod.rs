@@ -11,15 +11,18 @@
 //! deterministic.
 //!
 //! `file.rs` holds the description's types, `load.rs` reads and saves it (and keeps its file
-//! in step, step by step), `observe.rs` shows it as a real host would, `apply.rs` applies steps to it
+//! in step, step by step), `observe.rs` shows it as a real host would, `apply.rs` applies steps to it, `fault.rs`
+//! injects the faults the description lists,
 //! and `server.rs` plays the SGLang process a unit starts.
 
 mod apply;
+mod fault;
 mod file;
 mod load;
 mod observe;
 mod server;
 
+pub use fault::{FaultEffect, SimFault};
 pub use file::{Behaviour, SimContainer, SimDevice, SimHolder, SimHostFile, SimUnit};
 
 use super::model::*;
@@ -106,6 +109,9 @@ impl Host for SimHost {
 
     fn apply(&mut self, step: &Step) -> Result<StepOutcome, HostError> {
         self.refresh()?;
+        if step.is_write() {
+            self.inject_fault(step)?;
+        }
         let out = self.apply_step(step)?;
         self.persist()?;
         Ok(out)
