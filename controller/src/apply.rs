@@ -1,8 +1,8 @@
 //! The one door every host write goes through.
 //!
 //! [`Door::apply`] logs each step, counts the writes (by kind), honours dry-run and
-//! can inject a failure at the N-th write (for crash-recovery tests). Backends are
-//! only ever mutated from here.
+//! can inject a failure at the N-th write, or kill the process right after it (for
+//! crash-recovery tests). Backends are only ever mutated from here.
 
 use crate::host::{Host, HostError, StepOutcome};
 use crate::step::Step;
@@ -16,7 +16,13 @@ pub struct Door<'h> {
     by_kind: BTreeMap<&'static str, u64>,
     /// Fail the write with this 1-based index (tests: a crash mid-plan).
     fail_at: Option<u64>,
+    /// SIGKILL the process right after the write with this 1-based index has reached the host.
+    kill_after: Option<u64>,
 }
+
+/// The environment variable that makes `gpuplane converge` kill itself with SIGKILL right after
+/// its N-th host write (the crash-recovery harness, `controller/tests/crash_points.rs`).
+pub const KILL_AFTER_WRITE_ENV: &str = "GPUPLANE_KILL_AFTER_WRITE";
 
 impl<'h> Door<'h> {
     pub fn new(host: &'h mut dyn Host) -> Self {
@@ -26,6 +32,7 @@ impl<'h> Door<'h> {
             writes: 0,
             by_kind: BTreeMap::new(),
             fail_at: None,
+            kill_after: None,
         }
     }
 
@@ -38,6 +45,13 @@ impl<'h> Door<'h> {
     /// Fails the `n`-th write with an injected error, before it reaches the host.
     pub fn fail_at(mut self, n: Option<u64>) -> Self {
         self.fail_at = n;
+        self
+    }
+
+    /// Kills the process with SIGKILL right after the `n`-th write has reached the host: no
+    /// destructor, no flush, no later write runs, as when the machine or the agent is killed.
+    pub fn kill_after(mut self, n: Option<u64>) -> Self {
+        self.kill_after = n;
         self
     }
 
@@ -60,6 +74,9 @@ impl<'h> Door<'h> {
         let out = self.host.apply(step)?;
         self.writes += 1;
         *self.by_kind.entry(step.kind()).or_default() += 1;
+        if self.kill_after == Some(self.writes) {
+            kill_self();
+        }
         Ok(out)
     }
 
@@ -77,4 +94,13 @@ impl<'h> Door<'h> {
     pub fn host(&mut self) -> &mut dyn Host {
         self.host
     }
+}
+
+/// Sends SIGKILL to this process (through `kill(1)`: no unsafe code); aborts should that fail.
+fn kill_self() -> ! {
+    let pid = std::process::id().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-s", "KILL", &pid])
+        .status();
+    std::process::abort()
 }

@@ -35,3 +35,23 @@ pub fn desired(host: &mut SimHost, m: &Manifests) -> Desired {
         removed_units: vec![],
     }
 }
+
+/// Cases for a property test: `PROPTEST_CASES` when set (the long runs of `docs/RELIABILITY.md`),
+/// else `default` (bounded, for CI).
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Text made of `tokens` of a grammar with arbitrary snippets in between: fuzz input that reaches
+/// a parser's interesting branches, not only its "no match" one.
+pub fn noisy(tokens: &'static [&'static str]) -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let piece = prop_oneof![
+        4 => prop::sample::select(tokens).prop_map(str::to_string),
+        1 => "(?s).{0,6}",
+    ];
+    prop::collection::vec(piece, 0..40).prop_map(|v| v.concat())
+}

@@ -96,7 +96,8 @@ pub fn render(input: &InputArgs, p2p_disabled: bool) -> Result<i32, Failure> {
     Ok(0)
 }
 
-/// `gpuplane p2p-probe`: copies random data between GPU pairs; exit 1 when a pair is corrupt.
+/// `gpuplane p2p-probe`: copies random data between GPU pairs; exit 1 when a pair is corrupt,
+/// exit 0 with "nothing to probe" when fewer than two GPUs are given or bound to nvidia.
 pub fn p2p_probe(host: &HostArgs, python: String, gpus: Vec<String>) -> Result<i32, Failure> {
     let mut h = open_host(host)?;
     let st = h.observe()?;
@@ -121,6 +122,15 @@ pub fn p2p_probe(host: &HostArgs, python: String, gpus: Vec<String>) -> Result<i
                 )))
             }
         }
+    }
+    if gpus.len() < 2 {
+        // One GPU (or none) has no peer: a normal host, not an error.
+        let which = match gpus.first() {
+            Some(g) => format!("there is only {g}"),
+            None => "this host has none".to_string(),
+        };
+        println!("nothing to probe: P2P needs at least two GPUs bound to nvidia; {which}");
+        return Ok(0);
     }
     let step = crate::step::Step::ProbeP2p {
         location: crate::host::model::Location::Host,
@@ -148,6 +158,18 @@ pub fn plan(input: &InputArgs, format: Format) -> Result<i32, Failure> {
     Ok(if p.blockers.is_empty() { 0 } else { 1 })
 }
 
+/// The crash-recovery harness's hook: `GPUPLANE_KILL_AFTER_WRITE=N` kills `converge` with
+/// SIGKILL right after its N-th host write.
+fn kill_after_write() -> Result<Option<u64>, Failure> {
+    let name = crate::apply::KILL_AFTER_WRITE_ENV;
+    match std::env::var(name) {
+        Err(_) => Ok(None),
+        Ok(v) => v.trim().parse().map(Some).map_err(|_| {
+            Failure::input(format!("{name}={v:?}: expected the number of a host write"))
+        }),
+    }
+}
+
 /// `gpuplane converge`: applies the plan step by step; exit 0 only when converged and Ready.
 pub fn converge(
     input: &InputArgs,
@@ -158,7 +180,9 @@ pub fn converge(
     let mut h = open_host(&input.host)?;
     let desired = load_desired(input, h.as_mut())?;
     let report = {
-        let mut door = Door::new(h.as_mut()).dry_run(dry_run);
+        let mut door = Door::new(h.as_mut())
+            .dry_run(dry_run)
+            .kill_after(kill_after_write()?);
         crate::converge::converge(&desired, &mut door, &Options::default())
     };
     let status = crate::status::compute(&desired, &report, &Default::default());

@@ -20,8 +20,9 @@ pub fn open_host(args: &HostArgs) -> Result<Box<dyn Host + Send>, Failure> {
             SimHost::from_yaml(crate::EMBEDDED_HOST, "embedded examples/hosts/kpro6.yaml")
                 .map_err(|e| Failure::input(e.to_string()))?,
         )),
+        // The file is the host: every write lands in it as it happens.
         Some(("sim", path)) => Ok(Box::new(
-            SimHost::load(path).map_err(|e| Failure::input(e.to_string()))?,
+            SimHost::open(path).map_err(|e| Failure::input(e.to_string()))?,
         )),
         _ => Err(Failure::input(format!(
             "--host {spec:?}: use sim:FILE, sim:embedded or local"

@@ -12,7 +12,7 @@ pub mod tenancy;
 mod unit_check;
 
 pub use partition::resolve_partition;
-pub use server::{check_servers_together, in_claim_order, resolve_server};
+pub use server::{check_servers_together, claim_key, in_claim_order, resolve_server};
 
 use crate::host::model::{Location, UnitRef};
 use crate::sglang::command::Runtime;

@@ -364,11 +364,23 @@ pub fn in_claim_order<'a>(
     servers: impl IntoIterator<Item = &'a InferenceServer>,
 ) -> Vec<&'a InferenceServer> {
     let mut v: Vec<&InferenceServer> = servers.into_iter().collect();
-    v.sort_by_key(|s| {
-        let t = s.metadata.creation_timestamp.as_ref();
-        (t.is_none(), t.cloned())
-    });
+    v.sort_by_key(|s| claim_key(&s.metadata));
     v
+}
+
+/// The age of a claim: creation time (an object never stored by an API server has none and
+/// sorts last), then namespace and name for objects created in the same second, so the order is
+/// total and depends only on the objects.
+pub fn claim_key(
+    m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> (bool, String, String, String) {
+    let created = m.creation_timestamp.as_ref();
+    (
+        created.is_none(),
+        created.map(|t| t.0.to_string()).unwrap_or_default(),
+        m.namespace.clone().unwrap_or_default(),
+        m.name.clone().unwrap_or_default(),
+    )
 }
 
 /// Rules across servers: one unit name per location, one port per location, one server per

@@ -42,6 +42,10 @@ pub struct HostState {
     /// Results of P2P correctness probes the agent ran (its cache).
     #[serde(default)]
     pub p2p_probes: Vec<P2pProbe>,
+    /// What this host lacks that a person should know (no GPUs, no Proxmox, no systemd):
+    /// situations that are normal on some hosts, said plainly, never an error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// One PCI function.

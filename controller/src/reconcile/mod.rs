@@ -7,6 +7,7 @@
 //! A per-node Lease makes sure only one agent acts for a node.
 
 mod cleanup;
+pub mod conflict;
 mod guard;
 mod host_io;
 mod kube_io;

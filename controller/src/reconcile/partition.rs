@@ -49,6 +49,10 @@ pub async fn reconcile(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Er
         // Another agent holds this node; look again when the lease may have moved.
         return Ok(Action::requeue(Duration::from_secs(3)));
     }
+    // Two partitions for this node: the oldest claim wins; a younger one never acts.
+    if let Some(action) = super::conflict::settle_partition(&p, &ctx).await? {
+        return Ok(action);
+    }
     let started = Instant::now();
     let span = tracing::info_span!("reconcile", partition = %p.name_any(), node = %ctx.opts.node);
     let result = reconcile_inner(p, ctx.clone()).instrument(span).await;
@@ -90,8 +94,9 @@ struct Resolved<'a> {
     desired: Desired,
     /// Valid servers with their resolved form.
     valid: Vec<(DesiredServer, &'a InferenceServer)>,
-    /// Invalid servers with their messages (`field: message`).
-    invalid: Vec<(&'a InferenceServer, Vec<String>)>,
+    /// Invalid servers with their reason (`InvalidSpec`, or `Conflict` with an older server)
+    /// and messages (`field: message`).
+    invalid: Vec<(&'a InferenceServer, &'static str, Vec<String>)>,
     /// Deleted servers and their unit (an invalid one has no known unit: nothing to remove).
     removed: Vec<(&'a InferenceServer, Option<UnitRef>)>,
 }
@@ -145,12 +150,12 @@ fn resolve<'a>(
     deleting: &'a [InferenceServer],
 ) -> Resolved<'a> {
     let mut valid: Vec<(DesiredServer, &InferenceServer)> = vec![];
-    let mut invalid: Vec<(&InferenceServer, Vec<String>)> = vec![];
+    let mut invalid: Vec<(&InferenceServer, &'static str, Vec<String>)> = vec![];
     // The oldest claim first: in a conflict the server already running keeps what it has.
     for s in in_claim_order(servers) {
         match resolve_server(s, &dp) {
             Ok(d) => valid.push((d, s)),
-            Err(errs) => invalid.push((s, field_messages(&errs))),
+            Err(errs) => invalid.push((s, "InvalidSpec", field_messages(&errs))),
         }
     }
     let together =
@@ -160,8 +165,10 @@ fn resolve<'a>(
             .iter()
             .position(|(d, _)| format!("InferenceServer/{}", d.id) == e.resource)
         {
+            // Servers come oldest claim first, so the one named here is the younger.
             let (_, s) = valid.remove(pos);
-            invalid.push((s, vec![format!("{}: {}", e.field, e.message)]));
+            let msg = format!("{}: {}", e.field, e.message);
+            invalid.push((s, super::conflict::REASON, vec![msg]));
         }
     }
     let removed: Vec<(&InferenceServer, Option<UnitRef>)> = deleting
@@ -211,7 +218,7 @@ async fn report_invalid_partition(
     patch_partition(&api, &name, &st).await?;
     ctx.metrics
         .set_conditions("GpuPartition", "", &name, &st.conditions);
-    publish_invalid(ctx, &p.object_ref(&()), &msgs).await;
+    publish_refusal(ctx, &p.object_ref(&()), "InvalidSpec", &msgs).await;
     for s in servers {
         let w = waiting_for_partition(
             "PartitionInvalid",
@@ -324,8 +331,8 @@ async fn write_status(
         patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
         record_server_conditions(ctx, s, &st.conditions);
     }
-    for (s, msgs) in &r.invalid {
-        write_invalid_server(ctx, s, msgs).await?;
+    for (s, reason, msgs) in &r.invalid {
+        write_invalid_server(ctx, s, reason, msgs).await?;
     }
     Ok(ready)
 }
@@ -358,13 +365,19 @@ fn server_status(
     }
 }
 
-/// An invalid server's condition, and an event when it was not invalid before.
+/// An invalid (or conflicting, `reason` `Conflict`) server's condition, and an event when it
+/// was not so before.
 async fn write_invalid_server(
     ctx: &Ctx,
     s: &InferenceServer,
+    reason: &'static str,
     msgs: &[String],
 ) -> Result<(), Error> {
-    let computed = invalid(msgs, s.metadata.generation);
+    let computed = if reason == super::conflict::REASON {
+        super::conflict::conflict_status(&msgs.join("; "), s.metadata.generation)
+    } else {
+        invalid(msgs, s.metadata.generation)
+    };
     let old = s.status.clone().unwrap_or_default();
     let st = InferenceServerStatus {
         observed_generation: s.metadata.generation,
@@ -373,10 +386,10 @@ async fn write_invalid_server(
     };
     patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
     record_server_conditions(ctx, s, &st.conditions);
-    if ready_reason(s).as_deref() != Some("InvalidSpec") {
-        publish_invalid(ctx, &s.object_ref(&()), msgs).await;
+    if ready_reason(s).as_deref() != Some(reason) {
+        publish_refusal(ctx, &s.object_ref(&()), reason, msgs).await;
     }
-    ctx.metrics.errors.with_label_values(&["InvalidSpec"]).inc();
+    ctx.metrics.errors.with_label_values(&[reason]).inc();
     Ok(())
 }
 
@@ -559,22 +572,15 @@ fn nothing_asked_since_ready(p: &GpuPartition, r: &Resolved<'_>) -> bool {
         })
 }
 
-/// The `InvalidSpec` event of an object, with every problem.
-async fn publish_invalid(
+/// The event of an object refused with `reason` (`InvalidSpec`, `Conflict`), every problem.
+async fn publish_refusal(
     ctx: &Ctx,
     obj_ref: &k8s_openapi::api::core::v1::ObjectReference,
+    reason: &str,
     msgs: &[String],
 ) {
     let note = msgs.join("; ");
-    publish(
-        ctx,
-        obj_ref,
-        EventType::Warning,
-        "InvalidSpec",
-        "Validate",
-        note,
-    )
-    .await;
+    publish(ctx, obj_ref, EventType::Warning, reason, "Validate", note).await;
 }
 
 /// Shows a server's conditions in `gpuplane_resource_condition`.

@@ -2,6 +2,7 @@
 
 use crate::desired::offline;
 use crate::manifests::schema;
+use gpuplane_crds::condition::Time;
 use gpuplane_crds::{GpuPartition, InferenceServer};
 use serde_json::{json, Value};
 
@@ -68,6 +69,10 @@ fn decide(req: &Value, cluster: &Cluster) -> (bool, String, Vec<String>) {
         _ => match serde_json::from_value::<InferenceServer>(obj.clone()) {
             Ok(mut s) => {
                 s.metadata.namespace = Some(ns.to_string());
+                // A claim being made now is the youngest (the API server stamps it on create).
+                s.metadata
+                    .creation_timestamp
+                    .get_or_insert_with(|| Time(jiff::Timestamp::now()));
                 cluster.servers.retain(|o| {
                     o.metadata.name != s.metadata.name
                         || o.metadata.namespace != s.metadata.namespace

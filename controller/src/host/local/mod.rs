@@ -13,9 +13,12 @@
 //!   `driver` link is re-read afterwards: a probe that bound nothing is an error.
 //! - Proxmox files are edited in place of only our lines, atomically, under Proxmox's locks.
 
+mod absent;
 mod error;
 pub mod exec;
 mod files;
+#[cfg(test)]
+mod fuzz;
 pub mod holders;
 pub mod iommu;
 pub mod pci;
@@ -201,6 +204,7 @@ impl LocalHost {
             st.units.insert(r.key(), u);
         }
         st.p2p_probes = probe::load_cache(&self.state_dir);
+        st.notes = absent::notes(&self.root, &st, &self.filter.vendor);
         Ok(st)
     }
 

@@ -168,4 +168,7 @@ pub struct SimHostFile {
     pub p2p_probes: Vec<P2pProbe>,
     #[serde(default)]
     pub holders: Vec<SimHolder>,
+    /// Faults still to inject (each consumed as it fires).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<super::SimFault>,
 }

@@ -1,5 +1,6 @@
-//! Reading and saving the host description: from YAML text or a file, and, in live mode, a file
-//! re-read before each observation and written back after each step.
+//! Reading and saving the host description: from YAML text or a file; a host opened from a file
+//! writes every step (and every tick of its clock) back to it at once, as a real host keeps its
+//! state; in live mode the file is also re-read before each observation.
 
 use super::{SimHost, SimHostFile};
 use crate::host::HostError;
@@ -52,17 +53,31 @@ impl SimHost {
                 });
             }
         }
-        Ok(SimHost { file, live: None })
+        Ok(SimHost::new(file))
     }
 
     /// A host from an already parsed description.
     pub fn new(file: SimHostFile) -> SimHost {
-        SimHost { file, live: None }
+        SimHost {
+            file,
+            live: None,
+            backing: None,
+        }
     }
 
-    /// Loads a description file.
+    /// Loads a description file (kept in memory: the file is never written).
     pub fn load(path: &str) -> Result<SimHost, HostError> {
         Self::from_yaml(&read(path)?, path)
+    }
+
+    /// Opens a description file as the host itself (`--host sim:FILE`): every step is written
+    /// back to the file as soon as it is applied, atomically (temporary file + rename), and so
+    /// is the clock after each sleep. A process killed at any moment leaves the file exactly as
+    /// the host was after its last completed step, as a real host would be.
+    pub fn open(path: &str) -> Result<SimHost, HostError> {
+        let mut h = Self::load(path)?;
+        h.backing = Some(path.into());
+        Ok(h)
     }
 
     /// Opens `path` as a live host: re-read before each observation, written after each step,
@@ -70,6 +85,7 @@ impl SimHost {
     pub fn live(path: &str, speed: u64) -> Result<SimHost, HostError> {
         let text = read(path)?;
         let mut h = Self::from_yaml(&text, path)?;
+        h.backing = Some(path.into());
         h.live = Some(Live {
             path: path.into(),
             speed: speed.max(1),
@@ -98,18 +114,29 @@ impl SimHost {
         Ok(())
     }
 
-    /// Live mode: write the state back.
+    /// A host opened from a file: write the state back to it, atomically. Nothing to do for a
+    /// host kept in memory.
     pub(super) fn persist(&mut self) -> Result<(), HostError> {
-        let Some(live) = self.live.as_mut() else {
+        let Some(path) = self.backing.as_ref() else {
             return Ok(());
         };
         let text =
             serde_yaml::to_string(&self.file).map_err(|e| HostError::Other(e.to_string()))?;
-        let tmp = live.path.with_extension("yaml.tmp");
-        std::fs::write(&tmp, &text)
-            .and_then(|_| std::fs::rename(&tmp, &live.path))
-            .map_err(|e| HostError::Other(format!("cannot write {}: {e}", live.path.display())))?;
-        live.last_saved = text;
+        write_atomically(path, &text)
+            .map_err(|e| HostError::Other(format!("cannot write {}: {e}", path.display())))?;
+        if let Some(live) = self.live.as_mut() {
+            live.last_saved = text;
+        }
         Ok(())
     }
+}
+
+/// Writes `text` to `path` through a temporary file in the same directory and a rename: a
+/// reader (or a process killed mid-write) sees the old file or the new one, never a mix.
+fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".gpuplane-tmp");
+    let tmp = path.with_file_name(name);
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
 }

@@ -10,16 +10,19 @@
 //! like the reference story. Time is a clock that only `sleep` advances, so runs are
 //! deterministic.
 //!
-//! `file.rs` holds the description's types, `load.rs` reads and saves it (and keeps a live
-//! file in step), `observe.rs` shows it as a real host would, `apply.rs` applies steps to it
+//! `file.rs` holds the description's types, `load.rs` reads and saves it (and keeps its file
+//! in step, step by step), `observe.rs` shows it as a real host would, `apply.rs` applies steps to it, `fault.rs`
+//! injects the faults the description lists,
 //! and `server.rs` plays the SGLang process a unit starts.
 
 mod apply;
+mod fault;
 mod file;
 mod load;
 mod observe;
 mod server;
 
+pub use fault::{FaultEffect, SimFault};
 pub use file::{Behaviour, SimContainer, SimDevice, SimHolder, SimHostFile, SimUnit};
 
 use super::model::*;
@@ -32,6 +35,8 @@ use load::Live;
 pub struct SimHost {
     pub file: SimHostFile,
     live: Option<Live>,
+    /// The file this host is kept in (`open`, `live`): written after every step.
+    backing: Option<std::path::PathBuf>,
 }
 
 impl SimHost {
@@ -104,6 +109,9 @@ impl Host for SimHost {
 
     fn apply(&mut self, step: &Step) -> Result<StepOutcome, HostError> {
         self.refresh()?;
+        if step.is_write() {
+            self.inject_fault(step)?;
+        }
         let out = self.apply_step(step)?;
         self.persist()?;
         Ok(out)
@@ -112,7 +120,13 @@ impl Host for SimHost {
     fn sleep(&mut self, secs: u64) {
         match &self.live {
             Some(l) => std::thread::sleep(std::time::Duration::from_millis(secs * 1000 / l.speed)),
-            None => self.file.clock += secs,
+            None => {
+                self.file.clock += secs;
+                // The file keeps the host's time too; a failure shows at the next step's write.
+                if let Err(e) = self.persist() {
+                    tracing::warn!("{e}");
+                }
+            }
         }
     }
 

@@ -138,3 +138,31 @@ fn host_file_round_trips() {
     let again = SimHost::from_yaml(&text, "saved").unwrap();
     assert_eq!(again.file, h.file);
 }
+
+#[test]
+fn a_host_opened_from_a_file_writes_every_step_and_tick_to_it_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("host.yaml");
+    std::fs::write(&path, crate::EMBEDDED_HOST).unwrap();
+    let p = path.to_str().unwrap();
+    let mut h = SimHost::open(p).unwrap();
+    h.apply(&step_override("0000:81:00.0", Some("vfio-pci")))
+        .unwrap();
+    // Another process sees the write at once, and nothing else: no temporary file is left.
+    let d = SimHost::load(p).unwrap().file.pci_devices[4].clone();
+    assert_eq!(d.driver_override.as_deref(), Some("vfio-pci"));
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["host.yaml"]);
+    // The clock is the host's too.
+    h.sleep(30);
+    assert_eq!(SimHost::load(p).unwrap().file.clock, h.file.clock);
+    // A host loaded (not opened) never writes its file.
+    let mut mem = SimHost::load(p).unwrap();
+    mem.apply(&step_override("0000:91:00.0", Some("vfio-pci")))
+        .unwrap();
+    mem.sleep(30);
+    assert_eq!(SimHost::load(p).unwrap().file, h.file);
+}

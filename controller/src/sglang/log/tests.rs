@@ -40,3 +40,43 @@ fn phases_from_real_formats() {
     );
     assert_eq!(phase(&v(&["random"])), None);
 }
+
+/// Words of SGLang's startup log, for fuzz input that reaches every phase.
+const LOG_WORDS: &[&str] = &[
+    "[2026-01-01 12:00:00 TP0] ",
+    "Init torch distributed begin.",
+    "Init parallel begin.",
+    "] Load weight begin.",
+    "] Load weight end.",
+    "KV Cache is allocated",
+    "] Capture ",
+    " begin.",
+    "Uvicorn running on",
+    "Application startup complete",
+    "The server is fired up and ready to roll!",
+    "\n",
+    "\r",
+    "é",
+    "]",
+];
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: crate::testutil::cases(2048),
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Any journal lines: never a panic, and the phase is one some line names.
+    #[test]
+    fn any_log_lines_give_a_phase_without_panic(
+        lines in proptest::collection::vec(
+            proptest::prop_oneof!["(?s).{0,80}", crate::testutil::noisy(LOG_WORDS)],
+            0..12,
+        )
+    ) {
+        let p = phase(&lines);
+        let one_by_one = lines.iter().filter_map(|l| phase(std::slice::from_ref(l))).max();
+        proptest::prop_assert_eq!(p, one_by_one);
+    }
+}

@@ -1,5 +1,6 @@
 use super::*;
 use crate::testutil::manifests;
+use gpuplane_crds::condition::Time;
 
 fn request(kind: &str, op: &str, object: Value) -> Value {
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
@@ -15,8 +16,16 @@ fn review_of(kind: &str, op: &str, object: &impl serde::Serialize, cluster: &Clu
     )
 }
 
+/// The reference objects as the API server holds them (created a while ago).
 fn cluster() -> Cluster {
-    let m = manifests();
+    let mut m = manifests();
+    let created: Time = serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap();
+    for s in &mut m.servers {
+        s.metadata.creation_timestamp = Some(created.clone());
+    }
+    for p in &mut m.partitions {
+        p.metadata.creation_timestamp = Some(created.clone());
+    }
     Cluster {
         partitions: m.partitions,
         servers: m.servers,
