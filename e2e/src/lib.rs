@@ -17,6 +17,7 @@ pub mod kpro6;
 pub mod kube;
 pub mod manifests;
 pub mod net;
+pub mod packaging;
 pub mod paths;
 pub mod prometheus;
 pub mod scenario;

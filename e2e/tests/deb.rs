@@ -6,7 +6,7 @@
 //!
 //!     cargo test -p gpuplane-e2e --test deb
 
-use gpuplane_e2e::paths::repo_root;
+use gpuplane_e2e::packaging::build_deb;
 use std::path::Path;
 use std::process::Command;
 
@@ -20,30 +20,11 @@ fn run(cmd: &mut Command) -> (bool, String) {
     (o.status.success(), text)
 }
 
-/// Builds the package into `dir`; its path.
-fn build(dir: &Path) -> std::path::PathBuf {
-    let deb = dir.join("gpuplane.deb");
-    let (ok, out) = run(Command::new("cargo")
-        .args([
-            "deb",
-            "-p",
-            "gpuplane",
-            "--no-build",
-            "--profile",
-            "dev",
-            "-o",
-        ])
-        .arg(&deb)
-        .current_dir(repo_root()));
-    assert!(ok, "cargo deb: {out}");
-    deb
-}
-
 #[test]
 fn the_deb_installs_the_agent_and_a_service_that_starts_before_guests() {
     let dir = std::env::temp_dir().join(format!("gpuplane-deb-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let deb = build(&dir);
+    let deb = build_deb(&dir);
 
     let (ok, list) = run(Command::new("dpkg-deb").arg("-c").arg(&deb));
     assert!(ok, "{list}");

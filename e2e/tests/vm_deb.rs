@@ -6,31 +6,15 @@
 //!
 //!     cargo test -p gpuplane-e2e --test vm_deb -- --nocapture   (one boot, ~1-2 min)
 
-use gpuplane_e2e::paths::repo_root;
+use gpuplane_e2e::packaging::build_deb;
 use gpuplane_e2e::vm::{boot_scenario, preflight};
-use std::process::Command;
 
 #[test]
 fn the_deb_binds_the_gpus_before_guests_autostart() {
     preflight();
     let dir = std::env::temp_dir().join(format!("gpuplane-vm-deb-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let deb = dir.join("gpuplane.deb");
-    let o = Command::new("cargo")
-        .args([
-            "deb",
-            "-p",
-            "gpuplane",
-            "--no-build",
-            "--profile",
-            "dev",
-            "-o",
-        ])
-        .arg(&deb)
-        .current_dir(repo_root())
-        .output()
-        .expect("cargo deb");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let deb = build_deb(&dir);
     let out = boot_scenario("deb-boot.sh", &[deb], "");
     std::fs::remove_dir_all(&dir).ok();
 
