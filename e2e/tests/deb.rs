@@ -7,7 +7,6 @@
 //!     cargo test -p gpuplane-e2e --test deb
 
 use gpuplane_e2e::packaging::build_deb;
-use std::path::Path;
 use std::process::Command;
 
 fn run(cmd: &mut Command) -> (bool, String) {
