@@ -19,8 +19,8 @@ mod status_files;
 mod watch;
 
 use crate::apply::Door;
-use crate::cli::{desired_for_host, Failure};
 use crate::converge::{converge_with, Options};
+use crate::desired::select;
 use crate::host::Host;
 use crate::manifests::Manifests;
 use std::path::PathBuf;
@@ -94,8 +94,12 @@ fn round(
     progress: &mut std::collections::BTreeMap<String, crate::converge::Progress>,
 ) -> bool {
     let desired = Manifests::load(&opts.manifests)
-        .map_err(|e| Failure::input(e.to_string()))
-        .and_then(|m| desired_for_host(&m, host, &opts.gpu_vendor, &opts.gpu_driver));
+        .map_err(|e| e.to_string())
+        .and_then(|m| {
+            let observed = host.observe().map_err(|e| e.to_string())?;
+            select::for_host(&m, &observed, &opts.gpu_vendor, &opts.gpu_driver)
+                .map_err(|e| e.to_string())
+        });
     let desired = match desired {
         Ok(d) => d,
         Err(f) => {
@@ -104,10 +108,12 @@ fn round(
                 opts.manifests.display()
             );
             metrics.errors.with_label_values(&["InvalidSpec"]).inc();
-            status_files::write_invalid(&opts.status_dir, &f.to_string());
+            status_files::write_invalid(&opts.status_dir, &f);
             return true;
         }
     };
+    let units: Vec<_> = desired.servers.iter().map(|s| s.unit.clone()).collect();
+    host.watch_units(&units);
     let report = {
         let mut door = Door::new(host);
         let o = Options {
