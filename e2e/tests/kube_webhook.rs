@@ -68,7 +68,15 @@ fn start_webhook(c: &Cluster, port: u16, cert: &str, key: &str) -> Child {
     let log = std::fs::File::create(c.cp.run.join("webhook.log")).expect("log");
     let child = Command::new(gpuplane_bin())
         .args(["webhook", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--tls-cert", cert, "--tls-key", key, "--kubeconfig"])
+        .args([
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+            "--agent-user",
+            "gpuplane-agent",
+        ])
+        .arg("--kubeconfig")
         .arg(c.cp.kubeconfig())
         .stdout(Stdio::null())
         .stderr(log)
@@ -145,6 +153,60 @@ fn examples() -> Vec<String> {
         .collect();
     v.sort();
     v
+}
+
+/// The agent's own credentials (user gpuplane-agent, whose RBAC may patch the objects) change
+/// finalizers, never a spec: a stolen agent token cannot rewrite what the admin declared.
+fn agent_may_change_only_finalizers(c: &Cluster) {
+    let spec =
+        c.cp.kubectl_agent(&[
+            "patch",
+            "gpupartition",
+            "kpro6",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"deletionPolicy":"Restore"}}"#,
+        ])
+        .run();
+    assert!(
+        !spec.success
+            && spec
+                .stderr
+                .contains("may change only finalizers and status"),
+        "the agent changed a spec: {}{}",
+        spec.stdout,
+        spec.stderr
+    );
+    let fin =
+        c.cp.kubectl_agent(&[
+            "patch",
+            "gpupartition",
+            "kpro6",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"finalizers":["gpuplane.dev/test"]}}"#,
+        ])
+        .run();
+    assert!(
+        fin.success,
+        "the agent could not set a finalizer: {}",
+        fin.stderr
+    );
+    let clear =
+        c.cp.kubectl_agent(&[
+            "patch",
+            "gpupartition",
+            "kpro6",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ])
+        .run();
+    assert!(clear.success, "{}", clear.stderr);
+    eprintln!("[kube_webhook] the agent's spec patch was refused; its finalizer patches passed");
 }
 
 #[test]
@@ -229,6 +291,8 @@ fn kubectl_apply_of_a_wrong_spec_fails_at_once_with_the_clis_message() {
         by_webhook >= 10,
         "too few examples reached the webhook: {by_webhook}"
     );
+
+    agent_may_change_only_finalizers(&c);
 
     // The webhook stopped: with failurePolicy Fail nothing passes; with Ignore (the chart's
     // default) the object is admitted and the agent judges it against the host.

@@ -105,6 +105,10 @@ pub enum Command {
         /// Kubeconfig for listing the cluster's objects (default: in-cluster, then ~/.kube/config).
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
+        /// The agents' user name (repeatable), e.g. system:serviceaccount:gpuplane-system:gpuplane:
+        /// they may change only finalizers and status, and only on their node's objects.
+        #[arg(long = "agent-user")]
+        agent_users: Vec<String>,
     },
     /// Apply the plan step by step until converged, then print the status.
     Converge {

@@ -99,11 +99,13 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             tls_cert,
             tls_key,
             kubeconfig,
+            agent_users,
         } => commands::webhook(crate::webhook::WebhookOptions {
             listen,
             tls_cert,
             tls_key,
             kubeconfig,
+            agent_users,
         }),
         Command::Converge {
             input,

@@ -21,6 +21,7 @@
 //! the same). Only what the host decides (GPUs present, containers existing, GPUs in use) is
 //! left to the agent.
 
+mod agent;
 pub mod review;
 mod server;
 

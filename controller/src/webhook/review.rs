@@ -14,10 +14,14 @@ pub struct Cluster {
 }
 
 /// Answers the AdmissionReview `body`: allowed, or denied with every problem, one per line.
-pub fn review(body: &Value, cluster: &Cluster) -> Value {
+pub fn review(body: &Value, cluster: &Cluster, agents: &[String]) -> Value {
     let req = &body["request"];
     let uid = req["uid"].clone();
-    let (allowed, message, warnings) = decide(req, cluster);
+    let (allowed, message, warnings) =
+        match super::agent::refuse(req, agents, |o| node_of(o, cluster)) {
+            Some(why) => (false, why, vec![]),
+            None => decide(req, cluster),
+        };
     let mut response = json!({"uid": uid, "allowed": allowed});
     if !allowed {
         // No code or reason: the API server then reports "admission webhook ... denied the
@@ -39,6 +43,11 @@ fn decide(req: &Value, cluster: &Cluster) -> (bool, String, Vec<String>) {
         return (true, String::new(), vec![]);
     }
     let obj = &req["object"];
+    // An update that asks for nothing new (finalizers, status) is not judged again: the agent
+    // and people must be able to let go of an object admitted while the webhook was down.
+    if op == "UPDATE" && super::agent::only_finalizers_changed(obj, &req["oldObject"]) {
+        return (true, String::new(), vec![]);
+    }
     let name = obj["metadata"]["name"].as_str().unwrap_or("(unnamed)");
     let ns = obj["metadata"]["namespace"]
         .as_str()
@@ -107,6 +116,19 @@ fn decide(req: &Value, cluster: &Cluster) -> (bool, String, Vec<String>) {
     } else {
         (false, denial(&mine), warnings)
     }
+}
+
+/// The node an object belongs to: a partition's `nodeName`, a server's partition's.
+fn node_of(obj: &Value, cluster: &Cluster) -> Option<String> {
+    if let Some(n) = obj["spec"]["nodeName"].as_str() {
+        return Some(n.to_string());
+    }
+    let p = obj["spec"]["partitionRef"]["name"].as_str()?;
+    cluster
+        .partitions
+        .iter()
+        .find(|x| x.metadata.name.as_deref() == Some(p))
+        .map(|x| x.spec.node_name.clone())
 }
 
 /// The denial text: the CLI's words, one problem per line.

@@ -27,6 +27,9 @@ pub struct WebhookOptions {
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
     pub kubeconfig: Option<PathBuf>,
+    /// User names of the agents (`system:serviceaccount:<ns>:<sa>`): they may only change
+    /// finalizers and status (see `agent.rs`).
+    pub agent_users: Vec<String>,
 }
 
 /// Serves until the process is stopped.
@@ -50,16 +53,23 @@ pub async fn serve(opts: WebhookOptions) -> Result<(), String> {
         header_read: READ_DEADLINE,
         connection: Duration::from_secs(60),
     };
+    let agents = Arc::new(opts.agent_users.clone());
     accept_loop(listener, limits, move |tcp, peer| {
         let acceptor = acceptor.clone();
         let client = client.clone();
+        let agents = agents.clone();
         async move {
             let Ok(Ok(tls)) = tokio::time::timeout(READ_DEADLINE, acceptor.accept(tcp)).await
             else {
                 tracing::debug!(%peer, "TLS handshake failed or timed out");
                 return;
             };
-            serve_connection(tls, move |req| handle(req, client.clone()), limits).await;
+            serve_connection(
+                tls,
+                move |req| handle(req, client.clone(), agents.clone()),
+                limits,
+            )
+            .await;
         }
     })
     .await;
@@ -86,6 +96,7 @@ fn tls_config(opts: &WebhookOptions) -> Result<rustls::ServerConfig, String> {
 async fn handle(
     req: Request<Incoming>,
     client: Option<Client>,
+    agents: Arc<Vec<String>>,
 ) -> Result<Reply, std::convert::Infallible> {
     let text = |code: StatusCode, body: String| reply(code, "text/plain; charset=utf-8", body);
     match (req.method(), req.uri().path()) {
@@ -102,7 +113,7 @@ async fn handle(
                 Some(c) => cluster(c).await,
                 None => Cluster::default(),
             };
-            let answer = review(&v, &cluster);
+            let answer = review(&v, &cluster, &agents);
             Ok(reply(
                 StatusCode::OK,
                 "application/json",

@@ -13,6 +13,7 @@ fn review_of(kind: &str, op: &str, object: &impl serde::Serialize, cluster: &Clu
     review(
         &request(kind, op, serde_json::to_value(object).unwrap()),
         cluster,
+        &[],
     )
 }
 
@@ -78,14 +79,18 @@ fn a_second_server_on_a_used_unit_is_the_one_denied() {
 fn schema_mistakes_deletes_and_missing_partitions() {
     let mut v = serde_json::to_value(&manifests().servers[0]).unwrap();
     v["spec"]["listen"]["port"] = json!(70000);
-    let r = review(&request("InferenceServer", "CREATE", v.clone()), &cluster());
+    let r = review(
+        &request("InferenceServer", "CREATE", v.clone()),
+        &cluster(),
+        &[],
+    );
     assert_eq!(r["response"]["allowed"], false);
     assert!(r["response"]["status"]["message"]
         .as_str()
         .unwrap()
         .contains("spec.listen.port"));
     // Deleting is always allowed.
-    let r = review(&request("InferenceServer", "DELETE", v), &cluster());
+    let r = review(&request("InferenceServer", "DELETE", v), &cluster(), &[]);
     assert_eq!(r["response"]["allowed"], true);
     // A server before its partition (GitOps applies in any order): admitted, with a warning.
     let r = review(
@@ -95,6 +100,7 @@ fn schema_mistakes_deletes_and_missing_partitions() {
             serde_json::to_value(&manifests().servers[0]).unwrap(),
         ),
         &Cluster::default(),
+        &[],
     );
     assert_eq!(r["response"]["allowed"], true, "{r}");
     assert!(
@@ -159,9 +165,28 @@ fn a_tenant_asking_beyond_its_slice_is_denied() {
             serde_json::to_value(&s).unwrap(),
         );
         req["request"]["namespace"] = json!(s.metadata.namespace.clone().unwrap());
-        let r = review(&req, &cluster());
+        let r = review(&req, &cluster(), &[]);
         assert_eq!(r["response"]["allowed"], false, "{want}: {r}");
         let m = r["response"]["status"]["message"].as_str().unwrap();
         assert!(m.contains(want), "{want}: {m}");
     }
+}
+
+#[test]
+fn letting_go_of_an_object_admitted_while_the_webhook_was_down_is_allowed() {
+    // An invalid server (admitted under failurePolicy Ignore): removing its finalizer asks for
+    // nothing new and must pass, or its deletion would hang.
+    let mut old = serde_json::to_value(&manifests().servers[0]).unwrap();
+    old["spec"]["listen"]["host"] = json!("0.0.0.0:30000");
+    old["metadata"]["finalizers"] = json!(["gpuplane.dev/unit-cleanup"]);
+    let mut new = old.clone();
+    new["metadata"]["finalizers"] = json!([]);
+    let mut r = request("InferenceServer", "UPDATE", new.clone());
+    r["request"]["oldObject"] = old.clone();
+    assert_eq!(review(&r, &cluster(), &[])["response"]["allowed"], true);
+    // A spec change of the same object is judged.
+    new["spec"]["tensorParallelSize"] = json!(2);
+    let mut r = request("InferenceServer", "UPDATE", new);
+    r["request"]["oldObject"] = old;
+    assert_eq!(review(&r, &cluster(), &[])["response"]["allowed"], false);
 }
