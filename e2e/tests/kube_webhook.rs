@@ -158,17 +158,11 @@ fn examples() -> Vec<String> {
 /// The agent's own credentials (user gpuplane-agent, whose RBAC may patch the objects) change
 /// finalizers, never a spec: a stolen agent token cannot rewrite what the admin declared.
 fn agent_may_change_only_finalizers(c: &Cluster) {
-    let spec =
-        c.cp.kubectl_agent(&[
-            "patch",
-            "gpupartition",
-            "kpro6",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"deletionPolicy":"Restore"}}"#,
-        ])
-        .run();
+    let patch = |p: &str| {
+        c.cp.kubectl_agent(&["patch", "gpupartition", "kpro6", "--type", "merge", "-p", p])
+            .run()
+    };
+    let spec = patch(r#"{"spec":{"deletionPolicy":"Restore"}}"#);
     assert!(
         !spec.success
             && spec
@@ -178,34 +172,13 @@ fn agent_may_change_only_finalizers(c: &Cluster) {
         spec.stdout,
         spec.stderr
     );
-    let fin =
-        c.cp.kubectl_agent(&[
-            "patch",
-            "gpupartition",
-            "kpro6",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"metadata":{"finalizers":["gpuplane.dev/test"]}}"#,
-        ])
-        .run();
-    assert!(
-        fin.success,
-        "the agent could not set a finalizer: {}",
-        fin.stderr
-    );
-    let clear =
-        c.cp.kubectl_agent(&[
-            "patch",
-            "gpupartition",
-            "kpro6",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"metadata":{"finalizers":null}}"#,
-        ])
-        .run();
-    assert!(clear.success, "{}", clear.stderr);
+    for p in [
+        r#"{"metadata":{"finalizers":["gpuplane.dev/test"]}}"#,
+        r#"{"metadata":{"finalizers":null}}"#,
+    ] {
+        let fin = patch(p);
+        assert!(fin.success, "the agent could not patch {p}: {}", fin.stderr);
+    }
     eprintln!("[kube_webhook] the agent's spec patch was refused; its finalizer patches passed");
 }
 
