@@ -19,6 +19,10 @@ use kube::CustomResourceExt;
 /// The API group of every gpuplane resource.
 pub const GROUP: &str = "gpuplane.dev";
 
+/// The label that names an object's node: on the agent's Lease (checked by the webhook), and
+/// the key fleet tooling selects a node's objects by. Its value is the node's name.
+pub const NODE_LABEL: &str = "gpuplane.dev/node";
+
 /// The CRD manifests, as one multi-document YAML string, exactly as `crdgen` writes them.
 pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
     let mut out = String::new();

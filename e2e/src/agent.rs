@@ -25,10 +25,12 @@ pub const GPU_KINDS: [&str; 9] = [
     "startContainer",
 ];
 
-/// Intervals of an agent, in seconds.
+/// Intervals of an agent, in seconds, and its credentials.
 pub struct AgentOpts {
     pub drift_interval: u64,
     pub lease_duration: u64,
+    /// The kubeconfig it runs with (default: the control plane's non-admin agent user).
+    pub kubeconfig: Option<PathBuf>,
 }
 
 impl Default for AgentOpts {
@@ -36,6 +38,7 @@ impl Default for AgentOpts {
         AgentOpts {
             drift_interval: 3,
             lease_duration: 6,
+            kubeconfig: None,
         }
     }
 }
@@ -63,7 +66,7 @@ impl Agent {
             "--host".into(),
             format!("sim:{}", c.host.display()),
             "--kubeconfig".into(),
-            path_str(&c.cp.agent_kubeconfig()),
+            path_str(&o.kubeconfig.unwrap_or_else(|| c.cp.agent_kubeconfig())),
             "--metrics-addr".into(),
             format!("127.0.0.1:{port}"),
             "--drift-interval".into(),

@@ -63,19 +63,13 @@ fn certificate(dir: &Path) -> (String, String) {
     (cert.display().to_string(), key.display().to_string())
 }
 
-/// Starts `gpuplane webhook` and waits until it accepts connections.
-fn start_webhook(c: &Cluster, port: u16, cert: &str, key: &str) -> Child {
+/// Starts `gpuplane webhook` with `agent_args` and waits until it accepts connections.
+fn start_webhook(c: &Cluster, port: u16, cert: &str, key: &str, agent_args: &[&str]) -> Child {
     let log = std::fs::File::create(c.cp.run.join("webhook.log")).expect("log");
     let child = Command::new(gpuplane_bin())
         .args(["webhook", "--listen", &format!("127.0.0.1:{port}")])
-        .args([
-            "--tls-cert",
-            cert,
-            "--tls-key",
-            key,
-            "--agent-user",
-            "gpuplane-agent",
-        ])
+        .args(["--tls-cert", cert, "--tls-key", key])
+        .args(agent_args)
         .arg("--kubeconfig")
         .arg(c.cp.kubeconfig())
         .stdout(Stdio::null())
@@ -116,6 +110,23 @@ webhooks:
         apiVersions: ["v1alpha1"]
         operations: ["CREATE", "UPDATE"]
         resources: ["gpupartitions", "inferenceservers"]
+  - name: leases.gpuplane.dev
+    admissionReviewVersions: ["v1"]
+    sideEffects: None
+    failurePolicy: {policy}
+    timeoutSeconds: 5
+    clientConfig:
+      url: https://127.0.0.1:{port}/validate
+      caBundle: {ca}
+    objectSelector:
+      matchExpressions:
+        - key: gpuplane.dev/node
+          operator: Exists
+    rules:
+      - apiGroups: ["coordination.k8s.io"]
+        apiVersions: ["v1"]
+        operations: ["CREATE", "UPDATE", "DELETE"]
+        resources: ["leases"]
 "#
     )
 }
@@ -188,7 +199,7 @@ fn kubectl_apply_of_a_wrong_spec_fails_at_once_with_the_clis_message() {
     let c = Cluster::start("webhook");
     let (cert, key) = certificate(&c.cp.run);
     let port = free_ports(1)[0];
-    let mut webhook = start_webhook(&c, port, &cert, &key);
+    let mut webhook = start_webhook(&c, port, &cert, &key, &["--agent-user", "gpuplane-agent"]);
     c.k_stdin(&["apply", "-f", "-"], &registration(port, &cert, "Fail"));
     // The valid reference split applies (the webhook admits it).
     wait_for(
@@ -287,6 +298,276 @@ fn kubectl_apply_of_a_wrong_spec_fails_at_once_with_the_clis_message() {
     );
     report_duration(
         "kubectl_apply_of_a_wrong_spec_fails_at_once_with_the_clis_message",
+        t0,
+    );
+}
+
+const AGENT_SA: &str = "system:serviceaccount:gpuplane-system:gpuplane";
+
+/// The agent's ServiceAccount, bound to the agent's rules, and two pods of it (never run: there
+/// is no kubelet) on node kpro6 and on node other, as the chart's DaemonSet would place them.
+const AGENT_PODS: &str = r#"apiVersion: v1
+kind: ServiceAccount
+metadata: {name: gpuplane, namespace: gpuplane-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: gpuplane-agent-sa}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gpuplane-agent}
+subjects: [{kind: ServiceAccount, name: gpuplane, namespace: gpuplane-system}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: gpuplane-agent-lease-sa, namespace: gpuplane-system}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: gpuplane-agent-lease}
+subjects: [{kind: ServiceAccount, name: gpuplane, namespace: gpuplane-system}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: agent-kpro6, namespace: gpuplane-system}
+spec:
+  nodeName: kpro6
+  serviceAccountName: gpuplane
+  automountServiceAccountToken: false
+  containers: [{name: agent, image: gpuplane:test}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: agent-other, namespace: gpuplane-system}
+spec:
+  nodeName: other
+  serviceAccountName: gpuplane
+  automountServiceAccountToken: false
+  containers: [{name: agent, image: gpuplane:test}]
+"#;
+
+/// A token of the agent's ServiceAccount from the TokenRequest API (what the kubelet mounts
+/// for a projected volume), bound to `pod` when given.
+fn agent_token(c: &Cluster, pod: Option<&str>) -> String {
+    let bound = match pod {
+        Some(p) => {
+            let uid = c.k(&[
+                "get",
+                "pod",
+                p,
+                "-n",
+                "gpuplane-system",
+                "-o",
+                "jsonpath={.metadata.uid}",
+            ]);
+            format!(
+                r#","boundObjectRef":{{"apiVersion":"v1","kind":"Pod","name":"{p}","uid":"{uid}"}}"#
+            )
+        }
+        None => String::new(),
+    };
+    let req = c.cp.run.join("token-request.json");
+    std::fs::write(
+        &req,
+        format!(
+            r#"{{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{{"expirationSeconds":3600{bound}}}}}"#
+        ),
+    )
+    .unwrap();
+    let out = c.k(&[
+        "create",
+        "--raw",
+        "/api/v1/namespaces/gpuplane-system/serviceaccounts/gpuplane/token",
+        "-f",
+        &req.display().to_string(),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("TokenRequest answer");
+    v["status"]["token"].as_str().expect("a token").to_string()
+}
+
+/// The agent user's kubeconfig with `token` in place of its static token.
+fn kubeconfig_with(c: &Cluster, token: &str, name: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(c.cp.agent_kubeconfig()).unwrap();
+    let text: String = text
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("token:") {
+                format!("    token: {token}")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let path = c.cp.run.join(name);
+    std::fs::write(&path, text + "\n").unwrap();
+    path
+}
+
+/// `kubectl` as the holder of `kubeconfig`: (succeeded, stdout + stderr).
+fn as_agent(c: &Cluster, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+    let o = c.cp.kubectl_as(kubeconfig, args).run();
+    (o.success, format!("{}{}", o.stdout, o.stderr))
+}
+
+/// Finding 5 of the security review, on the real API server: an agent's pod-bound token (what
+/// the chart mounts) reaches only its own node's objects and Lease. The webhook reads the node
+/// from the token's pod. The real agent, with that token, converges its node through the webhook.
+#[test]
+fn an_agent_token_reaches_only_its_own_nodes_objects_and_lease() {
+    use gpuplane_e2e::agent::{Agent, AgentOpts};
+    let t0 = Instant::now();
+    let c = Cluster::start("webhook-node");
+    let (cert, key) = certificate(&c.cp.run);
+    let port = free_ports(1)[0];
+    let mut webhook = start_webhook(
+        &c,
+        port,
+        &cert,
+        &key,
+        &["--agent-user", AGENT_SA, "--require-agent-node"],
+    );
+    c.k_stdin(&["apply", "-f", "-"], &registration(port, &cert, "Fail"));
+    c.k_stdin(&["apply", "-f", "-"], AGENT_PODS);
+    // The other node's partition (the admin's, admitted).
+    let other = std::fs::read_to_string(repo_path("examples/kpro6/partition.yaml"))
+        .unwrap()
+        .replace("name: kpro6", "name: other")
+        .replace("nodeName: kpro6", "nodeName: other");
+    wait_for("the webhook to admit", Duration::from_secs(30), || {
+        let o = c.cp.kubectl(&["apply", "-f", "-"]).stdin(&other).run();
+        if o.success {
+            Ok(())
+        } else {
+            Err(o.stderr)
+        }
+    });
+
+    // The real agent of kpro6, with its pod's token: finalizers, Lease and status all pass.
+    let mine = kubeconfig_with(
+        &c,
+        &agent_token(&c, Some("agent-kpro6")),
+        "kpro6.kubeconfig",
+    );
+    let agent = Agent::start(
+        &c,
+        "agent-kpro6",
+        AgentOpts {
+            kubeconfig: Some(mine.clone()),
+            ..AgentOpts::default()
+        },
+    );
+    c.apply_examples_and_wait();
+    let lease = c.json(&[
+        "get",
+        "lease",
+        "gpuplane-node-kpro6",
+        "-n",
+        "gpuplane-system",
+    ]);
+    assert_eq!(lease["metadata"]["labels"]["gpuplane.dev/node"], "kpro6");
+    assert_eq!(c.lease_holder(), "agent-kpro6");
+    eprintln!("[kube_webhook] the agent of kpro6 converged with its pod-bound token");
+
+    // The same token on the other node's objects.
+    let (ok, said) = as_agent(
+        &c,
+        &mine,
+        &[
+            "patch",
+            "gpupartition",
+            "other",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"finalizers":["gpuplane.dev/test"]}}"#,
+        ],
+    );
+    assert!(
+        !ok && said.contains("acts for node kpro6; this object belongs to node other"),
+        "{said}"
+    );
+    let other_lease = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"gpuplane-node-other","namespace":"gpuplane-system","labels":{"gpuplane.dev/node":"other"}},"spec":{"holderIdentity":"thief"}}"#;
+    let o =
+        c.cp.kubectl_as(&mine, &["create", "-f", "-"])
+            .stdin(other_lease)
+            .run();
+    assert!(
+        !o.success && o.stderr.contains("belongs to node other"),
+        "{}",
+        o.stderr
+    );
+    let lying = other_lease.replace(
+        r#""gpuplane.dev/node":"other""#,
+        r#""gpuplane.dev/node":"kpro6""#,
+    );
+    let o =
+        c.cp.kubectl_as(&mine, &["create", "-f", "-"])
+            .stdin(&lying)
+            .run();
+    assert!(
+        !o.success
+            && o.stderr
+                .contains("is gpuplane-node-kpro6, not gpuplane-node-other"),
+        "{}",
+        o.stderr
+    );
+    // Its own Lease, unlabelled (to slip out of the webhook's sight): refused.
+    let mut own = c.json(&[
+        "get",
+        "lease",
+        "gpuplane-node-kpro6",
+        "-n",
+        "gpuplane-system",
+    ]);
+    own["metadata"]["labels"] = serde_json::json!({});
+    let o =
+        c.cp.kubectl_as(&mine, &["replace", "-f", "-"])
+            .stdin(&own.to_string())
+            .run();
+    assert!(
+        !o.success && o.stderr.contains("must carry the label"),
+        "{}",
+        o.stderr
+    );
+
+    // A token bound to nothing: its node is unknown, so it may do nothing.
+    let loose = kubeconfig_with(&c, &agent_token(&c, None), "loose.kubeconfig");
+    let (ok, said) = as_agent(
+        &c,
+        &loose,
+        &[
+            "patch",
+            "gpupartition",
+            "kpro6",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"finalizers":["gpuplane.dev/test"]}}"#,
+        ],
+    );
+    assert!(!ok && said.contains("bound to no pod or node"), "{said}");
+    // The other pod's token reaches the other node's object (the node comes from the pod).
+    let theirs = kubeconfig_with(
+        &c,
+        &agent_token(&c, Some("agent-other")),
+        "other.kubeconfig",
+    );
+    let (ok, said) = as_agent(
+        &c,
+        &theirs,
+        &[
+            "patch",
+            "gpupartition",
+            "other",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"finalizers":["gpuplane.dev/test"]}}"#,
+        ],
+    );
+    assert!(ok, "{said}");
+    drop(agent);
+    webhook.kill().ok();
+    webhook.wait().ok();
+    eprintln!("[kube_webhook] another node's partition and Lease, a relabelled Lease and an unbound token were refused");
+    report_duration(
+        "an_agent_token_reaches_only_its_own_nodes_objects_and_lease",
         t0,
     );
 }

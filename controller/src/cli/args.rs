@@ -109,6 +109,10 @@ pub enum Command {
         /// they may change only finalizers and status, and only on their node's objects.
         #[arg(long = "agent-user")]
         agent_users: Vec<String>,
+        /// Refuse an agent whose token is bound to no pod or node (its node would be unknown):
+        /// the chart mounts a projected, pod-bound token and sets this.
+        #[arg(long)]
+        require_agent_node: bool,
     },
     /// Apply the plan step by step until converged, then print the status.
     Converge {

@@ -100,12 +100,16 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             tls_key,
             kubeconfig,
             agent_users,
+            require_agent_node,
         } => commands::webhook(crate::webhook::WebhookOptions {
             listen,
             tls_cert,
             tls_key,
             kubeconfig,
-            agent_users,
+            agents: crate::webhook::Agents {
+                users: agent_users,
+                require_node: require_agent_node,
+            },
         }),
         Command::Converge {
             input,

@@ -6,10 +6,16 @@
 //! - An agent acts only while `is_leader()` is true; it turns false as soon as a renewal fails
 //!   or another holder is seen.
 //!
+//! - The Lease carries the label `gpuplane.dev/node: <node>`, so the webhook (registered for
+//!   Leases with that label only) judges every write to it: an agent's credential cannot take
+//!   another node's labelled Lease. A Lease of our name *without* that label was written past
+//!   the webhook by someone else; it is no claim, and is taken over at once.
+//!
 //! # Caveats
 //! - A holder that stops renewing is replaced after `duration` seconds; a reconcile that was
 //!   already running when the lease was lost finishes its current host step.
 
+use gpuplane_crds::NODE_LABEL;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
@@ -17,11 +23,35 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The name of a node's Lease.
+pub fn lease_name(node: &str) -> String {
+    format!("gpuplane-node-{node}")
+}
+
+/// Whether an existing Lease is a claim to respect: labelled with its node (so the webhook has
+/// judged its writes) and held by someone whose renewal has not run out.
+pub fn is_live_claim(l: &Lease, node: &str, now: jiff::Timestamp) -> bool {
+    let labelled = l
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|m| m.get(NODE_LABEL))
+        .is_some_and(|v| v == node);
+    let spec = l.spec.clone().unwrap_or_default();
+    let held = !spec.holder_identity.unwrap_or_default().is_empty();
+    let fresh = spec.renew_time.as_ref().is_some_and(|t| {
+        let dur = spec.lease_duration_seconds.unwrap_or(15) as i64;
+        t.0.as_second() + dur >= now.as_second()
+    });
+    labelled && held && fresh
+}
+
 /// The lease of one node.
 #[derive(Clone)]
 pub struct NodeLease {
     api: Api<Lease>,
     pub name: String,
+    node: String,
     pub identity: String,
     pub duration: Duration,
     leader: Arc<AtomicBool>,
@@ -37,7 +67,8 @@ impl NodeLease {
     ) -> NodeLease {
         NodeLease {
             api: Api::namespaced(client, namespace),
-            name: format!("gpuplane-node-{node}"),
+            name: lease_name(node),
+            node: node.to_string(),
             identity: identity.to_string(),
             duration,
             leader: Arc::new(AtomicBool::new(false)),
@@ -54,6 +85,7 @@ impl NodeLease {
         let mine = |rv: Option<String>, transitions: i32, acquired: Option<MicroTime>| Lease {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
+                labels: Some([(NODE_LABEL.to_string(), self.node.clone())].into()),
                 resource_version: rv,
                 ..ObjectMeta::default()
             },
@@ -79,11 +111,7 @@ impl NodeLease {
             Some(l) => {
                 let spec = l.spec.clone().unwrap_or_default();
                 let holder = spec.holder_identity.clone().unwrap_or_default();
-                let expired = spec.renew_time.as_ref().is_none_or(|t| {
-                    let dur = spec.lease_duration_seconds.unwrap_or(15) as i64;
-                    t.0.as_second() + dur < now.as_second()
-                });
-                if holder == self.identity || holder.is_empty() || expired {
+                if holder == self.identity || !is_live_claim(&l, &self.node, now) {
                     let transitions =
                         spec.lease_transitions.unwrap_or(0) + i32::from(holder != self.identity);
                     let acquired = if holder == self.identity {
@@ -116,3 +144,6 @@ impl NodeLease {
         Ok(held)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -12,6 +12,7 @@ mod guard;
 mod host_io;
 mod kube_io;
 mod lease;
+pub use lease::lease_name;
 pub mod metrics;
 mod orphans;
 mod partition;

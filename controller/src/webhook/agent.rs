@@ -1,30 +1,124 @@
-//! What the agents' own identity may do to the two kinds: change finalizers (status is a
-//! subresource the webhook is not asked about), on objects of its own node, and nothing else.
-//! The agent never creates, deletes or edits a spec; a stolen agent credential must not either.
+//! What the agents' own identity may do: change finalizers on the two kinds (status is a
+//! subresource the webhook is not asked about) and hold its own node's Lease, for objects of its
+//! own node, and nothing else. The agent never creates, deletes or edits a spec; a stolen agent
+//! credential must not either.
 //!
 //! The agent is recognised by the request's user name (`--agent-user`, which the chart sets to
-//! `system:serviceaccount:<namespace>:<agent service account>`). Its node is read from the
-//! token's node binding (`authentication.kubernetes.io/node-name` in the user's extra
-//! information, which bound service-account tokens carry on Kubernetes 1.30 and later). On older
-//! clusters the node is unknown and only the finalizers-only rule applies.
+//! `system:serviceaccount:<namespace>:<agent service account>`). Its node comes from its token
+//! ([`binding`]): a node-bound token names the node itself (Kubernetes ≥ 1.30); a pod-bound
+//! token (any projected service-account token, Kubernetes ≥ 1.20, which the chart mounts) names
+//! the pod, and the server looks the pod up and reads its `spec.nodeName` after checking its UID
+//! ([`AgentNode`]). A token bound to nothing (a legacy secret token, a static token) leaves the
+//! node unknown: with `--require-agent-node` (the chart's default) the agent is then refused
+//! everything, without it only the finalizers-only rule applies.
+//!
+//! # Leases
+//! The chart registers the Lease rule with an object selector on [`NODE_LABEL`], so the API
+//! server's own node heartbeats never reach the webhook. The agent labels its Lease with its
+//! node and honours a Lease of its name only when it carries that label (an unlabelled one was
+//! never judged here, see `reconcile::lease`): a stolen credential can neither take another
+//! node's labelled Lease nor keep an unlabelled one from its rightful agent.
 
+use crate::reconcile::lease_name;
+use gpuplane_crds::NODE_LABEL;
 use serde_json::Value;
 
-/// The user-info key that names the node a bound token's pod runs on.
-const NODE_EXTRA: &str = "authentication.kubernetes.io/node-name";
+/// The user-info key that names the node a bound token's pod runs on (Kubernetes ≥ 1.30).
+pub const NODE_EXTRA: &str = "authentication.kubernetes.io/node-name";
+/// The user-info keys of a pod-bound token.
+pub const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
+pub const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";
+
+/// Who the agents are and how strictly their node must be known.
+#[derive(Debug, Clone, Default)]
+pub struct Agents {
+    /// User names of the agents.
+    pub users: Vec<String>,
+    /// Refuse an agent whose token names no node or pod (`--require-agent-node`).
+    pub require_node: bool,
+}
+
+/// What a request's token says about the node its agent runs on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Binding {
+    /// A node-bound token: the node itself.
+    Node(String),
+    /// A pod-bound token: the pod, to be looked up in the service account's namespace.
+    Pod {
+        namespace: String,
+        name: String,
+        uid: String,
+    },
+    /// Bound to nothing.
+    Unbound,
+}
+
+/// The agent's node after the pod lookup, as the review sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentNode {
+    Known(String),
+    /// The token names a pod that does not exist, has another UID, or is not scheduled.
+    Unresolved(String),
+    Unbound,
+}
+
+/// The binding of the request's token, if the request is an agent's; `None` otherwise.
+pub fn binding(req: &Value, agents: &Agents) -> Option<Binding> {
+    let user = req["userInfo"]["username"].as_str()?;
+    if !agents.users.iter().any(|a| a == user) {
+        return None;
+    }
+    let extra = &req["userInfo"]["extra"];
+    let one = |k: &str| extra[k][0].as_str().filter(|s| !s.is_empty());
+    if let Some(n) = one(NODE_EXTRA) {
+        return Some(Binding::Node(n.to_string()));
+    }
+    // system:serviceaccount:<namespace>:<name>
+    let namespace = user
+        .strip_prefix("system:serviceaccount:")?
+        .split(':')
+        .next();
+    match (namespace, one(POD_NAME_EXTRA), one(POD_UID_EXTRA)) {
+        (Some(ns), Some(name), Some(uid)) => Some(Binding::Pod {
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            uid: uid.to_string(),
+        }),
+        _ => Some(Binding::Unbound),
+    }
+}
 
 /// `Some(refusal)` when the request comes from an agent and asks for more than it may; `None`
-/// when it is not an agent's or is allowed.
+/// when it is not an agent's or is allowed. `node` is the agent's node as resolved from
+/// [`binding`]; `node_of` gives an object's node (a partition's, a server's partition's).
 pub fn refuse(
     req: &Value,
-    agents: &[String],
+    agents: &Agents,
+    node: &AgentNode,
     node_of: impl Fn(&Value) -> Option<String>,
 ) -> Option<String> {
     let user = req["userInfo"]["username"].as_str()?;
-    if !agents.iter().any(|a| a == user) {
+    if !agents.users.iter().any(|a| a == user) {
         return None;
     }
+    let mine = match node {
+        AgentNode::Known(n) => Some(n.as_str()),
+        AgentNode::Unresolved(why) => {
+            return Some(format!(
+                "{user} is the gpuplane agent, but its token's pod cannot be placed on a node: {why}"
+            ))
+        }
+        AgentNode::Unbound if agents.require_node => {
+            return Some(format!(
+                "{user} is the gpuplane agent, but its token is bound to no pod or node, so its node is unknown (mount a projected service-account token)"
+            ))
+        }
+        AgentNode::Unbound => None,
+    };
     let op = req["operation"].as_str().unwrap_or_default();
+    if req["kind"]["kind"].as_str() == Some("Lease") {
+        return refuse_lease(user, op, req, mine);
+    }
     if op != "UPDATE" {
         return Some(format!(
             "{user} is the gpuplane agent: it may not {} these objects (only change finalizers and status)",
@@ -36,10 +130,39 @@ pub fn refuse(
             "{user} is the gpuplane agent: it may change only finalizers and status, not the spec, labels or annotations"
         ));
     }
-    let mine = req["userInfo"]["extra"][NODE_EXTRA][0].as_str()?;
-    match node_of(&req["object"]) {
-        Some(node) if node != mine => Some(format!(
+    match (mine, node_of(&req["object"])) {
+        (Some(mine), Some(node)) if node != mine => Some(format!(
             "{user} acts for node {mine}; this object belongs to node {node}"
+        )),
+        _ => None,
+    }
+}
+
+/// An agent may create and renew only its own node's Lease, labelled with that node, and never
+/// delete one.
+fn refuse_lease(user: &str, op: &str, req: &Value, mine: Option<&str>) -> Option<String> {
+    if op != "CREATE" && op != "UPDATE" {
+        return Some(format!(
+            "{user} is the gpuplane agent: it may not {} a Lease",
+            op.to_ascii_lowercase()
+        ));
+    }
+    let obj = &req["object"];
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let Some(label) = obj["metadata"]["labels"][NODE_LABEL].as_str() else {
+        return Some(format!(
+            "{user} is the gpuplane agent: its Lease {name} must carry the label {NODE_LABEL}"
+        ));
+    };
+    if name != lease_name(label) {
+        return Some(format!(
+            "{user} is the gpuplane agent: the Lease of node {label} is {}, not {name}",
+            lease_name(label)
+        ));
+    }
+    match mine {
+        Some(mine) if mine != label => Some(format!(
+            "{user} acts for node {mine}; Lease {name} belongs to node {label}"
         )),
         _ => None,
     }

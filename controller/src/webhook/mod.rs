@@ -21,9 +21,10 @@
 //! the same). Only what the host decides (GPUs present, containers existing, GPUs in use) is
 //! left to the agent.
 
-mod agent;
+pub mod agent;
 pub mod review;
 mod server;
 
+pub use agent::{AgentNode, Agents};
 pub use review::review;
 pub use server::{serve, WebhookOptions};

@@ -1,5 +1,6 @@
 //! One AdmissionReview: the decision, pure given the cluster's other objects.
 
+use super::agent::{AgentNode, Agents};
 use crate::desired::offline;
 use crate::manifests::schema;
 use gpuplane_crds::condition::Time;
@@ -14,11 +15,13 @@ pub struct Cluster {
 }
 
 /// Answers the AdmissionReview `body`: allowed, or denied with every problem, one per line.
-pub fn review(body: &Value, cluster: &Cluster, agents: &[String]) -> Value {
+/// `agent_node` is the requesting agent's node as the server resolved it from the token's
+/// binding ([`super::agent::binding`]); it matters only when the request is an agent's.
+pub fn review(body: &Value, cluster: &Cluster, agents: &Agents, agent_node: &AgentNode) -> Value {
     let req = &body["request"];
     let uid = req["uid"].clone();
     let (allowed, message, warnings) =
-        match super::agent::refuse(req, agents, |o| node_of(o, cluster)) {
+        match super::agent::refuse(req, agents, agent_node, |o| node_of(o, cluster)) {
             Some(why) => (false, why, vec![]),
             None => decide(req, cluster),
         };

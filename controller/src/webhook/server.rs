@@ -1,11 +1,13 @@
 //! HTTPS for the webhook: TLS (rustls) over hyper, with bounded requests and connections.
 
+use super::agent::{binding, AgentNode, Agents, Binding};
 use super::review::{review, Cluster};
 use crate::http::server::{accept_loop, reply, serve_connection, Limits, Reply};
 use gpuplane_crds::{GpuPartition, InferenceServer};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, Client};
 use std::path::PathBuf;
@@ -27,9 +29,9 @@ pub struct WebhookOptions {
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
     pub kubeconfig: Option<PathBuf>,
-    /// User names of the agents (`system:serviceaccount:<ns>:<sa>`): they may only change
-    /// finalizers and status (see `agent.rs`).
-    pub agent_users: Vec<String>,
+    /// The agents (`system:serviceaccount:<ns>:<sa>`): they may only change finalizers and
+    /// status, and hold their own node's Lease (see `agent.rs`).
+    pub agents: Agents,
 }
 
 /// Serves until the process is stopped.
@@ -53,7 +55,7 @@ pub async fn serve(opts: WebhookOptions) -> Result<(), String> {
         header_read: READ_DEADLINE,
         connection: Duration::from_secs(60),
     };
-    let agents = Arc::new(opts.agent_users.clone());
+    let agents = Arc::new(opts.agents.clone());
     accept_loop(listener, limits, move |tcp, peer| {
         let acceptor = acceptor.clone();
         let client = client.clone();
@@ -96,7 +98,7 @@ fn tls_config(opts: &WebhookOptions) -> Result<rustls::ServerConfig, String> {
 async fn handle(
     req: Request<Incoming>,
     client: Option<Client>,
-    agents: Arc<Vec<String>>,
+    agents: Arc<Agents>,
 ) -> Result<Reply, std::convert::Infallible> {
     let text = |code: StatusCode, body: String| reply(code, "text/plain; charset=utf-8", body);
     match (req.method(), req.uri().path()) {
@@ -113,7 +115,11 @@ async fn handle(
                 Some(c) => cluster(c).await,
                 None => Cluster::default(),
             };
-            let answer = review(&v, &cluster, &agents);
+            let node = match binding(&v["request"], &agents) {
+                Some(b) => agent_node(client.as_ref(), b).await,
+                None => AgentNode::Unbound,
+            };
+            let answer = review(&v, &cluster, &agents, &node);
             Ok(reply(
                 StatusCode::OK,
                 "application/json",
@@ -121,6 +127,35 @@ async fn handle(
             ))
         }
         _ => Ok(text(StatusCode::NOT_FOUND, "not found\n".into())),
+    }
+}
+
+/// The node of the agent whose token has `binding`: a pod-bound token's pod is read (its UID must
+/// be the token's: a pod deleted and created again under the same name is another pod).
+async fn agent_node(client: Option<&Client>, binding: Binding) -> AgentNode {
+    let (namespace, name, uid) = match binding {
+        Binding::Node(n) => return AgentNode::Known(n),
+        Binding::Unbound => return AgentNode::Unbound,
+        Binding::Pod {
+            namespace,
+            name,
+            uid,
+        } => (namespace, name, uid),
+    };
+    let Some(client) = client else {
+        return AgentNode::Unresolved("the webhook has no Kubernetes client".into());
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    match pods.get_opt(&name).await {
+        Ok(Some(p)) if p.metadata.uid.as_deref() != Some(uid.as_str()) => AgentNode::Unresolved(
+            format!("pod {namespace}/{name} has another UID than the token's"),
+        ),
+        Ok(Some(p)) => match p.spec.and_then(|s| s.node_name) {
+            Some(n) if !n.is_empty() => AgentNode::Known(n),
+            _ => AgentNode::Unresolved(format!("pod {namespace}/{name} is not on a node")),
+        },
+        Ok(None) => AgentNode::Unresolved(format!("pod {namespace}/{name} does not exist")),
+        Err(e) => AgentNode::Unresolved(format!("cannot read pod {namespace}/{name}: {e}")),
     }
 }
 

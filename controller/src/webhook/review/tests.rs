@@ -1,5 +1,6 @@
 use super::*;
 use crate::testutil::manifests;
+use crate::webhook::agent::{AgentNode, Agents};
 use gpuplane_crds::condition::Time;
 
 fn request(kind: &str, op: &str, object: Value) -> Value {
@@ -13,7 +14,8 @@ fn review_of(kind: &str, op: &str, object: &impl serde::Serialize, cluster: &Clu
     review(
         &request(kind, op, serde_json::to_value(object).unwrap()),
         cluster,
-        &[],
+        &Agents::default(),
+        &AgentNode::Unbound,
     )
 }
 
@@ -82,7 +84,8 @@ fn schema_mistakes_deletes_and_missing_partitions() {
     let r = review(
         &request("InferenceServer", "CREATE", v.clone()),
         &cluster(),
-        &[],
+        &Agents::default(),
+        &AgentNode::Unbound,
     );
     assert_eq!(r["response"]["allowed"], false);
     assert!(r["response"]["status"]["message"]
@@ -90,7 +93,12 @@ fn schema_mistakes_deletes_and_missing_partitions() {
         .unwrap()
         .contains("spec.listen.port"));
     // Deleting is always allowed.
-    let r = review(&request("InferenceServer", "DELETE", v), &cluster(), &[]);
+    let r = review(
+        &request("InferenceServer", "DELETE", v),
+        &cluster(),
+        &Agents::default(),
+        &AgentNode::Unbound,
+    );
     assert_eq!(r["response"]["allowed"], true);
     // A server before its partition (GitOps applies in any order): admitted, with a warning.
     let r = review(
@@ -100,7 +108,8 @@ fn schema_mistakes_deletes_and_missing_partitions() {
             serde_json::to_value(&manifests().servers[0]).unwrap(),
         ),
         &Cluster::default(),
-        &[],
+        &Agents::default(),
+        &AgentNode::Unbound,
     );
     assert_eq!(r["response"]["allowed"], true, "{r}");
     assert!(
@@ -165,7 +174,7 @@ fn a_tenant_asking_beyond_its_slice_is_denied() {
             serde_json::to_value(&s).unwrap(),
         );
         req["request"]["namespace"] = json!(s.metadata.namespace.clone().unwrap());
-        let r = review(&req, &cluster(), &[]);
+        let r = review(&req, &cluster(), &Agents::default(), &AgentNode::Unbound);
         assert_eq!(r["response"]["allowed"], false, "{want}: {r}");
         let m = r["response"]["status"]["message"].as_str().unwrap();
         assert!(m.contains(want), "{want}: {m}");
@@ -183,10 +192,16 @@ fn letting_go_of_an_object_admitted_while_the_webhook_was_down_is_allowed() {
     new["metadata"]["finalizers"] = json!([]);
     let mut r = request("InferenceServer", "UPDATE", new.clone());
     r["request"]["oldObject"] = old.clone();
-    assert_eq!(review(&r, &cluster(), &[])["response"]["allowed"], true);
+    assert_eq!(
+        review(&r, &cluster(), &Agents::default(), &AgentNode::Unbound)["response"]["allowed"],
+        true
+    );
     // A spec change of the same object is judged.
     new["spec"]["tensorParallelSize"] = json!(2);
     let mut r = request("InferenceServer", "UPDATE", new);
     r["request"]["oldObject"] = old;
-    assert_eq!(review(&r, &cluster(), &[])["response"]["allowed"], false);
+    assert_eq!(
+        review(&r, &cluster(), &Agents::default(), &AgentNode::Unbound)["response"]["allowed"],
+        false
+    );
 }
