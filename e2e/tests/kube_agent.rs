@@ -18,7 +18,7 @@ use gpuplane_e2e::kpro6::{
     assert_reference_split, unit_file, NODE, NUMA0, NUMA1, NVIDIA0_LINE, UNIT_KEY,
 };
 use gpuplane_e2e::kube::{
-    cond3, condition, has_finalizer, ready_for_generation, ready_is, table, Cluster,
+    cond3, condition, has_finalizer, ready_for_generation, ready_is, table, Cluster, LEASE_NS,
 };
 use gpuplane_e2e::paths::repo_root;
 use gpuplane_e2e::scenario::{report_duration, start_converged};
@@ -158,9 +158,11 @@ fn check_status(c: &Cluster) {
     );
 }
 
-/// Events (events.k8s.io/v1), the partition's in namespace default, reported by this agent.
+/// Events (events.k8s.io/v1), the partition's in the agent's namespace (tenants read default),
+/// the server's in its own, reported by this agent.
 fn check_events(c: &Cluster) {
     let ev = c.wait_event("HostChanged", "GpuPartition", NODE, Duration::from_secs(10));
+    assert_eq!(ev["metadata"]["namespace"], LEASE_NS, "{ev}");
     assert_eq!(ev["reportingController"], "gpuplane-agent", "{ev}");
     assert_eq!(ev["reportingInstance"], "agent-a", "{ev}");
     c.wait_event(
@@ -169,10 +171,7 @@ fn check_events(c: &Cluster) {
         "qwen35-122b",
         Duration::from_secs(10),
     );
-    println!(
-        "$ kubectl get events -n default\n{}",
-        c.k(&["get", "events", "-n", "default"])
-    );
+    println!("$ kubectl get events -A\n{}", c.k(&["get", "events", "-A"]));
 }
 
 /// Lease, metrics, log; returns the host writes.
@@ -217,7 +216,7 @@ fn check_lease_metrics_and_log(c: &Cluster, a: &Agent) -> Vec<(String, String)> 
 /// (Checked last: it fails today, see the report.)
 fn check_one_event_per_write(c: &Cluster, writes: &[(String, String)]) {
     let host_changed: Vec<Json> = c
-        .events("default")
+        .all_events()
         .into_iter()
         .filter(|e| e["reason"] == "HostChanged")
         .collect();

@@ -480,8 +480,10 @@ pub(super) fn describe_change(old: &str, new: &str) -> String {
 /// Whether the plan may show the value of `key` (`--flag` or `env NAME`): flags and the
 /// agent's own variables, never another variable's value.
 fn value_shown(key: &str) -> bool {
-    key.strip_prefix("env ")
-        .is_none_or(|name| command::MANAGED_ENV.contains(&name))
+    !command::is_secret_flag(key)
+        && key
+            .strip_prefix("env ")
+            .is_none_or(|name| command::MANAGED_ENV.contains(&name))
 }
 
 /// argv as (`--flag`, value) pairs; switches have an empty value, the interpreter is `python`.

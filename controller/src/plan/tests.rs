@@ -456,8 +456,18 @@ fn a_unit_the_agent_did_not_write_is_never_touched() {
 #[test]
 fn env_values_never_appear_in_a_plan() {
     let unit = |env: &[(&str, &str)]| {
+        let key = env
+            .iter()
+            .find(|(k, _)| *k == "HF_TOKEN")
+            .map_or("", |e| e.1);
         crate::systemd::unit::render(&crate::systemd::unit::UnitSpec {
-            exec_start: vec!["/p".into(), "--tp-size".into(), "4".into()],
+            exec_start: vec![
+                "/p".into(),
+                "--tp-size".into(),
+                "4".into(),
+                "--api-key".into(),
+                format!("sk-{key}"),
+            ],
             environment: env
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -478,6 +488,8 @@ fn env_values_never_appear_in_a_plan() {
         "{text}"
     );
     assert!(!text.contains("hf_") && !text.contains("k3y"), "{text}");
+    // Nor a secret flag's value.
+    assert!(text.contains("--api-key changed"), "{text}");
     // The agent's own variables keep their values: they say what changed on the host.
     assert!(text.contains("env CUDA_VISIBLE_DEVICES 0 -> 0,1"), "{text}");
 }

@@ -65,11 +65,14 @@ pub(super) async fn publish(
     action: &str,
     note: String,
 ) {
-    // Events of cluster-scoped objects live in "default"; API servers before 1.22 insist that the
-    // regarding object's namespace equals the event's.
+    // Events of the cluster-scoped partition live in the agent's own namespace, not in
+    // "default" where every tenant may read them (their notes name host changes and crash
+    // tails); a server's stay in the server's namespace. API servers before 1.22 insist that
+    // the regarding object's namespace equals the event's. `kubectl describe gpupartition`
+    // finds them in any namespace.
     let mut obj_ref = obj_ref.clone();
     if obj_ref.namespace.as_deref().unwrap_or("").is_empty() {
-        obj_ref.namespace = Some("default".into());
+        obj_ref.namespace = Some(ctx.opts.lease_namespace.clone());
     }
     let obj_ref = &obj_ref;
     // Untrusted text (crash logs, probe details, spec text) reaches notes: one line, capped on a

@@ -360,7 +360,7 @@ fn server_status(
         command: u
             .and_then(|u| u.file.as_deref())
             .and_then(|f| crate::systemd::unit::parse(f).ok())
-            .map(|pu| pu.exec_start)
+            .map(|pu| crate::sglang::command::redacted(&pu.exec_start))
             .unwrap_or_default(),
     }
 }

@@ -86,7 +86,7 @@ fn ctx(client: Client, host: SimHost) -> Arc<Ctx> {
         metrics_addr: "127.0.0.1:0".into(),
         drift_interval: Duration::from_secs(30),
         poll_interval: Duration::from_secs(5),
-        lease_namespace: "default".into(),
+        lease_namespace: "gpuplane-system".into(),
         lease_duration: Duration::from_secs(15),
         identity: "test".into(),
     };
@@ -196,10 +196,27 @@ async fn converges_the_twin_and_reports_through_status_and_events() {
                 .contains("stop container 129")),
         "{events:?}"
     );
-    assert!(events
-        .iter()
-        .all(|e| e.body["metadata"]["namespace"] == "default"
-            || e.path.contains("/namespaces/default/")));
+    // The partition's events in the agent's namespace, the server's in its own: none in
+    // default for the partition (tenants read default).
+    for e in &events {
+        let ns = e.body["metadata"]["namespace"].as_str().unwrap_or_default();
+        let ns = if ns.is_empty() {
+            e.path
+                .split("/namespaces/")
+                .nth(1)
+                .and_then(|t| t.split('/').next())
+                .unwrap_or_default()
+        } else {
+            ns
+        };
+        let kind = e.body["regarding"]["kind"].as_str().unwrap_or_default();
+        let want = if kind == "GpuPartition" {
+            "gpuplane-system"
+        } else {
+            "default"
+        };
+        assert_eq!(ns, want, "{e:?}");
+    }
 
     // Time passes on the host; the next reconcile finds the server ready and asks for a drift check later.
     c.host.lock().unwrap().sleep(120);

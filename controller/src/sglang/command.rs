@@ -191,5 +191,39 @@ pub fn unit_spec(
     }
 }
 
+/// Whether a flag's value is a secret (`--api-key`, `--ssl-keyfile-password`, ...).
+pub fn is_secret_flag(flag: &str) -> bool {
+    flag.starts_with("--")
+        && ["api-key", "password", "secret"]
+            .iter()
+            .any(|s| flag.ends_with(&format!("-{s}")))
+}
+
+/// `argv` with the values of secret-bearing flags (`--api-key`, `--admin-api-key`,
+/// `--ssl-keyfile-password`, and any `…-api-key`, `…-password`, `…-secret`) replaced by `***`,
+/// for showing it in status and events. Both `--flag value` and `--flag=value` are covered.
+pub fn redacted(argv: &[String]) -> Vec<String> {
+    let secret = is_secret_flag;
+    let mut out = Vec::with_capacity(argv.len());
+    let mut hide_next = false;
+    for a in argv {
+        if hide_next {
+            out.push("***".to_string());
+            hide_next = false;
+            continue;
+        }
+        match a.split_once('=') {
+            Some((flag, _)) if flag.starts_with("--") && secret(flag) => {
+                out.push(format!("{flag}=***"))
+            }
+            _ => {
+                hide_next = a.starts_with("--") && secret(a);
+                out.push(a.clone());
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests;

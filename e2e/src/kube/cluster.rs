@@ -197,9 +197,18 @@ impl Cluster {
             .unwrap_or_default()
     }
 
-    /// Events with `reason` about `kind`/`name` in namespace default.
+    /// events.k8s.io/v1 events in every namespace.
+    pub fn all_events(&self) -> Vec<Json> {
+        self.json(&["get", "events.v1.events.k8s.io", "-A"])["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Events with `reason` about `kind`/`name`, in any namespace (a partition's live in the
+    /// agent's namespace, a server's in the server's).
     pub fn events_about(&self, reason: &str, kind: &str, name: &str) -> Vec<Json> {
-        self.events("default")
+        self.all_events()
             .into_iter()
             .filter(|e| {
                 e["reason"] == reason
@@ -209,7 +218,7 @@ impl Cluster {
             .collect()
     }
 
-    /// Waits for an event with `reason` about `kind`/`name` in namespace default and returns it.
+    /// Waits for an event with `reason` about `kind`/`name` and returns it.
     pub fn wait_event(&self, reason: &str, kind: &str, name: &str, timeout: Duration) -> Json {
         wait_for(
             &format!("a {reason} event about {kind}/{name}"),
@@ -220,7 +229,7 @@ impl Cluster {
                     .next()
                     .ok_or_else(|| {
                         let all: Vec<String> = self
-                            .events("default")
+                            .all_events()
                             .iter()
                             .map(|e| {
                                 format!(
@@ -229,7 +238,7 @@ impl Cluster {
                                 )
                             })
                             .collect();
-                        format!("events in default: {all:?}")
+                        format!("events: {all:?}")
                     })
             },
         )

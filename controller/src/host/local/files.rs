@@ -5,9 +5,18 @@
 //! rename is atomic on pmxcfs. Guest configs are serialized by a node-local flock
 //! (`/run/lock/lxc/pve-config-<vmid>.lock`), shared files such as `mapping/pci.cfg` by a
 //! cluster-wide cfs lock (a directory `/etc/pve/priv/lock/file-<name>`). We do the same.
+//!
+//! # Guarantees of [`write_atomic`]
+//! - The new file gets the old file's permission bits (a new file: 0640 under `/etc/pve`, as
+//!   pmxcfs wants; 0644 elsewhere), set at creation, so the agent's umask never decides them.
+//! - The data is fsynced before the rename and the directory after it, so a power cut leaves
+//!   the old file or the new one, never an empty one. A file system that does not implement
+//!   fsync (`EINVAL`, `ENOSYS`, `EOPNOTSUPP`) is not an error; any other failure (`EIO`,
+//!   `ENOSPC`) is, and the target is left as it was.
 
 use super::error::LocalError;
 use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -26,12 +35,28 @@ pub fn write_atomic(path: &Path, content: &str) -> Result<(), LocalError> {
         std::process::id()
     ));
     let _ = std::fs::remove_file(&tmp);
+    let mode = std::fs::metadata(path)
+        .map(|m| m.permissions().mode() & 0o777)
+        .unwrap_or(if path.to_string_lossy().contains("/etc/pve/") {
+            0o640
+        } else {
+            0o644
+        });
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
+        .mode(mode)
         .open(&tmp)
         .map_err(|e| LocalError::io("cannot create", &tmp, e))?;
-    let res = f.write_all(content.as_bytes()).and_then(|_| f.flush());
+    // The umask may have taken bits away at creation; put back exactly the old file's.
+    let res = f
+        .write_all(content.as_bytes())
+        .and_then(|_| f.flush())
+        .and_then(|_| synced(f.sync_all()))
+        .and_then(|_| match f.metadata()?.permissions().mode() & 0o777 {
+            m if m == mode => Ok(()),
+            _ => synced(f.set_permissions(std::fs::Permissions::from_mode(mode))),
+        });
     drop(f);
     if let Err(e) = res {
         let _ = std::fs::remove_file(&tmp);
@@ -44,7 +69,30 @@ pub fn write_atomic(path: &Path, content: &str) -> Result<(), LocalError> {
             to: path.to_path_buf(),
             source,
         }
-    })
+    })?;
+    // The rename itself is durable once the directory is synced (best effort).
+    if let Some(dir) = path.parent() {
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// An fsync (or chmod) result, where "not supported here" counts as done: pmxcfs and some FUSE
+/// file systems answer so, and refusing every write there would help nobody.
+fn synced(r: std::io::Result<()>) -> std::io::Result<()> {
+    match r {
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP | libc::EPERM)
+            ) =>
+        {
+            Ok(())
+        }
+        r => r,
+    }
 }
 
 /// Holds an exclusive flock on `lock_path` (created if missing) while `f` runs.

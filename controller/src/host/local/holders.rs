@@ -97,6 +97,28 @@ fn attribution(cgroup: &str) -> (Option<u32>, Option<u32>, Option<String>) {
     (container, vm, unit)
 }
 
+/// What one `/proc/<pid>/fd/<n>` link names: its target, and the device numbers when the target
+/// is a character device under `/dev`.
+///
+/// # Guarantees
+/// Only a `/dev/...` target is `stat`ed: reading the link never touches the file, but a `stat`
+/// follows it into its file system, and a file on a hung FUSE or NFS mount would block the scan
+/// (and `observe`) for good. Device nodes live under `/dev` in every mount namespace.
+pub fn fd_target(link: &std::path::Path) -> (String, Option<(u32, u32)>) {
+    let target = std::fs::read_link(link)
+        .map(|t| t.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let number = if target.starts_with("/dev/") {
+        std::fs::metadata(link)
+            .ok()
+            .filter(|m| m.file_type().is_char_device())
+            .map(|m| dev_numbers(m.rdev()))
+    } else {
+        None
+    };
+    (target, number)
+}
+
 /// Scans `/proc` once and returns the holders of each device.
 pub fn scan(root: &Root, devices: &BTreeMap<String, PciDevice>) -> BTreeMap<String, Vec<Holder>> {
     let nodes: Vec<(String, Nodes)> = devices
@@ -119,14 +141,7 @@ pub fn scan(root: &Root, devices: &BTreeMap<String, PciDevice>) -> BTreeMap<Stri
         let fd_dir = format!("/proc/{pid}/fd");
         let mut held: BTreeSet<&str> = BTreeSet::new();
         for fd in root.list(&fd_dir) {
-            let link = root.path(&format!("{fd_dir}/{fd}"));
-            let target = std::fs::read_link(&link)
-                .map(|t| t.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let number = std::fs::metadata(&link)
-                .ok()
-                .filter(|m| m.file_type().is_char_device())
-                .map(|m| dev_numbers(m.rdev()));
+            let (target, number) = fd_target(&root.path(&format!("{fd_dir}/{fd}")));
             for (addr, n) in &nodes {
                 if n.paths.contains(&target) || number.is_some_and(|x| n.numbers.contains(&x)) {
                     held.insert(addr.as_str());

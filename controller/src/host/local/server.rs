@@ -15,18 +15,36 @@ fn http_get(
     crate::http::client::get(host, port, path, deadline).map_err(|e| e.to_string())
 }
 
+/// Whether `ip` is an address of this machine: binding a socket to it succeeds only then.
+fn assigned_here(ip: std::net::IpAddr) -> bool {
+    !ip.is_unspecified() && std::net::UdpSocket::bind((ip, 0)).is_ok()
+}
+
 impl LocalHost {
-    /// Where to reach a server that listens on `listen` at `loc`.
+    /// Where to reach a server that listens on `listen` at `loc`; `None` when the agent must not
+    /// go there.
+    ///
+    /// # Guarantees
+    /// `listen.host` is the tenant's text, so it never aims the agent's GETs (and the answers
+    /// copied into status) at another machine: on the host only a loopback address or one
+    /// assigned to the host itself; in a container only one of the container's own addresses
+    /// (`hostname -I`). A name is never resolved, except `localhost`.
     fn server_address(&self, loc: Location, listen: &str) -> Option<String> {
-        match (loc, listen) {
-            (Location::Host, "0.0.0.0" | "::") => Some("127.0.0.1".into()),
-            (Location::Host, h) => Some(h.to_string()),
-            (Location::Container(_), h) if h != "0.0.0.0" && h != "::" && h != "127.0.0.1" => {
-                Some(h.to_string())
+        let wildcard = matches!(listen, "0.0.0.0" | "::" | "127.0.0.1" | "::1" | "localhost");
+        match loc {
+            Location::Host if wildcard => Some("127.0.0.1".into()),
+            Location::Host => {
+                let ip: std::net::IpAddr = listen.parse().ok()?;
+                assigned_here(ip).then(|| ip.to_string())
             }
-            (Location::Container(_), _) => {
+            Location::Container(_) => {
                 let o = self.at(loc, &["hostname", "-I"]).ok()?;
-                o.stdout.split_whitespace().next().map(str::to_string)
+                let mut own = o.stdout.split_whitespace();
+                if wildcard {
+                    own.next().map(str::to_string)
+                } else {
+                    own.find(|a| *a == listen).map(str::to_string)
+                }
             }
         }
     }
@@ -138,3 +156,6 @@ impl LocalHost {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -83,3 +83,34 @@ fn env_selects_devices_and_p2p() {
     assert!(e.contains(&("CUDA_VISIBLE_DEVICES".into(), "4,5".into())));
     assert!(!e.iter().any(|(k, _)| k == "NCCL_P2P_DISABLE"));
 }
+
+#[test]
+fn secrets_on_the_command_line_are_hidden_from_status() {
+    let argv: Vec<String> = [
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--api-key",
+        "sk-123",
+        "--port",
+        "30000",
+        "--admin-api-key=adm",
+        "--ssl-keyfile-password",
+        "pw",
+        "--max-total-tokens",
+        "100",
+        "--bucket-time-to-first-token",
+        "0.1",
+    ]
+    .map(String::from)
+    .to_vec();
+    let shown = redacted(&argv).join(" ");
+    assert_eq!(
+        shown,
+        "python3 -m sglang.launch_server --api-key *** --port 30000 --admin-api-key=*** \
+         --ssl-keyfile-password *** --max-total-tokens 100 --bucket-time-to-first-token 0.1"
+    );
+    for s in ["sk-123", "=adm", " pw "] {
+        assert!(!shown.contains(s), "{s} leaked: {shown}");
+    }
+}

@@ -32,3 +32,28 @@ fn locks_exclude_each_other() {
     held.unlock().unwrap();
     assert!(with_flock(&fl, Duration::from_millis(300), || Ok(1)).is_ok());
 }
+
+#[test]
+fn a_replaced_file_keeps_its_mode_and_a_new_one_gets_a_fixed_one() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for m in [0o600, 0o640, 0o755] {
+        let p = t.path().join(format!("f{m:o}"));
+        std::fs::write(&p, "old\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m)).unwrap();
+        write_atomic(&p, "new\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "new\n");
+        assert_eq!(mode(&p), m, "{}", p.display());
+    }
+    let fresh = t.path().join("unit.service");
+    write_atomic(&fresh, "x\n").unwrap();
+    assert_eq!(mode(&fresh), 0o644);
+    let pve = t.path().join("etc/pve/lxc");
+    std::fs::create_dir_all(&pve).unwrap();
+    let conf = pve.join("101.conf");
+    write_atomic(&conf, "x\n").unwrap();
+    assert_eq!(mode(&conf), 0o640);
+    // No temp file is left beside them.
+    assert_eq!(std::fs::read_dir(&pve).unwrap().count(), 1);
+}

@@ -32,3 +32,25 @@ fn device_numbers_decode_like_the_kernel() {
     // majors above 4095 keep their high bits at bit 32+
     assert_eq!(dev_numbers((4096u64 << 32) | 5), (4096, 5));
 }
+
+#[test]
+fn only_a_dev_target_is_followed() {
+    let t = tempfile::tempdir().unwrap();
+    // A descriptor of a device node: its numbers are read.
+    let dev = t.path().join("3");
+    std::os::unix::fs::symlink("/dev/null", &dev).unwrap();
+    assert_eq!(fd_target(&dev), ("/dev/null".to_string(), Some((1, 3))));
+    // A descriptor of a file elsewhere (think: a hung FUSE mount) is never stat'ed, even when
+    // the file turns out to be a device.
+    let elsewhere = t.path().join("elsewhere");
+    std::os::unix::fs::symlink("/dev/null", &elsewhere).unwrap();
+    let fd = t.path().join("4");
+    std::os::unix::fs::symlink(&elsewhere, &fd).unwrap();
+    let (target, number) = fd_target(&fd);
+    assert_eq!(target, elsewhere.display().to_string());
+    assert_eq!(number, None);
+    // Sockets and pipes: names, no numbers.
+    let sock = t.path().join("5");
+    std::os::unix::fs::symlink("socket:[1234]", &sock).unwrap();
+    assert_eq!(fd_target(&sock), ("socket:[1234]".to_string(), None));
+}
