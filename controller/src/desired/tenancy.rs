@@ -192,6 +192,7 @@ pub(super) fn check_server(
         pr.add("spec.unit.location", format!("slice {:?} does not allow units on the host (its admin may set servers.allowHostPlacement)", sl.name));
     }
     unit_name_allowed(pr, spec, p);
+    extra_args_confined(pr, spec, p);
     for (i, v) in spec.env.iter().enumerate() {
         if let Some(why) = denied_env(&v.name) {
             pr.add(format!("spec.env[{i}].name"), format!("{} may not be set by a server: {why}; the slice's admin may set it (servers.env)", v.name));
@@ -227,6 +228,56 @@ fn unit_name_allowed(pr: &mut Problems, spec: &InferenceServerSpec, p: &ServerPo
         .any(|a| service_unit_name(a).is_ok_and(|x| x == full));
     if !full.starts_with(UNIT_PREFIX) && !adopted {
         pr.add("spec.unit.name", format!("{full} is outside the agent's unit names: name it {UNIT_PREFIX}{}, or the slice's admin may let it adopt this unit (servers.adoptUnits)", spec.unit.name));
+    }
+}
+
+/// Paths in `extraArgs` (`--chat-template /x`, `--tokenizer-path`, `--download-dir`,
+/// `--lora-paths name=/x`, ...) lie under a model root: a value, or the part after `=` in a
+/// `name=value` word, that starts with `/` is checked like the model path; one that starts with
+/// `~`, `./` or `../` is refused (it would be resolved against a directory nobody chose). And
+/// `--trust-remote-code` with a hub model is refused: it would run code fetched from the hub.
+///
+/// # Caveats
+/// A path inside a JSON value (`--model-loader-extra-config '{...}'`) is not looked for; the
+/// server still runs as the slice's `user`, whose file permissions are the last word.
+fn extra_args_confined(pr: &mut Problems, spec: &InferenceServerSpec, p: &ServerPolicy) {
+    for (i, word) in spec.extra_args.iter().enumerate() {
+        let field = format!("spec.extraArgs[{i}]");
+        if word == "--trust-remote-code" && !spec.model.path.starts_with('/') {
+            pr.add(field, format!("--trust-remote-code with the hub model {:?} would run code fetched from the hub as the server; download the model under a model root of this slice ({})", spec.model.path, roots(p)));
+            continue;
+        }
+        let value = match word.strip_prefix("--") {
+            Some(rest) => match rest.split_once('=') {
+                Some((_, v)) => v,
+                None => continue,
+            },
+            None => word.as_str(),
+        };
+        let path = value.split_once('=').map_or(value, |(_, v)| v);
+        for candidate in [value, path] {
+            if candidate.starts_with('~')
+                || candidate.starts_with("./")
+                || candidate.starts_with("../")
+            {
+                pr.add(field.clone(), format!("{candidate:?} is a relative path; give an absolute path under a model root of this slice ({})", roots(p)));
+                break;
+            }
+            if candidate.starts_with('/') {
+                if absolute_path(candidate).is_err()
+                    || !p.model_roots.iter().any(|r| under(candidate, r))
+                {
+                    pr.add(
+                        field.clone(),
+                        format!(
+                            "{candidate:?} is not under a model root of this slice ({})",
+                            roots(p)
+                        ),
+                    );
+                }
+                break;
+            }
+        }
     }
 }
 

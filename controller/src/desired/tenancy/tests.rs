@@ -123,6 +123,64 @@ fn models_lie_under_the_model_roots() {
     assert!(under("/a/b", "/a") && under("/a", "/a/") && !under("/ab", "/a"));
 }
 
+/// Paths in extraArgs are confined to the model roots too; hub code is never trusted.
+#[test]
+fn paths_in_extra_args_lie_under_the_model_roots() {
+    let args = |a: &[&str]| {
+        let a: Vec<String> = a.iter().map(|x| x.to_string()).collect();
+        server_errors(move |s| s.spec.extra_args = a)
+    };
+    // Inside the roots, or not a path at all: fine.
+    let ok = args(&[
+        "--chat-template",
+        "/shared/models/t.jinja",
+        "--tokenizer-path=/shared/models/tok",
+        "--lora-paths",
+        "a=/shared/models/lora-a",
+        "--hf-chat-template-name",
+        "chatml",
+    ]);
+    assert_eq!(ok, Vec::<String>::new());
+    let e = args(&["--chat-template", "/etc/shadow"]);
+    assert!(
+        has(
+            &e,
+            "spec.extraArgs[1]",
+            "\"/etc/shadow\" is not under a model root"
+        ),
+        "{e:?}"
+    );
+    let e = args(&["--download-dir=/root/.ssh"]);
+    assert!(
+        has(&e, "spec.extraArgs[0]", "is not under a model root"),
+        "{e:?}"
+    );
+    let e = args(&["--lora-paths", "a=/shared/models/../../etc"]);
+    assert!(
+        has(&e, "spec.extraArgs[1]", "is not under a model root"),
+        "{e:?}"
+    );
+    let e = args(&["--tokenizer-path", "../../root"]);
+    assert!(has(&e, "spec.extraArgs[1]", "is a relative path"), "{e:?}");
+    // Remote code: only from a model under the roots.
+    assert_eq!(args(&["--trust-remote-code"]), Vec::<String>::new());
+    let e = errors(
+        |p| p.spec.slices[0].servers.as_mut().unwrap().allow_hub_models = true,
+        |s| {
+            s.spec.model.path = "Qwen/Qwen3-8B".into();
+            s.spec.extra_args = vec!["--trust-remote-code".into()];
+        },
+    );
+    assert!(
+        has(
+            &e,
+            "spec.extraArgs[0]",
+            "would run code fetched from the hub"
+        ),
+        "{e:?}"
+    );
+}
+
 /// Finding 2: any namespace could use any slice.
 #[test]
 fn a_namespace_not_listed_may_not_use_the_slice() {
