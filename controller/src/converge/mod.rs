@@ -4,6 +4,13 @@
 //! re-plans, so a crash at any point is finished by the next run. The loop ends
 //! when the plan is empty (converged), when something blocks, when a step fails,
 //! when a server does not become ready, or after a bounded number of steps.
+//!
+//! # Re-observing only what a step changed
+//! After a step the backend may bring the last observation up to date itself
+//! ([`crate::host::Host::refresh`]: the local host re-reads the one device a binding write
+//! touched) instead of observing the whole host again. Such a state is used only to pick the
+//! next step: before the loop ends, converged or blocked, it observes everything once more and
+//! plans again, so what it reports is always a full, fresh observation.
 
 mod wait;
 
@@ -118,7 +125,9 @@ pub fn converge_with(
         notes: vec![],
     };
     let mut steps = 0usize;
-    while let Some(next) = next_step(desired, door, opts, &mut r, steps) {
+    // The last observation, brought up to date by the backend after a step (`None`: observe).
+    let mut known: Option<HostState> = None;
+    while let Some(next) = next_step(desired, door, opts, &mut r, steps, &mut known) {
         steps += 1;
         let at = door.host().now();
         let go_on = match &next.step {
@@ -128,6 +137,11 @@ pub fn converge_with(
                     // A (re)started unit starts its readiness clock afresh.
                     if let Step::StartUnit { unit, .. } = step {
                         progress.remove(&unit.key());
+                    }
+                    if let Some(mut st) = r.final_host.clone() {
+                        if let Ok(true) = door.host().refresh(step, &mut st) {
+                            known = Some(st);
+                        }
                     }
                     r.applied.push(Applied {
                         planned: next.clone(),
@@ -163,18 +177,21 @@ fn next_step(
     opts: &Options,
     r: &mut Report,
     steps: usize,
+    known: &mut Option<HostState>,
 ) -> Option<PlannedStep> {
-    let host = match door.host().observe() {
-        Ok(h) => h,
-        Err(e) => {
-            r.stop = Some(Stop::StepFailed {
-                step: "observe".into(),
-                error: e.to_string(),
-            });
-            return None;
+    let (host, p) = match known.take() {
+        // A refreshed state: good for choosing the next write, not for calling it done.
+        Some(h) => {
+            let p = plan(desired, &h);
+            let next_is_write = p.steps.first().is_some_and(|s| s.step.is_write());
+            if next_is_write {
+                (h, p)
+            } else {
+                observe_and_plan(desired, door, r)?
+            }
         }
+        None => observe_and_plan(desired, door, r)?,
     };
-    let p = plan(desired, &host);
     for n in &p.notes {
         if !r.notes.contains(n) {
             r.notes.push(n.clone());
@@ -214,6 +231,27 @@ fn next_step(
         return None;
     }
     Some(next)
+}
+
+/// A full observation and its plan; `None` (with `r.stop` set) when the host cannot be read.
+fn observe_and_plan(
+    desired: &Desired,
+    door: &mut Door<'_>,
+    r: &mut Report,
+) -> Option<(HostState, Plan)> {
+    match door.host().observe() {
+        Ok(h) => {
+            let p = plan(desired, &h);
+            Some((h, p))
+        }
+        Err(e) => {
+            r.stop = Some(Stop::StepFailed {
+                step: "observe".into(),
+                error: e.to_string(),
+            });
+            None
+        }
+    }
 }
 
 /// Runs a `WaitReady` step (blocking, or one look in non-blocking mode); whether the loop goes on.
@@ -287,3 +325,6 @@ fn wait_step(
     }
     true
 }
+
+#[cfg(test)]
+mod tests;

@@ -51,6 +51,13 @@ pub trait Host {
     fn sleep(&mut self, secs: u64);
     /// Seconds on the host's clock.
     fn now(&self) -> u64;
+    /// Brings `state` up to date after `step` was applied, reading only what that step can
+    /// change; `Ok(false)` when the backend cannot (then the caller observes everything again).
+    /// The converge loop still observes everything before it calls the host converged, and a
+    /// step's own safety checks (holders before an unbind) read the host right before writing.
+    fn refresh(&mut self, _step: &Step, _state: &mut HostState) -> Result<bool, HostError> {
+        Ok(false)
+    }
     /// Names the units to observe (the agent's servers); backends that see all units ignore it.
     fn watch_units(&mut self, _units: &[model::UnitRef]) {}
     /// The host as a description file that can be loaded again (`--save-host`), if the backend can.

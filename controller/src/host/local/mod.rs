@@ -208,6 +208,32 @@ impl LocalHost {
         Ok(st)
     }
 
+    /// After a binding step, re-reads only the device it wrote to: `driver_override`, unbind,
+    /// `drivers_probe` of one address change that device and nothing else. Its holders are kept
+    /// while its driver is the same (the unbind step scans them again right before it writes)
+    /// and cleared when the driver changed (the old device nodes are gone). Anything else, a
+    /// `modprobe` included (it may bind devices waiting on an override), asks for a full
+    /// observation.
+    fn refresh_state(&self, step: &Step, st: &mut HostState) -> bool {
+        let address = match step {
+            Step::SetDriverOverride { address, .. }
+            | Step::Unbind { address, .. }
+            | Step::Probe { address }
+            | Step::ReturnToHostDriver { address } => address,
+            _ => return false,
+        };
+        let Some(mut d) = pci::read_device(&self.root, address) else {
+            return false;
+        };
+        match st.pci_devices.get(address) {
+            Some(old) if old.driver == d.driver => d.holders = old.holders.clone(),
+            Some(_) => {}
+            None => return false,
+        }
+        st.pci_devices.insert(address.clone(), d);
+        true
+    }
+
     /// Applies one step: the one place this backend writes to the host.
     fn step(&mut self, step: &Step) -> Result<Option<String>, LocalError> {
         match step {
@@ -407,6 +433,10 @@ impl Host for LocalHost {
         self.step(step)
             .map(|detail| StepOutcome { detail })
             .map_err(|e| e.into_host_error(step))
+    }
+
+    fn refresh(&mut self, step: &Step, st: &mut HostState) -> Result<bool, HostError> {
+        Ok(self.refresh_state(step, st))
     }
 
     fn sleep(&mut self, secs: u64) {

@@ -1,0 +1,97 @@
+use super::*;
+use crate::host::{Host, HostError, StepOutcome};
+use crate::testutil::{desired, manifests, twin};
+
+/// The twin, counting full observations; with `partial`, it refreshes after binding steps the
+/// way the local host does: only the touched device is read again.
+struct Counting {
+    inner: crate::host::sim::SimHost,
+    partial: bool,
+    observes: usize,
+    refreshes: usize,
+}
+
+impl Host for Counting {
+    fn observe(&mut self) -> Result<HostState, HostError> {
+        self.observes += 1;
+        self.inner.observe()
+    }
+    fn apply(&mut self, step: &Step) -> Result<StepOutcome, HostError> {
+        self.inner.apply(step)
+    }
+    fn refresh(&mut self, step: &Step, st: &mut HostState) -> Result<bool, HostError> {
+        let address = match step {
+            Step::SetDriverOverride { address, .. }
+            | Step::Unbind { address, .. }
+            | Step::Probe { address }
+            | Step::ReturnToHostDriver { address }
+                if self.partial =>
+            {
+                address
+            }
+            _ => return Ok(false),
+        };
+        let now = self.inner.observe()?;
+        st.pci_devices
+            .insert(address.clone(), now.pci_devices[address].clone());
+        self.refreshes += 1;
+        Ok(true)
+    }
+    fn sleep(&mut self, secs: u64) {
+        self.inner.sleep(secs)
+    }
+    fn now(&self) -> u64 {
+        self.inner.now()
+    }
+    fn watch_units(&mut self, units: &[crate::host::model::UnitRef]) {
+        self.inner.watch_units(units)
+    }
+}
+
+fn run(partial: bool) -> (Report, Counting) {
+    let mut sim = twin();
+    let d = desired(&mut sim, &manifests());
+    let units: Vec<_> = d.servers.iter().map(|s| s.unit.clone()).collect();
+    sim.watch_units(&units);
+    let mut h = Counting {
+        inner: sim,
+        partial,
+        observes: 0,
+        refreshes: 0,
+    };
+    let r = {
+        let mut door = Door::new(&mut h);
+        converge(&d, &mut door, &Options::default())
+    };
+    (r, h)
+}
+
+#[test]
+fn refreshing_only_what_a_step_changed_takes_the_same_steps_and_ends_on_a_full_look() {
+    let (full, fh) = run(false);
+    let (part, mut ph) = run(true);
+    assert!(
+        full.converged() && part.converged(),
+        "{:?} {:?}",
+        full.stop,
+        part.stop
+    );
+    let steps = |r: &Report| -> Vec<String> {
+        r.applied
+            .iter()
+            .map(|a| a.planned.step.to_string())
+            .collect()
+    };
+    assert_eq!(steps(&full), steps(&part));
+    assert_eq!(full.writes, part.writes);
+    // The reference split rebinds GPUs: those steps were refreshed, not observed in full.
+    assert!(ph.refreshes >= 4, "{} refreshes", ph.refreshes);
+    assert_eq!(
+        ph.observes + ph.refreshes,
+        fh.observes,
+        "one look per step either way"
+    );
+    // What the run reports is a full observation of the host as it is now.
+    let now = ph.inner.observe().unwrap();
+    assert_eq!(part.final_host.as_ref(), Some(&now));
+}
