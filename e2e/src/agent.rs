@@ -53,6 +53,17 @@ impl Agent {
     /// Starts agent `id` for the cluster's node on its host file (`--sim-speed 20`, the non-admin
     /// kubeconfig) and waits until its `/healthz` and `/readyz` answer 200.
     pub fn start(c: &Cluster, id: &str, o: AgentOpts) -> Agent {
+        Agent::start_with_kubeconfig(c, id, o, &c.cp.agent_kubeconfig())
+    }
+
+    /// [`Agent::start`] with another kubeconfig (e.g. one that reads its token from a file, or
+    /// reaches the API server through a relay the test can cut).
+    pub fn start_with_kubeconfig(
+        c: &Cluster,
+        id: &str,
+        o: AgentOpts,
+        kubeconfig: &std::path::Path,
+    ) -> Agent {
         let port = free_ports(1)[0];
         let log = c.cp.run.join(format!("agent-{id}.log"));
         let logf = std::fs::File::create(&log).unwrap();
@@ -63,7 +74,7 @@ impl Agent {
             "--host".into(),
             format!("sim:{}", c.host.display()),
             "--kubeconfig".into(),
-            path_str(&c.cp.agent_kubeconfig()),
+            path_str(kubeconfig),
             "--metrics-addr".into(),
             format!("127.0.0.1:{port}"),
             "--drift-interval".into(),
