@@ -4,7 +4,8 @@
 //! each loser gets `Ready=False` with reason `Conflict` naming the winner, one event, and then
 //! nothing flaps: over 10 drift intervals no object's resourceVersion changes (no status write),
 //! no host write happens and the host file stays byte for byte the same. When the winning
-//! partition is deleted, the loser takes over.
+//! partition is deleted, the loser takes over. A partition for a node no agent serves keeps no
+//! status at all and no agent touches it (what a user sees: an empty READY column).
 //!
 //!     cargo build --bin gpuplane && cargo test -p gpuplane-e2e --test kube_conflicts -- --nocapture
 
@@ -17,6 +18,8 @@ use std::time::{Duration, Instant};
 
 const LOSER: &str = "kpro6-second";
 const LOSER_SERVER: &str = "qwen-second";
+/// A partition for a node no agent serves.
+const GHOST: &str = "no-agent-node";
 
 /// `examples/kpro6/NAME.yaml` with `from` replaced by `to` (whole lines' words), applied.
 fn apply_copy(c: &Cluster, file: &str, edits: &[(&str, &str)]) {
@@ -78,6 +81,15 @@ fn the_oldest_claim_wins_on_a_real_api_server_without_flapping() {
             ("port: 30000", "port: 30001"),
         ],
     );
+    // A partition for a node no agent serves.
+    apply_copy(
+        &c,
+        "partition.yaml",
+        &[
+            ("name: kpro6\nspec:", &format!("name: {GHOST}\nspec:")),
+            ("nodeName: kpro6", &format!("nodeName: {GHOST}")),
+        ],
+    );
     let p_args = ["get", "gpupartition", LOSER];
     let s_args = ["get", "inferenceserver", LOSER_SERVER, "-n", "default"];
     let lp = wait_conflict(&c, "the second partition", &p_args);
@@ -99,6 +111,7 @@ fn the_oldest_claim_wins_on_a_real_api_server_without_flapping() {
             vec!["get", "inferenceserver", SERVER, "-n", "default"],
         ),
         ("server (loser)", s_args.to_vec()),
+        ("partition (no agent)", vec!["get", "gpupartition", GHOST]),
     ];
     let before: Vec<String> = all.iter().map(|(_, g)| rv(&c, g)).collect();
     let writes0 = a.host_writes().len();
@@ -125,6 +138,13 @@ fn the_oldest_claim_wins_on_a_real_api_server_without_flapping() {
          0 host writes; Conflict events: partition {pe}, server {se}"
     );
     assert_eq!((pe, se), (1, 1), "one Conflict event each");
+    // What a user sees of a partition no agent serves: no status at all (kubectl's READY column
+    // is empty, kstatus-based health stays InProgress), and no agent touched it.
+    let ghost = c.json(&["get", "gpupartition", GHOST]);
+    assert!(ghost["status"].is_null(), "{ghost}");
+    assert!(ghost["metadata"]["finalizers"].is_null(), "{ghost}");
+    let row = c.k(&["get", "gpupartition", GHOST]);
+    eprintln!("[kube_conflicts] a partition for a node no agent serves:\n{row}");
 
     // The winning partition goes (deletionPolicy Retain: the host stays); the loser takes over.
     c.k(&["delete", "inferenceserver", LOSER_SERVER, "-n", "default"]);
