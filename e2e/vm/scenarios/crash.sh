@@ -13,6 +13,7 @@
 #   RECOVER T k rc writes         the fresh converge: exit status and writes
 #   AGAIN T k rc writes           the converge after it
 #   AFTER T k {truth}             the host after both
+#   TIME T s                      seconds the transition's crash points took
 # The truth is read from sysfs (driver, driver_override), /sys/module, the mapping file
 # /etc/pve/mapping/pci.cfg, the unit file and systemd (is-active, NeedDaemonReload), and lists
 # any temporary file left in the directories the agent writes.
@@ -120,7 +121,7 @@ to_start_of_server() { no_server; to_back; }
 to_start_of_move() { run server >/dev/null; }
 
 # crash T DIR RESET: every crash point of the transition to DIR from the state RESET makes
-crash() { local t=$1 dir=$2 reset=$3
+crash() { local t=$1 dir=$2 reset=$3 t0=$SECONDS
   echo "== $t"
   $reset
   read -r rc n < <(run $dir)
@@ -134,6 +135,7 @@ crash() { local t=$1 dir=$2 reset=$3
     echo "AGAIN $t $k $(run $dir)"
     echo "AFTER $t $k $(truth)"
   done
+  echo "TIME $t $(( SECONDS - t0 ))"
 }
 
 partition back '{numaNode: 0}' '{numaNode: 1}' nvidia
