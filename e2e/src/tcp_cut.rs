@@ -2,6 +2,8 @@
 //! shut down at once and new ones are closed as soon as they are accepted, until the relay is
 //! resumed. It stands for a network cut between the agent and kube-apiserver while the API server
 //! itself keeps running (TLS passes through untouched; the server's certificate names 127.0.0.1).
+//! It can also become a black hole: connections stay open (and new ones are accepted) but no byte
+//! goes through either way, as when a peer vanishes without a reset.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -12,6 +14,7 @@ use std::sync::{Arc, Mutex};
 pub struct CutRelay {
     pub port: u16,
     cut: Arc<AtomicBool>,
+    hole: Arc<AtomicBool>,
     open: Arc<Mutex<Vec<TcpStream>>>,
     refused: Arc<AtomicU64>,
 }
@@ -22,11 +25,17 @@ impl CutRelay {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the relay");
         let port = listener.local_addr().unwrap().port();
         let cut = Arc::new(AtomicBool::new(false));
+        let hole = Arc::new(AtomicBool::new(false));
         let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let refused = Arc::new(AtomicU64::new(0));
-        let (c, o, r) = (cut.clone(), open.clone(), refused.clone());
+        let (c, h, o, r) = (cut.clone(), hole.clone(), open.clone(), refused.clone());
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
+                if h.load(Ordering::SeqCst) {
+                    // Accepted and kept open, never answered.
+                    o.lock().unwrap().push(client);
+                    continue;
+                }
                 if c.load(Ordering::SeqCst) {
                     r.fetch_add(1, Ordering::SeqCst);
                     let _ = client.shutdown(Shutdown::Both);
@@ -40,13 +49,18 @@ impl CutRelay {
                 live.push(client.try_clone().unwrap());
                 live.push(server.try_clone().unwrap());
                 drop(live);
-                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
-                pipe(server, client);
+                pipe(
+                    client.try_clone().unwrap(),
+                    server.try_clone().unwrap(),
+                    h.clone(),
+                );
+                pipe(server, client, h.clone());
             }
         });
         CutRelay {
             port,
             cut,
+            hole,
             open,
             refused,
         }
@@ -60,9 +74,16 @@ impl CutRelay {
         }
     }
 
-    /// Relays new connections again.
+    /// Relays new connections again (and ends a black hole).
     pub fn resume(&self) {
         self.cut.store(false, Ordering::SeqCst);
+        self.hole.store(false, Ordering::SeqCst);
+    }
+
+    /// From now on no byte goes through, either way, on open or new connections; nothing is
+    /// closed. [`CutRelay::cut`] then closes them all.
+    pub fn black_hole(&self) {
+        self.hole.store(true, Ordering::SeqCst);
     }
 
     /// Connections closed at once because the relay was cut.
@@ -71,13 +92,14 @@ impl CutRelay {
     }
 }
 
-/// Copies `from` to `to` on a thread until either side closes.
-fn pipe(mut from: TcpStream, mut to: TcpStream) {
+/// Copies `from` to `to` on a thread until either side closes; drops what it reads while `hole`.
+fn pipe(mut from: TcpStream, mut to: TcpStream, hole: Arc<AtomicBool>) {
     std::thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
         loop {
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
+                Ok(_) if hole.load(Ordering::SeqCst) => {}
                 Ok(n) => {
                     if to.write_all(&buf[..n]).is_err() {
                         break;

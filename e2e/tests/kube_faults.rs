@@ -327,3 +327,87 @@ fn finalizer_patches_survive_a_concurrent_writer() {
         t0.elapsed().as_secs_f64()
     );
 }
+
+/// The leader's connections become a black hole (nothing goes through, nothing is closed, as when
+/// the network drops packets without a reset): it must stop acting for the node before its Lease
+/// can expire on the API server, so that the standby that then takes the Lease is never a second
+/// leader. Both agents' `gpuplane_leader` are sampled every 250 ms; no sample may show two.
+/// Then the connections are reset and come back: the old leader stays a standby and the new one
+/// converges a change.
+#[test]
+fn a_black_holed_leader_lets_go_before_the_standby_takes_over() {
+    let t0 = Instant::now();
+    let c = Cluster::start("faults-hole");
+    let relay = CutRelay::start(c.cp.apiserver_port);
+    let kc = agent_kubeconfig(
+        &c,
+        "relay.kubeconfig",
+        &format!("https://127.0.0.1:{}", relay.port),
+        None,
+    );
+    let mut a = Agent::start_with_kubeconfig(&c, "agent-a", AgentOpts::default(), &kc);
+    c.apply_examples_and_wait();
+    a.wait_metric(
+        "agent-a leads",
+        "gpuplane_leader",
+        Duration::from_secs(30),
+        |v| v == 1.0,
+    );
+    let mut b = Agent::start(&c, "agent-b", AgentOpts::default());
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(b.metric("gpuplane_leader"), 0.0, "agent-b is a standby");
+    let wa = a.host_writes().len();
+
+    relay.black_hole();
+    let hole = Instant::now();
+    let (mut both, mut a_off, mut b_on) = (0, None, None);
+    while hole.elapsed() < Duration::from_secs(30) {
+        let (la, lb) = (a.metric("gpuplane_leader"), b.metric("gpuplane_leader"));
+        if la == 1.0 && lb == 1.0 {
+            both += 1;
+        }
+        if la == 0.0 && a_off.is_none() {
+            a_off = Some(hole.elapsed().as_secs_f64());
+        }
+        if lb == 1.0 && b_on.is_none() {
+            b_on = Some(hole.elapsed().as_secs_f64());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    eprintln!(
+        "[kube_faults] black hole: agent-a let go after {a_off:?} s, agent-b took over after \
+         {b_on:?} s (lease 6 s); samples with two leaders: {both}"
+    );
+    assert!(
+        a_off.is_some(),
+        "agent-a still leads from behind a black hole"
+    );
+    assert!(b_on.is_some(), "agent-b never took over");
+    assert_eq!(both, 0, "two leaders at once");
+    assert!(a.alive() && b.alive());
+
+    // The connections are reset and come back.
+    relay.cut();
+    std::thread::sleep(Duration::from_secs(1));
+    relay.resume();
+    c.patch_server(r#"{"spec":{"tensorParallelSize":2}}"#);
+    c.wait_converged(Duration::from_secs(120));
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        a.metric("gpuplane_leader"),
+        0.0,
+        "agent-a took the lease back"
+    );
+    assert_eq!(b.metric("gpuplane_leader"), 1.0);
+    assert_eq!(
+        a.host_writes().len(),
+        wa,
+        "agent-a wrote to the host after letting go"
+    );
+    assert!(unit_file(&c.host()).contains("--tp-size 2"));
+    assert!(a.alive() && b.alive());
+    eprintln!(
+        "[kube_faults] a_black_holed_leader...: {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+}

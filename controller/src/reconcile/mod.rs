@@ -160,14 +160,21 @@ pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), Str
         tokio::spawn(async move {
             let period = lease.duration / 3;
             loop {
-                match lease.try_acquire().await {
-                    Ok(held) => {
+                // A renewal that does not answer within a period is a failure: without it, a
+                // network that drops packets would leave this agent believing it leads.
+                match tokio::time::timeout(period, lease.try_acquire()).await {
+                    Ok(Ok(held)) => {
                         api_ok.store(true, Ordering::SeqCst);
                         metrics.leader.set(i64::from(held));
                     }
-                    Err(e) => {
+                    Ok(Err(e)) => {
                         metrics.leader.set(0);
                         tracing::warn!("lease: {e}");
+                    }
+                    Err(_) => {
+                        lease.let_go("the API server did not answer the renewal in time");
+                        metrics.leader.set(0);
+                        tracing::warn!("lease: no answer from the API server within {period:?}");
                     }
                 }
                 tokio::time::sleep(period).await;
