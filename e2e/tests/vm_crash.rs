@@ -24,9 +24,9 @@
 //!     cargo build --bin gpuplane
 //!     cargo test -p gpuplane-e2e --test vm_crash -- --nocapture
 //!
-//! By default (CI) the transitions `split`, `back` and `server` run (one boot, ~5 min on 2
-//! cores); `GPUPLANE_VM_CRASH=all` runs all four (`move` restarts the stand-in server at every
-//! crash point: ~15 min), `GPUPLANE_VM_CRASH=move` any subset.
+//! By default (CI) the transitions `split`, `back` and `server` run (one boot, 5-13 min on 2
+//! cores, depending on what else runs); `GPUPLANE_VM_CRASH=all` runs all four (`move` restarts
+//! the stand-in server at every crash point), `GPUPLANE_VM_CRASH=move` any subset.
 
 use gpuplane_e2e::paths::repo_root;
 use gpuplane_e2e::vm::{gpuplane_for_vm, preflight, run, standin_tar};
