@@ -13,8 +13,9 @@
 //!   every foreign line and comment of `pci.cfg` still there in order, the guest config untouched,
 //!   the unit file absent or whole;
 //! - the fresh converge exits 0 (converged, every resource Ready), the one after writes nothing;
-//! - the host then equals the host of the uninterrupted run: every GPU bound to its slice's driver
-//!   (none left unbound), the same mapping, the same unit, in the same state.
+//! - the host then equals the host of the uninterrupted run, in which every GPU is bound (none
+//!   left unbound) and has one consumer (the GPUs mapped to the VM are exactly those on
+//!   vfio-pci): the same drivers, mapping, unit, in the same state.
 //!
 //! Transitions: `split` (NUMA 1 to vfio-pci behind a PCI mapping, vfio-pci loaded on the way),
 //! `back` (its reverse), `server` (a real unit running the SGLang stand-in written and started)
@@ -112,6 +113,36 @@ fn whole(t: &Value) -> Vec<String> {
     bad
 }
 
+/// Each GPU has one consumer: the GPUs of this node in the VM's mapping `emu-vm` are exactly
+/// those on vfio-pci (the host's server can only hold a GPU that has a DRM card, so one on
+/// bochs-drm). Checked on the converged host; in a crash state a GPU may be in between.
+fn one_consumer_each(t: &Value) -> Vec<String> {
+    let cfg = t["pciCfg"].as_str().unwrap_or("");
+    let mut mapped = BTreeSet::new();
+    let mut in_vm = false;
+    for l in cfg.lines() {
+        if !l.starts_with(char::is_whitespace) {
+            in_vm = l.trim() == "emu-vm";
+        } else if in_vm && l.contains("node=vmhost") {
+            if let Some(p) = l.split("path=").nth(1) {
+                mapped.insert(p.split(',').next().unwrap_or("").trim().to_string());
+            }
+        }
+    }
+    let vfio: BTreeSet<String> = t["drivers"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, d)| d[0] == "vfio-pci")
+        .map(|(g, _)| g.clone())
+        .collect();
+    let mut bad = vec![];
+    if mapped != vfio {
+        bad.push(format!("mapped to the VM {mapped:?}, on vfio-pci {vfio:?}"));
+    }
+    bad
+}
+
 /// "rc writes ..." of a RECOVER/AGAIN/KILL line.
 fn rc_writes(s: &str) -> (String, String) {
     let mut w = s.split(' ');
@@ -134,6 +165,11 @@ fn judge(name: &str, t: &Transition) -> (u64, u64) {
     for (gpu, d) in want["drivers"].as_object().unwrap() {
         assert_ne!(d[0], "none", "{name}: {gpu} unbound in the reference");
     }
+    assert_eq!(
+        one_consumer_each(&want),
+        Vec::<String>::new(),
+        "{name}: reference"
+    );
     let mut passed = 0;
     let mut crash_states = BTreeSet::new();
     for k in 1..=n {
