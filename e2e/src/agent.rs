@@ -25,12 +25,10 @@ pub const GPU_KINDS: [&str; 9] = [
     "startContainer",
 ];
 
-/// Intervals of an agent, in seconds, and its credentials.
+/// Intervals of an agent, in seconds.
 pub struct AgentOpts {
     pub drift_interval: u64,
     pub lease_duration: u64,
-    /// The kubeconfig it runs with (default: the control plane's non-admin agent user).
-    pub kubeconfig: Option<PathBuf>,
 }
 
 impl Default for AgentOpts {
@@ -38,7 +36,6 @@ impl Default for AgentOpts {
         AgentOpts {
             drift_interval: 3,
             lease_duration: 6,
-            kubeconfig: None,
         }
     }
 }
@@ -56,6 +53,17 @@ impl Agent {
     /// Starts agent `id` for the cluster's node on its host file (`--sim-speed 20`, the non-admin
     /// kubeconfig) and waits until its `/healthz` and `/readyz` answer 200.
     pub fn start(c: &Cluster, id: &str, o: AgentOpts) -> Agent {
+        Agent::start_with_kubeconfig(c, id, o, &c.cp.agent_kubeconfig())
+    }
+
+    /// [`Agent::start`] with another kubeconfig (e.g. one that reads its token from a file, or
+    /// reaches the API server through a relay the test can cut).
+    pub fn start_with_kubeconfig(
+        c: &Cluster,
+        id: &str,
+        o: AgentOpts,
+        kubeconfig: &std::path::Path,
+    ) -> Agent {
         let port = free_ports(1)[0];
         let log = c.cp.run.join(format!("agent-{id}.log"));
         let logf = std::fs::File::create(&log).unwrap();
@@ -66,7 +74,7 @@ impl Agent {
             "--host".into(),
             format!("sim:{}", c.host.display()),
             "--kubeconfig".into(),
-            path_str(&o.kubeconfig.unwrap_or_else(|| c.cp.agent_kubeconfig())),
+            path_str(kubeconfig),
             "--metrics-addr".into(),
             format!("127.0.0.1:{port}"),
             "--drift-interval".into(),

@@ -8,7 +8,8 @@
 //! - [`agent`]: `gpuplane run` as a child process, its log and metrics.
 //! - [`scenario`]: start (cluster, agent, examples converged) and end of an agent test.
 //! - [`sim_host`] and [`kpro6`]: the simulated host file and the reference host's facts.
-//! - [`wait`]: polling until a condition holds. [`net`]: free ports, HTTP GET.
+//! - [`wait`]: polling until a condition holds. [`net`]: free ports, HTTP GET. [`tcp_cut`]: a
+//!   relay that cuts the agent's connections to the API server.
 //! - [`manifests`]: multi-document YAML.
 //! - [`vm`]: the emulated GPU host (qemu) and its scenarios.
 
@@ -22,5 +23,6 @@ pub mod paths;
 pub mod prometheus;
 pub mod scenario;
 pub mod sim_host;
+pub mod tcp_cut;
 pub mod vm;
 pub mod wait;

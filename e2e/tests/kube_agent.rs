@@ -550,7 +550,6 @@ fn agent_reports_invalid_specs_without_touching_the_host() {
         AgentOpts {
             drift_interval: 30,
             lease_duration: 6,
-            kubeconfig: None,
         },
     );
     let original = c.host_bytes();

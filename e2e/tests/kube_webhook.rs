@@ -444,14 +444,7 @@ fn an_agent_token_reaches_only_its_own_nodes_objects_and_lease() {
         &agent_token(&c, Some("agent-kpro6")),
         "kpro6.kubeconfig",
     );
-    let agent = Agent::start(
-        &c,
-        "agent-kpro6",
-        AgentOpts {
-            kubeconfig: Some(mine.clone()),
-            ..AgentOpts::default()
-        },
-    );
+    let agent = Agent::start_with_kubeconfig(&c, "agent-kpro6", AgentOpts::default(), &mine);
     c.apply_examples_and_wait();
     let lease = c.json(&[
         "get",

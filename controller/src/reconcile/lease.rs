@@ -4,7 +4,11 @@
 //! - Taking or renewing the lease is a `replace` with the observed `resourceVersion`: two agents
 //!   racing for it cannot both win (the API server rejects the stale write with 409).
 //! - An agent acts only while `is_leader()` is true; it turns false as soon as a renewal fails
-//!   or another holder is seen.
+//!   or another holder is seen, and at the latest `duration` after the start of the last
+//!   successful renewal, the earliest moment another agent can see the lease expired: a renewal
+//!   that never answers (a network that drops packets without a reset) cannot leave two
+//!   leaders (found by `e2e/tests/kube_faults.rs`, where the old leader kept acting for as long
+//!   as its request hung).
 //!
 //! - The Lease carries the label `gpuplane.dev/node: <node>`, so the webhook (registered for
 //!   Leases with that label only) judges every write to it: an agent's credential cannot take
@@ -20,8 +24,8 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The name of a node's Lease.
 pub fn lease_name(node: &str) -> String {
@@ -55,6 +59,9 @@ pub struct NodeLease {
     pub identity: String,
     pub duration: Duration,
     leader: Arc<AtomicBool>,
+    /// When the lease we hold can expire for the others: the start of our last successful
+    /// renewal (its `renewTime` is taken then) plus `duration`.
+    valid_until: Arc<Mutex<Option<Instant>>>,
 }
 
 impl NodeLease {
@@ -72,15 +79,47 @@ impl NodeLease {
             identity: identity.to_string(),
             duration,
             leader: Arc::new(AtomicBool::new(false)),
+            valid_until: Arc::new(Mutex::new(None)),
         }
     }
 
+    /// Whether this agent may act for the node now: it holds the lease and the lease cannot
+    /// have expired for the others yet.
     pub fn is_leader(&self) -> bool {
         self.leader.load(Ordering::SeqCst)
+            && self
+                .valid_until
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some_and(|t| Instant::now() < t)
     }
 
-    /// One attempt to take or renew the lease. Returns whether we hold it.
+    /// Stops acting for the node (a renewal failed or did not answer in time).
+    pub fn let_go(&self, why: &str) {
+        if self.leader.swap(false, Ordering::SeqCst) {
+            tracing::warn!(lease = %self.name, identity = %self.identity, "lease state changed: not acting for the node ({why})");
+        }
+    }
+
+    /// One attempt to take or renew the lease. Returns whether we hold it; an error lets go.
     pub async fn try_acquire(&self) -> Result<bool, kube::Error> {
+        let started = Instant::now();
+        let held = self
+            .attempt()
+            .await
+            .inspect_err(|e| self.let_go(&e.to_string()))?;
+        if held {
+            *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(started + self.duration);
+        }
+        let was = self.leader.swap(held, Ordering::SeqCst);
+        if was != held {
+            tracing::info!(lease = %self.name, identity = %self.identity, leader = held, "lease state changed");
+        }
+        Ok(held)
+    }
+
+    async fn attempt(&self) -> Result<bool, kube::Error> {
         let now = jiff::Timestamp::now();
         let mine = |rv: Option<String>, transitions: i32, acquired: Option<MicroTime>| Lease {
             metadata: ObjectMeta {
@@ -137,10 +176,6 @@ impl NodeLease {
                 }
             }
         };
-        let was = self.leader.swap(held, Ordering::SeqCst);
-        if was != held {
-            tracing::info!(lease = %self.name, identity = %self.identity, leader = held, "lease state changed");
-        }
         Ok(held)
     }
 }

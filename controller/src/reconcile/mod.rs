@@ -161,14 +161,21 @@ pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), Str
         tokio::spawn(async move {
             let period = lease.duration / 3;
             loop {
-                match lease.try_acquire().await {
-                    Ok(held) => {
+                // A renewal that does not answer within a period is a failure: without it, a
+                // network that drops packets would leave this agent believing it leads.
+                match tokio::time::timeout(period, lease.try_acquire()).await {
+                    Ok(Ok(held)) => {
                         api_ok.store(true, Ordering::SeqCst);
                         metrics.leader.set(i64::from(held));
                     }
-                    Err(e) => {
+                    Ok(Err(e)) => {
                         metrics.leader.set(0);
                         tracing::warn!("lease: {e}");
+                    }
+                    Err(_) => {
+                        lease.let_go("the API server did not answer the renewal in time");
+                        metrics.leader.set(0);
+                        tracing::warn!("lease: no answer from the API server within {period:?}");
                     }
                 }
                 tokio::time::sleep(period).await;
@@ -211,9 +218,9 @@ pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), Str
 fn error_policy(p: Arc<GpuPartition>, err: &Error, ctx: Arc<Ctx>) -> Action {
     let key = p.metadata.name.clone().unwrap_or_default();
     if is_stale_finalizer_race(err) {
-        // The watch cache still showed the object without our finalizer after we had added it
-        // (the finalizer patch tests the old list): look again at once, this is not a failure.
-        tracing::debug!(partition = %key, "finalizer already being added; reconciling again with a fresh object");
+        // Another write came between our read and our patch (the watch cache still showed the
+        // old object): look again at once with a fresh one, this is not a failure.
+        tracing::debug!(partition = %key, "a write raced ours (409); reconciling again with a fresh object: {err}");
         return Action::requeue(std::time::Duration::from_secs(1));
     }
     let reason = match err {
@@ -228,15 +235,24 @@ fn error_policy(p: Arc<GpuPartition>, err: &Error, ctx: Arc<Ctx>) -> Action {
     Action::requeue(wait)
 }
 
-/// The kube-runtime finalizer helper adds the finalizer with a JSON patch that first tests the
-/// list it saw; a stale cache makes that test fail (422 Invalid, or 409 Conflict).
+/// A write that lost a race with another writer: the kube-runtime finalizer helper adds the
+/// finalizer with a JSON patch that first tests the list it saw, so a stale cache makes that test
+/// fail (422 Invalid, or 409 Conflict); our own finalizer patches carry the resourceVersion they
+/// saw, so someone else's write in between answers 409 (found by `e2e/tests/kube_faults.rs`,
+/// where a concurrent writer made each 409 a failure backed off 5 s, 10 s, ...). Status writes
+/// (forced server-side apply, no resourceVersion) never get 409. Looking again at once with a
+/// fresh object is right: a reconcile is idempotent.
 fn is_stale_finalizer_race(err: &Error) -> bool {
     use kube::runtime::finalizer::Error as F;
+    let conflict = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 409);
     match err {
-        Error::Finalizer(e) => matches!(
-            e.as_ref(),
-            F::AddFinalizer(kube::Error::Api(s)) if s.code == 422 || s.code == 409
-        ),
+        Error::Kube(e) => conflict(e),
+        Error::Finalizer(e) => match e.as_ref() {
+            F::AddFinalizer(kube::Error::Api(s)) => s.code == 422 || s.code == 409,
+            F::RemoveFinalizer(e) => conflict(e),
+            F::ApplyFailed(Error::Kube(e)) | F::CleanupFailed(Error::Kube(e)) => conflict(e),
+            _ => false,
+        },
         _ => false,
     }
 }

@@ -361,6 +361,21 @@ fn a_stale_cache_finalizer_conflict_is_retried_at_once_not_reported() {
     assert!(!super::is_stale_finalizer_race(&Error::Finalizer(
         Box::new(F::RemoveFinalizer(api(422)))
     )));
+    // Our own patches that carry a resourceVersion: someone else's write in between is a 409.
+    assert!(super::is_stale_finalizer_race(&Error::Finalizer(Box::new(
+        F::ApplyFailed(Error::Kube(api(409)))
+    ))));
+    assert!(super::is_stale_finalizer_race(&Error::Finalizer(Box::new(
+        F::CleanupFailed(Error::Kube(api(409)))
+    ))));
+    assert!(super::is_stale_finalizer_race(&Error::Finalizer(Box::new(
+        F::RemoveFinalizer(api(409))
+    ))));
+    assert!(super::is_stale_finalizer_race(&Error::Kube(api(409))));
+    assert!(!super::is_stale_finalizer_race(&Error::Kube(api(500))));
+    assert!(!super::is_stale_finalizer_race(&Error::Finalizer(
+        Box::new(F::ApplyFailed(Error::Kube(api(401))))
+    )));
     assert!(!super::is_stale_finalizer_race(&Error::Finalizer(
         Box::new(F::AddFinalizer(api(403)))
     )));

@@ -5,6 +5,8 @@
 # "TIME <method> <round> <ms>" line per move there and back, and "DRV" lines to show each landed.
 set -u
 . /usr/local/bin/scenario-lib.sh
+# Settings travel as a file (run.sh passes files, not environment): ROUNDS=N.
+[ -f /usr/local/bin/bench.env ] && . /usr/local/bin/bench.env
 ROUNDS=${ROUNDS:-5}
 DEVS="0000:41:00.0 0000:42:00.0"
 dpkg -i /usr/local/bin/driverctl_*.deb >/dev/null 2>&1 || echo "NOTE driverctl not installed"
@@ -43,8 +45,12 @@ for r in $(seq 1 $ROUNDS); do
     echo "DRV $m $r there: $w1 back: $w2"
   done
 done
-if [ -n "${PROFILE:-}" ]; then
-  echo "== profile (GPUPLANE_LOG=debug)"
-  GPUPLANE_LOG=gpuplane=debug $G converge -f $M/there $GP 2>&1 >/dev/null | tail -60 | sed 's/^/PROF /'
-  $G converge -f $M/back $GP >/dev/null 2>&1
-fi
+echo "== where gpuplane's time goes (each ROUNDS times)"
+for r in $(seq 1 $ROUNDS); do
+  t0=$(ms); $G --version >/dev/null; t1=$(ms)
+  $G observe $GP --output json >/dev/null; t2=$(ms)
+  $G converge -f $M/back $GP >/dev/null 2>&1; t3=$(ms)
+  echo "PART start $r $(( t1 - t0 ))"
+  echo "PART observe $r $(( t2 - t1 ))"
+  echo "PART converged-converge $r $(( t3 - t2 ))"
+done

@@ -109,7 +109,11 @@ impl LocalHost {
             r.location,
             &[
                 &self.tools.journalctl,
-                &format!("--unit={}", r.name),
+                // The unit's processes only: `--unit=` adds systemd's own lines about the unit
+                // ("Main process exited", "Consumed 4 s CPU time"), which pushed the server's
+                // last words out of the Crashed message (found by e2e/tests/vm_faults.rs). A
+                // match, not an option: it never starts with '-'.
+                &format!("_SYSTEMD_UNIT={}", r.name),
                 "-n",
                 "30",
                 "-o",

@@ -1,0 +1,156 @@
+#!/bin/bash
+# Runs inside the VM: a crash after every host write, on the real kernel (issue 13, item 1), all
+# in one boot. For each transition an uninterrupted run counts its host writes N; then for every
+# k in 1..=N the host is put back to the transition's start, `gpuplane converge` runs with
+# GPUPLANE_KILL_AFTER_WRITE=k (it SIGKILLs itself right after write k, in the apply door), the
+# host is read (the crash state), a fresh converge runs to completion, one more runs (it must
+# write nothing), and the host is read again. Prints machine-readable lines for
+# e2e/tests/vm_crash.rs, which judges them:
+#   N T n                         the uninterrupted run of transition T made n writes
+#   REF T {truth}                 the host after the uninterrupted run
+#   KILL T k rc writes last-step  the killed run: exit status, "host write" log lines, the last one
+#   CRASH T k {truth}             the host right after the kill
+#   RECOVER T k rc writes         the fresh converge: exit status and writes
+#   AGAIN T k rc writes           the converge after it
+#   AFTER T k {truth}             the host after both
+#   TIME T s                      seconds the transition's crash points took
+# The truth is read from sysfs (driver, driver_override), /sys/module, the mapping file
+# /etc/pve/mapping/pci.cfg, the unit file and systemd (is-active, NeedDaemonReload), and lists
+# any temporary file left in the directories the agent writes.
+#
+# Transitions: split (NUMA 1 to vfio-pci behind a Proxmox PCI mapping, vfio-pci not yet loaded),
+# back (the reverse), server (a real unit running the SGLang stand-in is written and started) and
+# move (the GPU that running server holds goes to the VM: stop, rebind, mapping, unit, start).
+# The kernel argument gpuplane.crash=split,back (KARGS) limits the transitions (default: all four).
+set -u
+. /usr/local/bin/scenario-lib.sh
+install_standin
+mkdir -p /etc/pve/lxc /etc/pve/qemu-server /etc/pve/mapping
+printf 'name: snp-guest\nhostpci0: mapping=emu-vm,pcie=1\n' > /etc/pve/qemu-server/300.conf
+# Foreign lines the agent must keep: a comment, a NIC mapping of this node, another node's GPU.
+printf '# mappings kept by hand\nnic\n\tmap id=8086:100e,node=vmhost,path=0000:44:02.0\n\n# the other node\nremote\n\tmap id=10de:2335,node=othernode,path=0000:c1:00.0\n' > /etc/pve/mapping/pci.cfg
+ONLY=$(sed -n 's/.*gpuplane\.crash=\([a-z,]*\).*/\1/p' /proc/cmdline | tr , ' ')
+ONLY=${ONLY:-split back server move}
+
+# partition DIR VM-SELECTOR VM-DRIVER [VM-CONSUMER]: the host slice has the rest of NUMA 0
+partition() { mkdir -p $M/$1; cat > $M/$1/partition.yaml <<EOF
+apiVersion: gpuplane.dev/v1alpha1
+kind: GpuPartition
+metadata: {name: vmhost}
+spec:
+  nodeName: vmhost
+  slices:
+    - name: host
+      gpus: $2
+      driver: nvidia
+      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, adoptUnits: [sglang-e2e]}
+    - name: vm
+      gpus: $3
+      driver: $4
+${5:-}
+EOF
+}
+VMC='      consumer: {vm: {vmid: 300, pciMapping: emu-vm}}'
+# server DIR CARD: the stand-in keeps /dev/dri/CARD open, as SGLang keeps /dev/nvidiaN open
+server() { cat > $M/$1/server.yaml <<EOF
+apiVersion: gpuplane.dev/v1alpha1
+kind: InferenceServer
+metadata: {name: e2e, namespace: default}
+spec:
+  partitionRef: {name: vmhost, slice: host}
+  unit: {name: sglang-e2e, location: Host}
+  python: /opt/sglang-venv/bin/python3
+  model: {path: /srv/models/tiny, servedName: tiny}
+  tensorParallelSize: 2
+  listen: {host: 127.0.0.1, port: 30000}
+  p2p: Disabled
+  env:
+    - {name: STANDIN_LOAD_SECONDS, value: "1"}
+    - {name: STANDIN_GRAPH_SECONDS, value: "1"}
+    - {name: STANDIN_HOLD_DEVICES, value: "/dev/dri/$2"}
+  startup: {stallAfterSeconds: 60, deadlineSeconds: 180}
+EOF
+}
+card() { ls /sys/bus/pci/devices/$1/drm | grep '^card' | head -1; }
+
+# truth: the host as one JSON line
+truth() { python3 - <<'PY'
+import json, os, subprocess
+gpus = ["0000:41:00.0", "0000:42:00.0", "0000:44:01.0", "0000:81:00.0", "0000:82:00.0"]
+t = {"drivers": {}}
+for g in gpus:
+    p = "/sys/bus/pci/devices/" + g
+    drv = os.path.basename(os.readlink(p + "/driver")) if os.path.exists(p + "/driver") else "none"
+    t["drivers"][g] = [drv, open(p + "/driver_override").read().strip()]
+t["vfioModule"] = os.path.isdir("/sys/module/vfio_pci")
+t["pciCfg"] = open("/etc/pve/mapping/pci.cfg").read()
+t["vmConf"] = open("/etc/pve/qemu-server/300.conf").read()
+left = []
+for top in ["/etc/pve", "/etc/systemd/system", "/var/lib/gpuplane"]:
+    for d, _, fs in os.walk(top):
+        left += [os.path.join(d, f) for f in fs if ".tmp." in f or f.endswith(".gpuplane-new")]
+t["leftovers"] = left
+u = "/etc/systemd/system/sglang-e2e.service"
+t["unit"] = open(u).read() if os.path.exists(u) else None
+show = lambda p: subprocess.run(["systemctl", "show", "-p", p, "--value", "sglang-e2e.service"],
+                                capture_output=True, text=True).stdout.strip()
+t["active"] = show("ActiveState")
+t["needReload"] = show("NeedDaemonReload")
+print(json.dumps(t, separators=(",", ":")))
+PY
+}
+
+# run DIR: a converge to completion; prints "rc writes"
+run() { $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; local rc=$?
+  echo "$rc $(python3 -c 'import json,sys; print(json.load(sys.stdin).get("writes", "?"))' < /tmp/out.json 2>/dev/null || echo '?')"
+  [ $rc = 0 ] || sed "s/^/STDERR /" /tmp/err | head -5 >&2; }
+# kill_at DIR K: the converge killed after write K; prints "rc writes last-step"
+kill_at() { GPUPLANE_KILL_AFTER_WRITE=$2 GPUPLANE_LOG=gpuplane::apply=info \
+  $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; local rc=$?
+  local w; w=$(grep -c 'host write: ' /tmp/err)
+  echo "$rc $w $(grep 'host write: ' /tmp/err | tail -1 | sed -e 's/\x1b\[[0-9;]*m//g' -e 's/.*host write: //' -e 's/ kind=.*//')"; }
+
+# The transitions' start states.
+to_back() { run back >/dev/null; }
+to_split() { run split >/dev/null; }
+to_start_of_split() { to_back; modprobe -r vfio_pci 2>/dev/null; }
+no_server() { systemctl stop sglang-e2e.service 2>/dev/null
+  rm -f /etc/systemd/system/sglang-e2e.service; rm -rf /var/lib/gpuplane/units; systemctl daemon-reload
+  systemctl reset-failed sglang-e2e.service 2>/dev/null; }
+to_start_of_server() { no_server; to_back; }
+to_start_of_move() { run server >/dev/null; }
+
+# crash T DIR RESET: every crash point of the transition to DIR from the state RESET makes
+crash() { local t=$1 dir=$2 reset=$3 t0=$SECONDS
+  echo "== $t"
+  $reset
+  read -r rc n < <(run $dir)
+  echo "N $t $n rc=$rc"
+  echo "REF $t $(truth)"
+  for k in $(seq 1 "$n"); do
+    $reset
+    echo "KILL $t $k $(kill_at $dir $k)"
+    echo "CRASH $t $k $(truth)"
+    echo "RECOVER $t $k $(run $dir)"
+    echo "AGAIN $t $k $(run $dir)"
+    echo "AFTER $t $k $(truth)"
+  done
+  echo "TIME $t $(( SECONDS - t0 ))"
+}
+
+partition back '{numaNode: 0}' '{numaNode: 1}' nvidia
+partition split '{numaNode: 0}' '{numaNode: 1}' vfio-pci "$VMC"
+partition server '{numaNode: 0}' '{numaNode: 1}' nvidia; server server "$(card 0000:42:00.0)"
+partition move '{addresses: ["0000:41:00.0", "0000:44:01.0"]}' '{addresses: ["0000:42:00.0"]}' vfio-pci "$VMC"
+server move "$(card 0000:41:00.0)"
+
+for t in $ONLY; do
+  case $t in
+    split) crash split split to_start_of_split ;;
+    back) crash back back to_split ;;
+    server) crash server server to_start_of_server ;;
+    move) crash move move to_start_of_move ;;
+  esac
+done
+no_server
+echo "== done"

@@ -1,0 +1,98 @@
+#!/bin/bash
+# Runs inside the VM: faults of the real host for the real backend (issue 13, item 2), one boot.
+# A read-only /etc/pve/mapping (as /etc/pve is when pmxcfs has no quorum: a read-only bind
+# mount), a full disk under the mapping file (a 64 KiB tmpfs filled up), and a server unit that
+# fails while starting (the SGLang stand-in runs out of KV-cache memory and exits 1). Each fault:
+# a converge while it lasts, then it is taken away, a converge, and one more. Prints the
+# `converge` lines of scenario-lib.sh and, per step NAME:
+#   PCICFG NAME line              /etc/pve/mapping/pci.cfg after the converge
+#   LEFT NAME path                a temporary file left under /etc/pve or /etc/systemd/system
+#   DRV NAME addr driver override the stand-in GPUs' drivers
+#   ACTIVE NAME state             the server unit's ActiveState (unit fault)
+set -u
+. /usr/local/bin/scenario-lib.sh
+install_standin
+mkdir -p /etc/pve/lxc /etc/pve/qemu-server /etc/pve/mapping
+printf 'name: snp-guest\nhostpci0: mapping=emu-vm,pcie=1\n' > /etc/pve/qemu-server/300.conf
+printf '# mappings kept by hand\nnic\n\tmap id=8086:100e,node=vmhost,path=0000:44:02.0\n' > /etc/pve/mapping/pci.cfg
+
+partition() { mkdir -p $M/$1; cat > $M/$1/partition.yaml <<EOF
+apiVersion: gpuplane.dev/v1alpha1
+kind: GpuPartition
+metadata: {name: vmhost}
+spec:
+  nodeName: vmhost
+  slices:
+    - name: host
+      gpus: {numaNode: 0}
+      driver: nvidia
+      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, adoptUnits: [sglang-e2e]}
+    - name: vm
+      gpus: {numaNode: 1}
+      driver: $2
+${3:-}
+EOF
+}
+VMC='      consumer: {vm: {vmid: 300, pciMapping: emu-vm}}'
+# server DIR [EXTRA-ENV-LINE]
+server() { cat > $M/$1/server.yaml <<EOF
+apiVersion: gpuplane.dev/v1alpha1
+kind: InferenceServer
+metadata: {name: e2e, namespace: default}
+spec:
+  partitionRef: {name: vmhost, slice: host}
+  unit: {name: sglang-e2e, location: Host}
+  python: /opt/sglang-venv/bin/python3
+  model: {path: /srv/models/tiny, servedName: tiny}
+  tensorParallelSize: 2
+  listen: {host: 127.0.0.1, port: 30000}
+  p2p: Disabled
+  env:
+    - {name: STANDIN_LOAD_SECONDS, value: "1"}
+    - {name: STANDIN_GRAPH_SECONDS, value: "1"}
+${2:-}
+  startup: {stallAfterSeconds: 60, deadlineSeconds: 120}
+EOF
+}
+after() {  # NAME: what the host looks like after step NAME
+  sed "s/^/PCICFG $1 /" /etc/pve/mapping/pci.cfg
+  find /etc/pve /etc/systemd/system -name '*.tmp.*' | sed "s/^/LEFT $1 /"
+  for d in 0000:41:00.0 0000:42:00.0 0000:81:00.0 0000:82:00.0; do
+    echo "DRV $1 $d $(basename "$(readlink /sys/bus/pci/devices/$d/driver)" 2>/dev/null || echo none) $(cat /sys/bus/pci/devices/$d/driver_override)"; done
+}
+run() { mkdir -p $M/$1; cp $M/$2/*.yaml $M/$1/; converge $1; after $1; }
+partition split vfio-pci "$VMC"
+partition back nvidia
+
+echo "== read-only /etc/pve/mapping (no quorum)"
+mount --bind /etc/pve/mapping /etc/pve/mapping && mount -o remount,bind,ro /etc/pve/mapping
+echo "MOUNT ro $(findmnt -no OPTIONS /etc/pve/mapping | cut -d, -f1)"
+run ro split
+run ro-still split
+umount /etc/pve/mapping
+run ro-gone split
+run ro-again split
+run ro-reset back
+
+echo "== a full disk under the mapping file"
+cp /etc/pve/mapping/pci.cfg /tmp/pci.cfg.keep
+mount -t tmpfs -o size=64k tmpfs /etc/pve/mapping
+cp /tmp/pci.cfg.keep /etc/pve/mapping/pci.cfg
+dd if=/dev/zero of=/etc/pve/mapping/filler bs=1k 2>/dev/null
+echo "MOUNT full $(df --output=avail -k /etc/pve/mapping | tail -1 | tr -d ' ')"
+run full split
+rm /etc/pve/mapping/filler
+run full-gone split
+run full-again split
+cp /etc/pve/mapping/pci.cfg /tmp/pci.cfg.keep; umount /etc/pve/mapping; cp /tmp/pci.cfg.keep /etc/pve/mapping/pci.cfg
+run full-reset back
+
+echo "== a server that fails while starting (out of KV-cache memory)"
+mkdir -p $M/fail $M/fixed
+partition fail nvidia; server fail '    - {name: STANDIN_KV_MIB, value: "-1"}'
+converge fail; echo "ACTIVE fail $(systemctl show -p ActiveState --value sglang-e2e.service)"
+partition fixed nvidia; server fixed
+converge fixed; echo "ACTIVE fixed $(systemctl show -p ActiveState --value sglang-e2e.service)"
+mkdir -p $M/fixed-again && cp $M/fixed/*.yaml $M/fixed-again/; converge fixed-again
+systemctl stop sglang-e2e.service
+echo "== done"
