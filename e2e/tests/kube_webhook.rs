@@ -420,7 +420,13 @@ fn an_agent_token_reaches_only_its_own_nodes_objects_and_lease() {
         port,
         &cert,
         &key,
-        &["--agent-user", AGENT_SA, "--require-agent-node"],
+        &[
+            "--agent-user",
+            AGENT_SA,
+            "--require-agent-node",
+            "--lease-namespace",
+            "gpuplane-system",
+        ],
     );
     c.k_stdin(&["apply", "-f", "-"], &registration(port, &cert, "Fail"));
     c.k_stdin(&["apply", "-f", "-"], AGENT_PODS);
@@ -429,14 +435,20 @@ fn an_agent_token_reaches_only_its_own_nodes_objects_and_lease() {
         .unwrap()
         .replace("name: kpro6", "name: other")
         .replace("nodeName: kpro6", "nodeName: other");
-    wait_for("the webhook to admit", Duration::from_secs(30), || {
+    // No agent serves node other: admitted, with a warning that says so.
+    let warned = wait_for("the webhook to admit", Duration::from_secs(30), || {
         let o = c.cp.kubectl(&["apply", "-f", "-"]).stdin(&other).run();
         if o.success {
-            Ok(())
+            Ok(o.stderr)
         } else {
             Err(o.stderr)
         }
     });
+    assert!(
+        warned
+            .contains("Warning: spec.nodeName: no gpuplane agent holds a Lease for node \"other\""),
+        "{warned}"
+    );
 
     // The real agent of kpro6, with its pod's token: finalizers, Lease and status all pass.
     let mine = kubeconfig_with(
@@ -455,6 +467,11 @@ fn an_agent_token_reaches_only_its_own_nodes_objects_and_lease() {
     ]);
     assert_eq!(lease["metadata"]["labels"]["gpuplane.dev/node"], "kpro6");
     assert_eq!(c.lease_holder(), "agent-kpro6");
+    // Node kpro6 is served now: applying its partition again warns of nothing.
+    let o =
+        c.cp.kubectl(&["apply", "-f", &repo_path("examples/kpro6/partition.yaml")])
+            .run();
+    assert!(o.success && !o.stderr.contains("Warning"), "{}", o.stderr);
     eprintln!("[kube_webhook] the agent of kpro6 converged with its pod-bound token");
 
     // The same token on the other node's objects.
@@ -509,6 +526,8 @@ fn an_agent_token_reaches_only_its_own_nodes_objects_and_lease() {
         "gpuplane-system",
     ]);
     own["metadata"]["labels"] = serde_json::json!({});
+    // Unconditional (the agent renews it meanwhile; a stale resourceVersion would be a 409).
+    own["metadata"].as_object_mut().unwrap().remove("resourceVersion");
     let o =
         c.cp.kubectl_as(&mine, &["replace", "-f", "-"])
             .stdin(&own.to_string())

@@ -113,6 +113,10 @@ pub enum Command {
         /// the chart mounts a projected, pod-bound token and sets this.
         #[arg(long)]
         require_agent_node: bool,
+        /// Namespace of the agents' Leases: a partition for a node without a live one is
+        /// admitted with a warning (nothing would act on it).
+        #[arg(long)]
+        lease_namespace: Option<String>,
     },
     /// Apply the plan step by step until converged, then print the status.
     Converge {

@@ -101,6 +101,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             kubeconfig,
             agent_users,
             require_agent_node,
+            lease_namespace,
         } => commands::webhook(crate::webhook::WebhookOptions {
             listen,
             tls_cert,
@@ -110,6 +111,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
                 users: agent_users,
                 require_node: require_agent_node,
             },
+            lease_namespace,
         }),
         Command::Converge {
             input,

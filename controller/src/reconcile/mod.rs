@@ -11,7 +11,7 @@ pub mod conflict;
 mod guard;
 mod host_io;
 mod kube_io;
-mod lease;
+pub mod lease;
 pub use lease::lease_name;
 pub mod metrics;
 mod orphans;

@@ -12,6 +12,8 @@ use serde_json::{json, Value};
 pub struct Cluster {
     pub partitions: Vec<GpuPartition>,
     pub servers: Vec<InferenceServer>,
+    /// Nodes whose agent holds a live Lease; `None` when unknown (no warning is given then).
+    pub served_nodes: Option<std::collections::BTreeSet<String>>,
 }
 
 /// Answers the AdmissionReview `body`: allowed, or denied with every problem, one per line.
@@ -112,13 +114,23 @@ fn decide(req: &Value, cluster: &Cluster) -> (bool, String, Vec<String>) {
             .filter(|w| w.contains(&format!("{pr:?}")))
             .collect()
     } else {
-        vec![]
+        unserved(obj, &cluster).into_iter().collect()
     };
     if mine.is_empty() {
         (true, String::new(), warnings)
     } else {
         (false, denial(&mine), warnings)
     }
+}
+
+/// A warning for a partition whose node no agent serves: it would sit without status, and
+/// `kubectl wait` would only time out. Still admitted: GitOps may apply it before the agent runs.
+fn unserved(obj: &Value, cluster: &Cluster) -> Option<String> {
+    let served = cluster.served_nodes.as_ref()?;
+    let node = obj["spec"]["nodeName"].as_str()?;
+    (!served.contains(node)).then(|| {
+        format!("spec.nodeName: no gpuplane agent holds a Lease for node {node:?}; nothing will act on this partition or report its status until an agent runs there (is the node name right, and the DaemonSet scheduled on it?)")
+    })
 }
 
 /// The node an object belongs to: a partition's `nodeName`, a server's partition's.

@@ -32,6 +32,9 @@ pub struct WebhookOptions {
     /// The agents (`system:serviceaccount:<ns>:<sa>`): they may only change finalizers and
     /// status, and hold their own node's Lease (see `agent.rs`).
     pub agents: Agents,
+    /// Where the agents' Leases live: a partition for a node without a live one is admitted
+    /// with a warning. `None`: not checked.
+    pub lease_namespace: Option<String>,
 }
 
 /// Serves until the process is stopped.
@@ -56,10 +59,12 @@ pub async fn serve(opts: WebhookOptions) -> Result<(), String> {
         connection: Duration::from_secs(60),
     };
     let agents = Arc::new(opts.agents.clone());
+    let lease_ns = Arc::new(opts.lease_namespace.clone());
     accept_loop(listener, limits, move |tcp, peer| {
         let acceptor = acceptor.clone();
         let client = client.clone();
         let agents = agents.clone();
+        let lease_ns = lease_ns.clone();
         async move {
             let Ok(Ok(tls)) = tokio::time::timeout(READ_DEADLINE, acceptor.accept(tcp)).await
             else {
@@ -68,7 +73,7 @@ pub async fn serve(opts: WebhookOptions) -> Result<(), String> {
             };
             serve_connection(
                 tls,
-                move |req| handle(req, client.clone(), agents.clone()),
+                move |req| handle(req, client.clone(), agents.clone(), lease_ns.clone()),
                 limits,
             )
             .await;
@@ -99,6 +104,7 @@ async fn handle(
     req: Request<Incoming>,
     client: Option<Client>,
     agents: Arc<Agents>,
+    lease_ns: Arc<Option<String>>,
 ) -> Result<Reply, std::convert::Infallible> {
     let text = |code: StatusCode, body: String| reply(code, "text/plain; charset=utf-8", body);
     match (req.method(), req.uri().path()) {
@@ -112,7 +118,7 @@ async fn handle(
                 return Ok(text(StatusCode::BAD_REQUEST, "not JSON\n".into()));
             };
             let cluster = match &client {
-                Some(c) => cluster(c).await,
+                Some(c) => cluster(c, lease_ns.as_deref()).await,
                 None => Cluster::default(),
             };
             let node = match binding(&v["request"], &agents) {
@@ -159,9 +165,31 @@ async fn agent_node(client: Option<&Client>, binding: Binding) -> AgentNode {
     }
 }
 
+/// The nodes whose agent holds a live, labelled Lease in `ns`; `None` when they cannot be read.
+async fn served_nodes(client: &Client, ns: &str) -> Option<std::collections::BTreeSet<String>> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let lp = ListParams::default().labels(gpuplane_crds::NODE_LABEL);
+    let leases = Api::<Lease>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await
+        .map_err(|e| tracing::debug!("cannot list Leases in {ns}: {e}"))
+        .ok()?;
+    let now = jiff::Timestamp::now();
+    Some(
+        leases
+            .items
+            .iter()
+            .filter_map(|l| {
+                let node = l.metadata.labels.as_ref()?.get(gpuplane_crds::NODE_LABEL)?;
+                crate::reconcile::lease::is_live_claim(l, node, now).then(|| node.clone())
+            })
+            .collect(),
+    )
+}
+
 /// The cluster's partitions and servers; empty lists when they cannot be read (each object is
 /// then checked alone, never refused for the API's sake).
-async fn cluster(client: &Client) -> Cluster {
+async fn cluster(client: &Client, lease_ns: Option<&str>) -> Cluster {
     let lp = ListParams::default();
     let partitions = Api::<GpuPartition>::all(client.clone()).list(&lp).await;
     let servers = Api::<InferenceServer>::all(client.clone()).list(&lp).await;
@@ -169,6 +197,10 @@ async fn cluster(client: &Client) -> Cluster {
         (Ok(p), Ok(s)) => Cluster {
             partitions: p.items,
             servers: s.items,
+            served_nodes: match lease_ns {
+                Some(ns) => served_nodes(client, ns).await,
+                None => None,
+            },
         },
         (p, s) => {
             tracing::warn!(

@@ -32,6 +32,7 @@ fn cluster() -> Cluster {
     Cluster {
         partitions: m.partitions,
         servers: m.servers,
+        served_nodes: None,
     }
 }
 
@@ -204,4 +205,29 @@ fn letting_go_of_an_object_admitted_while_the_webhook_was_down_is_allowed() {
         review(&r, &cluster(), &Agents::default(), &AgentNode::Unbound)["response"]["allowed"],
         false
     );
+}
+
+/// A partition for a node no agent serves is admitted, with a warning that says so.
+#[test]
+fn a_partition_for_a_node_no_agent_serves_is_admitted_with_a_warning() {
+    let m = manifests();
+    let mut c = cluster();
+    c.served_nodes = Some(["kpro6".to_string()].into());
+    let r = review_of("GpuPartition", "CREATE", &m.partitions[0], &c);
+    assert_eq!(r["response"]["allowed"], true);
+    assert!(r["response"]["warnings"].is_null(), "{r}");
+    let mut other = m.partitions[0].clone();
+    other.metadata.name = Some("kpro7".into());
+    other.spec.node_name = "kpro7".into();
+    let r = review_of("GpuPartition", "CREATE", &other, &c);
+    assert_eq!(r["response"]["allowed"], true);
+    let w = r["response"]["warnings"][0].as_str().unwrap_or_default();
+    assert!(
+        w.contains("no gpuplane agent holds a Lease for node \"kpro7\""),
+        "{r}"
+    );
+    // Unknown (the Leases could not be read): no warning.
+    c.served_nodes = None;
+    let r = review_of("GpuPartition", "CREATE", &other, &c);
+    assert!(r["response"]["warnings"].is_null(), "{r}");
 }
