@@ -336,6 +336,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
         units,
         p2p_probes: vec![],
         holders,
+        files: None,
         faults: vec![],
     };
     let other_numa = 1 - c.container_numa;

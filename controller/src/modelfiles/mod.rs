@@ -42,6 +42,8 @@ pub trait Target {
     fn read(&self, path: &str, offset: u64, max: u64) -> Result<Vec<u8>, String>;
     /// Whether a path exists.
     fn exists(&self, path: &str) -> bool;
+    /// The path with every symlink resolved (`realpath`), to check it stays under a root.
+    fn resolve(&self, path: &str) -> Result<String, String>;
 }
 
 /// What a model directory holds, as preflight judges it.

@@ -35,6 +35,9 @@ impl Target for Mem {
     fn exists(&self, path: &str) -> bool {
         self.0.contains_key(path)
     }
+    fn resolve(&self, path: &str) -> Result<String, String> {
+        Ok(path.to_string())
+    }
 }
 
 fn shard(data: u64) -> Vec<u8> {

@@ -168,6 +168,10 @@ pub struct SimHostFile {
     pub p2p_probes: Vec<P2pProbe>,
     #[serde(default)]
     pub holders: Vec<SimHolder>,
+    /// Files preflight reads (model directories, interpreters, paths); `None`: not simulated,
+    /// and preflight reports nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<super::files::SimFiles>,
     /// Faults still to inject (each consumed as it fires).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<super::SimFault>,

@@ -76,6 +76,7 @@ impl SimHost {
                 d.holders = hs;
             }
         }
+        st.preflight = self.observe_preflight();
         st
     }
 
