@@ -421,6 +421,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
             extra_args: vec![],
             startup: StartupSpec::default(),
             rollback: RollbackPolicy::Never,
+            smoke_test: None,
         },
     );
     server.metadata.namespace = Some("default".into());

@@ -52,6 +52,9 @@ pub fn request(d: &Desired, s: &DesiredServer) -> PreflightRequest {
         env_paths,
         gpus: s.gpus.clone(),
         roots,
+        unit: s.unit.clone(),
+        served_name: s.spec.model.served_name.clone(),
+        smoke: s.spec.smoke_test.clone(),
     }
 }
 

@@ -355,6 +355,9 @@ pub struct ServerObservation {
     /// Effective settings reported by `/server_info` (tp_size, speculative_algorithm, ...).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub server_info: BTreeMap<String, String>,
+    /// The smoke test's outcome for the unit running now (servers with a `smokeTest`, once Ready).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smoke: Option<SmokeResult>,
 }
 
 /// One cached P2P correctness probe.
@@ -409,7 +412,7 @@ impl HostState {
 
 /// What preflight reads for one server, where the server will run: the backend reads exactly
 /// this and nothing else (built from the validated spec by `desired::preflight_request`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PreflightRequest {
     /// The server, `namespace/name`.
@@ -429,6 +432,26 @@ pub struct PreflightRequest {
     /// The only directories model reads may happen under (the slice's `modelRoots`); empty:
     /// no limit (a host without tenancy rules, the CLI on files).
     pub roots: Vec<String>,
+    /// The server's unit: its smoke test runs against what this unit serves, once Ready.
+    pub unit: UnitRef,
+    /// The model name requests use (`--served-model-name`).
+    pub served_name: String,
+    /// The smoke test to run once the unit is Ready, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smoke: Option<gpuplane_crds::SmokeTestSpec>,
+}
+
+/// The outcome of a smoke test against one unit.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SmokeResult {
+    /// SHA-256 of the unit file the server ran when tested.
+    pub unit_hash: String,
+    /// Requests sent.
+    pub requests: u32,
+    /// What failed, one line per request; empty: passed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<String>,
 }
 
 /// What preflight read for one server. Facts only: the planner judges them.

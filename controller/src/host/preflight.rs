@@ -71,6 +71,12 @@ fn key(t: &dyn Target, req: &PreflightRequest) -> String {
     )
 }
 
+/// SHA-256 of a text, hex (a unit file's hash, as the planner computes it).
+pub fn sha256(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!("{:x}", Sha256::digest(text.as_bytes()))
+}
+
 /// Whether `path` is `root` or below it (both absolute, compared by whole components).
 pub fn under(path: &str, root: &str) -> bool {
     let root = root.trim_end_matches('/');

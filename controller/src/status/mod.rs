@@ -113,6 +113,7 @@ pub fn compute(
         server_readiness(&mut st, s, r, host, &part_res, g, &now);
         p2p_condition(&mut st, s, host, g, &now);
         preflight_condition(&mut st, s, host, g, &now);
+        smoke_condition(&mut st, s, host, g, &now);
         degraded_condition(&mut st, s, r, host, g, &now);
         out.insert(res, st);
     }
@@ -416,6 +417,39 @@ fn preflight_condition(
             now,
             g,
         );
+    }
+}
+
+/// A server's `SmokeTested`, once its smoke test ran against the unit running now.
+fn smoke_condition(
+    st: &mut ResourceStatus,
+    s: &crate::desired::DesiredServer,
+    host: &HostState,
+    g: Option<i64>,
+    now: &Time,
+) {
+    if s.spec.smoke_test.is_none() {
+        return;
+    }
+    let Some(r) = host
+        .unit(&s.unit)
+        .and_then(|u| u.server.as_ref())
+        .and_then(|o| o.smoke.as_ref())
+    else {
+        return;
+    };
+    if r.failures.is_empty() {
+        let msg = format!("{} chat requests answered as expected", r.requests);
+        st.set(types::SMOKE_TESTED, true, "SmokeTestPassed", msg, now, g);
+    } else {
+        let msg = format!(
+            "{} of {} requests failed: {}",
+            r.failures.len(),
+            r.requests,
+            r.failures.join("; ")
+        );
+        let msg = crate::text::truncate(&msg, 2000);
+        st.set(types::SMOKE_TESTED, false, "SmokeTestFailed", msg, now, g);
     }
 }
 

@@ -114,6 +114,8 @@ pub struct LocalHost {
     pub preflight: Vec<PreflightRequest>,
     /// Preflight results kept while their directories do not change.
     preflight_cache: crate::host::preflight::Cache,
+    /// Smoke test results by unit and test, kept while the unit is the one tested.
+    smoke_cache: std::cell::RefCell<std::collections::BTreeMap<String, SmokeResult>>,
 }
 
 impl LocalHost {
@@ -133,6 +135,7 @@ impl LocalHost {
             node_name: None,
             preflight: vec![],
             preflight_cache: Default::default(),
+            smoke_cache: Default::default(),
         }
     }
 

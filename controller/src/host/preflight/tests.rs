@@ -31,6 +31,12 @@ fn req(dir: &str, roots: &[&str]) -> PreflightRequest {
         ],
         gpus: vec!["0000:01:00.0".into()],
         roots: roots.iter().map(|r| r.to_string()).collect(),
+        unit: crate::host::model::UnitRef {
+            location: Location::Host,
+            name: "s.service".into(),
+        },
+        served_name: "s".into(),
+        smoke: None,
     }
 }
 

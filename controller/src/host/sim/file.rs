@@ -24,6 +24,9 @@ pub struct Behaviour {
     pub weights_mib: u64,
     /// KV cache, MiB per GPU.
     pub kv_mib: u64,
+    /// The server answers chat requests without a parsed tool call (a broken tool-call parser).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub smoke_no_tool_call: bool,
 }
 
 impl Default for Behaviour {
@@ -38,6 +41,7 @@ impl Default for Behaviour {
             base_mib: 757,
             weights_mib: 59_607,
             kv_mib: 32_768,
+            smoke_no_tool_call: false,
         }
     }
 }

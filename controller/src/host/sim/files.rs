@@ -202,3 +202,58 @@ impl SimHost {
         out
     }
 }
+
+impl SimHost {
+    /// Smoke tests of Ready servers: the simulated server answers each chat request the way
+    /// SGLang shapes it (content echoing the prompt; `reasoning_content` when the unit sets
+    /// `--reasoning-parser`; a parsed call of the first tool offered when it sets
+    /// `--tool-call-parser`, unless `behaviour.smokeNoToolCall`), judged like a real answer.
+    pub(super) fn observe_smoke(&self, st: &mut crate::host::model::HostState) {
+        for req in &self.preflight {
+            let Some(spec) = &req.smoke else { continue };
+            let Some(u) = st.units.get_mut(&req.unit.key()) else {
+                continue;
+            };
+            let file = u.file.clone().unwrap_or_default();
+            let Some(obs) = u.server.as_mut() else {
+                continue;
+            };
+            let ready = obs.http == crate::host::model::HttpState::Healthy
+                && obs.models.contains(&req.served_name);
+            if !ready {
+                continue;
+            }
+            let argv = crate::systemd::unit::parse(&file)
+                .map(|p| p.exec_start)
+                .unwrap_or_default();
+            let has = |flag: &str| argv.iter().any(|a| a == flag);
+            let failures = spec
+                .requests
+                .iter()
+                .filter_map(|q| {
+                    let mut msg = serde_json::json!({
+                        "role": "assistant",
+                        "content": format!("You asked: {}", q.prompt),
+                    });
+                    if has("--reasoning-parser") {
+                        msg["reasoning_content"] = "Let me think about that.".into();
+                    }
+                    if let Some(t) = q.tools.first() {
+                        if has("--tool-call-parser") && !self.file.behaviour.smoke_no_tool_call {
+                            msg["content"] = serde_json::Value::Null;
+                            msg["tool_calls"] = serde_json::json!([{"id": "call_0", "index": 0, "type": "function",
+                                "function": {"name": t.name, "arguments": "{}"}}]);
+                        }
+                    }
+                    let body = serde_json::json!({"object": "chat.completion", "choices": [{"index": 0, "message": msg}]});
+                    crate::sglang::smoke::judge(q, 200, &body.to_string()).err()
+                })
+                .collect();
+            obs.smoke = Some(crate::host::model::SmokeResult {
+                unit_hash: crate::host::preflight::sha256(&file),
+                requests: spec.requests.len() as u32,
+                failures,
+            });
+        }
+    }
+}

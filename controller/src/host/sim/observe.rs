@@ -77,6 +77,7 @@ impl SimHost {
             }
         }
         st.preflight = self.observe_preflight();
+        self.observe_smoke(&mut st);
         st
     }
 
