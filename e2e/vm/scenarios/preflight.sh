@@ -25,7 +25,7 @@ kind: InferenceServer
 metadata: {name: pf, namespace: default}
 spec:
   partitionRef: {name: vmhost, slice: inference}
-  unit: {name: sglang-pf, location: Host}
+  unit: {name: gpuplane-pf, location: Host}
   python: /opt/sglang-venv/bin/python3
   model: {path: /srv/models/small, servedName: small}
   tensorParallelSize: 2
@@ -60,17 +60,17 @@ $G preflight -f $M/truncated $GP > /tmp/pf.json 2>/tmp/err; echo "RC pf-truncate
 json < /tmp/pf.json | sed 's/^/JSON pf-truncated /'
 sed 's/^/STDERR pf-truncated /' /tmp/err | head -5
 converge truncated
-echo "UNITFILE truncated $(test -e /etc/systemd/system/sglang-pf.service && echo present || echo absent)"
+echo "UNITFILE truncated $(test -e /etc/systemd/system/gpuplane-pf.service && echo present || echo absent)"
 
 echo "== complete: the model written again"
 mkmodel /srv/models/small
 $G preflight -f $M/truncated $GP > /tmp/pf.json 2>/tmp/err; echo "RC pf-complete $?"
 json < /tmp/pf.json | sed 's/^/JSON pf-complete /'
 mkdir -p $M/complete && cp $M/truncated/all.yaml $M/complete/; converge complete
-echo "ACTIVE complete $(systemctl is-active sglang-pf.service)"
+echo "ACTIVE complete $(systemctl is-active gpuplane-pf.service)"
 
 echo "== notool: the server answers without a parsed tool call; a new unit is tested"
 touch /run/standin-no-tool-call
 manifests notool "    - {name: OMP_NUM_THREADS, value: \"4\"}"
 converge notool
-systemctl stop sglang-pf.service
+systemctl stop gpuplane-pf.service
