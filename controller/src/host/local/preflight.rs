@@ -195,3 +195,6 @@ impl LocalHost {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
