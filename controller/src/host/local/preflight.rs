@@ -122,17 +122,32 @@ impl Target for ContainerFiles<'_> {
                 .map_err(|_| "cannot read the header length".to_string())?;
             return Ok(n.to_le_bytes().to_vec());
         }
-        let (skip, count) = (format!("skip={offset}"), format!("count={max}"));
-        let out = self.run(&[
-            "dd",
-            &format!("if={path}"),
-            "iflag=skip_bytes,count_bytes",
-            &skip,
-            &count,
-            "bs=1M",
-            "status=none",
-        ])?;
-        Ok(out.into_bytes())
+        // A command's output is capped (1 MiB per stream, `exec.rs`): read in smaller pieces.
+        // (Output is text: a multi-byte character cut at a piece's edge would not survive, but
+        // headers and index files name tensors in ASCII.)
+        const PIECE: u64 = 512 * 1024;
+        let mut buf = vec![];
+        while (buf.len() as u64) < max {
+            let at = offset + buf.len() as u64;
+            let want = PIECE.min(max - buf.len() as u64);
+            let (skip, count) = (format!("skip={at}"), format!("count={want}"));
+            let input = format!("if={path}");
+            let out = self.run(&[
+                "dd",
+                &input,
+                "iflag=skip_bytes,count_bytes",
+                &skip,
+                &count,
+                "bs=64K",
+                "status=none",
+            ])?;
+            let got = out.len() as u64;
+            buf.extend_from_slice(out.as_bytes());
+            if got < want {
+                break;
+            }
+        }
+        Ok(buf)
     }
 
     fn exists(&self, path: &str) -> bool {
