@@ -16,6 +16,7 @@
 //! | `systemd`   | unit rendering with systemd's quoting rules, unit names          |
 //! | `sglang`    | SGLang's flags, launch command, startup phases, speculative checks |
 //! | `manifests` | reading resources from YAML files and directories                |
+//! | `modelfiles`| model directories read without trusting them (safetensors headers) |
 //! | `reconcile` | the Kubernetes agent (`gpuplane run`): controller, lease, metrics |
 //! | `cli`       | the `gpuplane` command                                           |
 //!
@@ -32,6 +33,7 @@ pub mod desired;
 pub mod host;
 pub mod http;
 pub mod manifests;
+pub mod modelfiles;
 pub mod p2p;
 pub mod plan;
 pub mod proxmox;

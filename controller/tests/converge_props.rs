@@ -336,6 +336,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
         units,
         p2p_probes: vec![],
         holders,
+        files: None,
         faults: vec![],
     };
     let other_numa = 1 - c.container_numa;
@@ -420,6 +421,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
             extra_args: vec![],
             startup: StartupSpec::default(),
             rollback: RollbackPolicy::Never,
+            smoke_test: None,
         },
     );
     server.metadata.namespace = Some("default".into());

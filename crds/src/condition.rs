@@ -12,6 +12,12 @@ pub mod types {
     pub const PROGRESSING: &str = "Progressing";
     pub const DEGRADED: &str = "Degraded";
     pub const P2P_SAFE: &str = "P2PSafe";
+    /// Preflight (interpreter, model files, MTP layers, heads, memory, paths) found nothing
+    /// that keeps the server from starting; the message holds versions and the KV headroom.
+    pub const PREFLIGHT_PASSED: &str = "PreflightPassed";
+    /// The smoke test's chat requests got the answers the spec expects (server with a
+    /// `smokeTest`, once Ready).
+    pub const SMOKE_TESTED: &str = "SmokeTested";
     /// kstatus's abnormal-true condition: `True` while work remains (steps left, a server
     /// starting); kstatus reads it as InProgress.
     pub const RECONCILING: &str = "Reconciling";

@@ -72,9 +72,85 @@ pub struct InferenceServerSpec {
     /// Startup deadlines.
     #[serde(default)]
     pub startup: StartupSpec,
-    /// What to do when a changed unit fails to start.
+    /// What to do when a changed unit fails to start (or fails its smoke test).
     #[serde(default)]
     pub rollback: RollbackPolicy,
+    /// Chat requests sent once the server is Ready, each with what its answer must show; the
+    /// result is the `SmokeTested` condition. With `rollback: Auto` a failing smoke test of a
+    /// new unit goes back to the last unit that reached Ready and passed. Omit to skip.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smoke_test: Option<SmokeTestSpec>,
+}
+
+/// A smoke test: chat requests to `/v1/chat/completions` with expectations.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SmokeTestSpec {
+    /// The requests, sent one after the other.
+    #[schemars(length(min = 1, max = 16))]
+    pub requests: Vec<SmokeRequest>,
+    /// Seconds each request may take, the whole request (a reasoning answer takes a while).
+    #[serde(default = "default_smoke_timeout")]
+    #[schemars(range(min = 1, max = 600))]
+    pub timeout_seconds: u64,
+}
+
+fn default_smoke_timeout() -> u64 {
+    120
+}
+
+/// One chat request of a smoke test.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SmokeRequest {
+    /// Names the request in the condition's message (`math`, `thinking`, `tools`).
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// The user message.
+    #[schemars(length(min = 1, max = 4096))]
+    pub prompt: String,
+    /// Function tools offered with the request (`tool_choice: auto`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub tools: Vec<SmokeTool>,
+    /// `max_tokens` of the request.
+    #[serde(default = "default_smoke_tokens")]
+    #[schemars(range(min = 1, max = 32768))]
+    pub max_tokens: u32,
+    /// What the answer must show.
+    pub expect: SmokeExpect,
+}
+
+fn default_smoke_tokens() -> u32 {
+    1024
+}
+
+/// A function tool offered in a smoke request; its parameters are strings.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SmokeTool {
+    #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"))]
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Names of its (required, string) parameters.
+    #[serde(default)]
+    pub parameters: Vec<String>,
+}
+
+/// Expectations on one answer; every one given must hold.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SmokeExpect {
+    /// The answer's content contains this text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_contains: Option<String>,
+    /// `true`: the answer carries reasoning (`reasoning_content`, the reasoning parser's output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<bool>,
+    /// The answer holds a parsed tool call of this function (the tool-call parser's output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call: Option<String>,
 }
 
 /// Reference to a slice of a `GpuPartition`.
@@ -243,7 +319,8 @@ pub struct InferenceServerStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`, `Progressing`, `Degraded`, `P2PSafe`, in the `metav1.Condition` shape.
+    /// `Ready`, `Progressing`, `Degraded`, `P2PSafe`, `PreflightPassed`, `SmokeTested`, in the
+    /// `metav1.Condition` shape.
     #[serde(default)]
     pub conditions: Vec<Condition>,
     /// `http://host:port` of the server.

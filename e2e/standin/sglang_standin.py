@@ -46,6 +46,8 @@ Environment (all optional)
                             legacy: older SGLang lines ("Init torch distributed begin.", "Capture cuda graph begin. ...").
   STANDIN_MODEL_ARCH        model architecture when <model-path>/config.json is absent (default Qwen3ForCausalLM)
   STANDIN_CONTEXT_LEN       context length when config.json gives none (default 32768)
+  STANDIN_NO_TOOL_CALL      1: chat answers carry no parsed tool call (the raw call text is the content)
+  STANDIN_NO_TOOL_CALL_FILE path; while it exists, the same (tests flip it while the server runs)
   STANDIN_SERVER_ARGS_TSV   flag table (default: server-args.tsv next to this file, or inside the sglang package)
 SGLang's own variables honoured: SGLANG_LOG_MS, SGLANG_HEALTH_CHECK_TIMEOUT, SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION,
 SGLANG_DIAG_BYPASS_HEALTH_GENERATE, NCCL_P2P_DISABLE.
@@ -817,9 +819,10 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(200, {"id": rid, "object": "text_completion", "created": now, "model": model,
                                    "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}],
                                    "usage": usage})
+        message, finish = chat_message(s.a, req, text)
         return self.send(200, {"id": rid, "object": "chat.completion", "created": now, "model": model,
-                               "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                            "logprobs": None, "finish_reason": "length"}], "usage": usage})
+                               "choices": [{"index": 0, "message": message, "logprobs": None,
+                                            "finish_reason": finish}], "usage": usage})
 
     def not_found(self, path, other_method_routes):
         if path in other_method_routes:
@@ -853,6 +856,44 @@ class Handler(BaseHTTPRequestHandler):
 
 
 # --------------------------------------------------------------------------------------------------------------------
+def chat_message(a, req, default_text):
+    """The assistant message of a chat completion, shaped like SGLang 0.5.23's ChatMessage
+    (python/sglang/srt/entrypoints/openai/protocol.py): content, reasoning_content when --reasoning-parser is set,
+    tool_calls [{id, index, type: "function", function: {name, arguments}}] when --tool-call-parser is set and tools
+    are offered (finish_reason "tool_calls"). "A <op> B" arithmetic in the last user message is answered. With
+    STANDIN_NO_TOOL_CALL=1, or while the file STANDIN_NO_TOOL_CALL_FILE exists, no tool call is parsed: the raw call
+    text comes back as content, as with a wrong or missing parser."""
+    msgs = req.get("messages") or []
+    last = next((m.get("content") for m in reversed(msgs) if isinstance(m, dict) and m.get("role") == "user"), "")
+    last = last if isinstance(last, str) else ""
+    text, finish = default_text, "length"
+    m = re.search(r"(-?\d+)\s*([*x\u00d7+-])\s*(-?\d+)", last)
+    if m:
+        x, op, y = int(m.group(1)), m.group(2), int(m.group(3))
+        val = x + y if op == "+" else x - y if op == "-" else x * y
+        text, finish = "%d %s %d = %d" % (x, op, y, val), "stop"
+    message = {"role": "assistant", "content": text, "reasoning_content": None}
+    if a.get("reasoning_parser"):
+        message["reasoning_content"] = "The user asks: %s. Let me work it out." % last[:200]
+    tools = [t for t in (req.get("tools") or []) if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+    no_call_file = os.environ.get("STANDIN_NO_TOOL_CALL_FILE")
+    no_call = env_bool("STANDIN_NO_TOOL_CALL", False) or bool(no_call_file and os.path.exists(no_call_file))
+    if tools and req.get("tool_choice", "auto") != "none":
+        fn = tools[0]["function"]
+        params = (fn.get("parameters") or {}).get("required") or []
+        args = json.dumps({p: "Paris" for p in params if isinstance(p, str)})
+        if a.get("tool_call_parser") and not no_call:
+            message["content"] = None
+            message["tool_calls"] = [{"id": "call_%s" % uuid.uuid4().hex[:24], "index": 0, "type": "function",
+                                      "function": {"name": fn.get("name"), "arguments": args}}]
+            finish = "tool_calls"
+        else:
+            message["content"] = "<tool_call>\n{\"name\": %s, \"arguments\": %s}\n</tool_call>" % (
+                json.dumps(fn.get("name")), args)
+            finish = "stop"
+    return message, finish
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     ns = build_parser(load_flag_table()).parse_args(argv)  # exits 2 with argparse's message on a bad command line

@@ -13,6 +13,8 @@ import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import sglang_standin  # noqa: E402
 TS = r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
 
 
@@ -297,3 +299,36 @@ class StandinTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ChatMessageTest(unittest.TestCase):
+    """Chat answers shaped like SGLang's: reasoning_content, parsed tool_calls, or none when told."""
+
+    TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+    def test_math_reasoning_and_a_parsed_tool_call(self):
+        a = {"reasoning_parser": "qwen3", "tool_call_parser": "qwen3_coder"}
+        msg, finish = sglang_standin.chat_message(a, {"messages": [{"role": "user", "content": "What is 17 * 23?"}]}, "x")
+        self.assertEqual((msg["content"], finish), ("17 * 23 = 391", "stop"))
+        self.assertIn("17 * 23", msg["reasoning_content"])
+        msg, finish = sglang_standin.chat_message(a, {"messages": [{"role": "user", "content": "Weather?"}],
+                                                      "tools": self.TOOLS}, "x")
+        self.assertEqual(finish, "tool_calls")
+        self.assertIsNone(msg["content"])
+        call = msg["tool_calls"][0]
+        self.assertEqual((call["type"], call["function"]["name"]), ("function", "get_weather"))
+        self.assertEqual(json.loads(call["function"]["arguments"]), {"city": "Paris"})
+
+    def test_no_parser_or_told_not_to_gives_no_tool_call(self):
+        req = {"messages": [{"role": "user", "content": "Weather?"}], "tools": self.TOOLS}
+        msg, _ = sglang_standin.chat_message({}, req, "x")
+        self.assertNotIn("tool_calls", msg)
+        self.assertIsNone(msg["reasoning_content"])
+        self.assertIn("get_weather", msg["content"])
+        os.environ["STANDIN_NO_TOOL_CALL"] = "1"
+        try:
+            msg, _ = sglang_standin.chat_message({"tool_call_parser": "qwen3_coder"}, req, "x")
+        finally:
+            del os.environ["STANDIN_NO_TOOL_CALL"]
+        self.assertNotIn("tool_calls", msg)

@@ -382,12 +382,14 @@ fn agent_applies_a_spec_edit() {
     let n0 = a.host_writes().len();
 
     let t = Instant::now();
-    c.patch_server(r#"{"spec":{"tensorParallelSize":2}}"#);
+    // A server-only edit that still fits (tp 2 would not: preflight finds 109 GiB of weights per
+    // 96 GB GPU and blocks it).
+    c.patch_server(r#"{"spec":{"memFractionStatic":0.8}}"#);
     let gen2 = c.server()["metadata"]["generation"].as_i64().unwrap();
     assert!(gen2 > gen1, "generation not bumped: {gen1} -> {gen2}");
     c.wait_converged(Duration::from_secs(60));
     eprintln!(
-        "[kube_agent] tp 4 -> 2 converged in {:.1}s",
+        "[kube_agent] memFractionStatic 0.85 -> 0.8 converged in {:.1}s",
         t.elapsed().as_secs_f64()
     );
     let s = c.server();
@@ -398,17 +400,17 @@ fn agent_applies_a_spec_edit() {
     );
     let unit = unit_file(&c.host());
     assert!(
-        unit.contains("--tp-size 2"),
-        "unit does not run tp 2:\n{unit}"
+        unit.contains("--mem-fraction-static 0.8"),
+        "unit does not run memFractionStatic 0.8:\n{unit}"
     );
-    assert!(!unit.contains("--tp-size 4"), "{unit}");
+    assert!(!unit.contains("--mem-fraction-static 0.85"), "{unit}");
     let rows = table(&c.k(&["get", "infs", "-n", "default"]));
-    assert_eq!(rows[0]["TP"], "2");
+    assert_eq!(rows[0]["TP"], "4");
     assert_eq!(rows[0]["READY"], "True");
     assert_eq!(cond3(&c.partition(), "Ready").0, "True");
 
     let writes = a.host_writes_since(n0);
-    show_writes("tp 4 -> 2", &writes);
+    show_writes("memFractionStatic 0.85 -> 0.8", &writes);
     assert_one_unit_write_only(&writes, "a server-only edit touched GPUs/containers");
     assert_reference_split(&c.host());
     report_duration("agent_applies_a_spec_edit", t0);
@@ -695,17 +697,17 @@ fn agent_survives_an_api_outage_without_duplicate_writes() {
 
     // A spec edit after the outage converges without restarting the agent.
     let t = Instant::now();
-    c.patch_server(r#"{"spec":{"tensorParallelSize":2}}"#);
+    c.patch_server(r#"{"spec":{"memFractionStatic":0.8}}"#);
     c.wait_converged(Duration::from_secs(90));
     eprintln!(
-        "[kube_agent] tp 4 -> 2 after the outage converged in {:.1}s",
+        "[kube_agent] memFractionStatic 0.85 -> 0.8 after the outage converged in {:.1}s",
         t.elapsed().as_secs_f64()
     );
     assert!(a.alive());
-    assert!(unit_file(&c.host()).contains("--tp-size 2"));
+    assert!(unit_file(&c.host()).contains("--mem-fraction-static 0.8"));
     std::thread::sleep(Duration::from_secs(4));
     let new = a.host_writes_since(w0.len());
-    show_writes("after the outage (tp 4 -> 2)", &new);
+    show_writes("after the outage (memFractionStatic 0.85 -> 0.8)", &new);
     assert_one_unit_write_only(&new, "a duplicate GPU/container write after the outage");
     let mut seen = std::collections::BTreeSet::new();
     for w in &new {

@@ -10,3 +10,22 @@ json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps(d
 converge() { $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; echo "RC $1 $?"; json < /tmp/out.json | sed "s/^/JSON $1 /"; sed "s/^/STDERR $1 /" /tmp/err | head -5; }
 # install_standin: the SGLang stand-in (standin.tar) as /opt/sglang-venv/bin/python3 -m sglang.launch_server
 install_standin() { mkdir -p /opt/standin-src && tar xf /usr/local/bin/standin.tar -C /opt/standin-src && sh /opt/standin-src/standin/install.sh /opt/sglang-venv >/dev/null; }
+# mkmodel DIR: a small real model directory: config.json (heads, MTP layers) and two safetensors
+# shards with their index, written byte by byte as the safetensors format says (the agent's
+# preflight reads them; the stand-in reads config.json)
+mkmodel() { python3 - "$1" <<'PY'
+import json, os, struct, sys
+d = sys.argv[1]; os.makedirs(d, exist_ok=True)
+for f in os.listdir(d): os.remove(os.path.join(d, f))
+json.dump({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_attention_heads": 16,
+           "num_key_value_heads": 8, "num_hidden_layers": 2, "num_nextn_predict_layers": 1}, open(d + "/config.json", "w"))
+wm, total = {}, 0
+for i, n in ((1, 3000), (2, 5000)):
+    name = "model-%05d-of-00002.safetensors" % i
+    h = json.dumps({"__metadata__": {"format": "pt"}, "layer.%d.weight" % i: {"dtype": "U8", "shape": [n], "data_offsets": [0, n]}}).encode()
+    h += b" " * (-len(h) % 8)
+    open(os.path.join(d, name), "wb").write(struct.pack("<Q", len(h)) + h + os.urandom(n))
+    wm["layer.%d.weight" % i] = name; total += n
+json.dump({"metadata": {"total_size": total}, "weight_map": wm}, open(d + "/model.safetensors.index.json", "w"))
+PY
+}

@@ -30,6 +30,13 @@ pub enum Command {
         #[arg(long, value_enum, default_value = "text")]
         output: Format,
     },
+    /// Check each InferenceServer where it would run, before anything is stopped: interpreter
+    /// and versions, model files (safetensors headers, shards, MTP layers), heads against tp,
+    /// weights against GPU memory, environment paths. Reads only; exit 1 when a check fails.
+    Preflight {
+        #[command(flatten)]
+        input: InputArgs,
+    },
     /// Print what the agent would run for each InferenceServer: argv, environment and the unit
     /// file, as rendered for the host given (P2P as currently decided, or forced off).
     Render {

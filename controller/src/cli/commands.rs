@@ -158,6 +158,35 @@ pub fn plan(input: &InputArgs, format: Format) -> Result<i32, Failure> {
     Ok(if p.blockers.is_empty() { 0 } else { 1 })
 }
 
+/// `gpuplane preflight`: each server's preflight facts and verdict, as JSON; reads only.
+pub fn preflight(input: &InputArgs) -> Result<i32, Failure> {
+    let mut h = open_host(&input.host)?;
+    let desired = load_desired(input, h.as_mut())?;
+    let st = h.observe()?;
+    let mut failed = false;
+    let mut out = serde_json::Map::new();
+    for s in &desired.servers {
+        let v = match st.preflight.get(&s.id) {
+            Some(f) => {
+                let v = crate::desired::preflight::judge(s, f);
+                failed |= !v.problems.is_empty();
+                serde_json::json!({
+                    "passed": v.problems.is_empty(),
+                    "problems": v.problems,
+                    "summary": v.summary,
+                    "facts": f,
+                })
+            }
+            None => {
+                serde_json::json!({"passed": null, "summary": "not checked: the host cannot look (container stopped, or a simulated host without files)"})
+            }
+        };
+        out.insert(s.id.clone(), v);
+    }
+    println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    Ok(if failed { 1 } else { 0 })
+}
+
 /// The crash-recovery harness's hook: `GPUPLANE_KILL_AFTER_WRITE=N` kills `converge` with
 /// SIGKILL right after its N-th host write.
 fn kill_after_write() -> Result<Option<u64>, Failure> {

@@ -64,5 +64,6 @@ pub fn desired_for_host(
         .map_err(|e| Failure::input(e.to_string()))?;
     let units: Vec<_> = desired.servers.iter().map(|s| s.unit.clone()).collect();
     host.watch_units(&units);
+    host.watch_preflight(&crate::desired::preflight::requests(&desired));
     Ok(desired)
 }

@@ -94,6 +94,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         } => commands::render(&input, p2p_disabled),
         Command::P2pProbe { host, python, gpus } => commands::p2p_probe(&host, python, gpus),
         Command::Plan { input, output } => commands::plan(&input, output),
+        Command::Preflight { input } => commands::preflight(&input),
         Command::Webhook {
             listen,
             tls_cert,

@@ -7,6 +7,7 @@
 
 pub mod offline;
 mod partition;
+pub mod preflight;
 pub mod select;
 mod server;
 pub mod tenancy;

@@ -6,6 +6,7 @@
 
 pub mod local;
 pub mod model;
+pub mod preflight;
 pub mod sim;
 
 use crate::step::Step;
@@ -60,6 +61,9 @@ pub trait Host {
     }
     /// Names the units to observe (the agent's servers); backends that see all units ignore it.
     fn watch_units(&mut self, _units: &[model::UnitRef]) {}
+    /// Names the servers to preflight (what to read, where); `observe` then fills
+    /// `HostState::preflight` for them. Backends that cannot look ignore it.
+    fn watch_preflight(&mut self, _requests: &[model::PreflightRequest]) {}
     /// The host as a description file that can be loaded again (`--save-host`), if the backend can.
     fn save(&self) -> Option<Result<String, HostError>> {
         None

@@ -42,6 +42,10 @@ pub struct HostState {
     /// Results of P2P correctness probes the agent ran (its cache).
     #[serde(default)]
     pub p2p_probes: Vec<P2pProbe>,
+    /// Preflight reads for each server the agent was told about ([`PreflightRequest`]), by
+    /// server id (`namespace/name`). Absent: the backend was asked for none, or cannot look.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub preflight: BTreeMap<String, PreflightFacts>,
     /// What this host lacks that a person should know (no GPUs, no Proxmox, no systemd):
     /// situations that are normal on some hosts, said plainly, never an error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -351,6 +355,9 @@ pub struct ServerObservation {
     /// Effective settings reported by `/server_info` (tp_size, speculative_algorithm, ...).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub server_info: BTreeMap<String, String>,
+    /// The smoke test's outcome for the unit running now (servers with a `smokeTest`, once Ready).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smoke: Option<SmokeResult>,
 }
 
 /// One cached P2P correctness probe.
@@ -401,4 +408,84 @@ impl HostState {
             .iter()
             .find(|p| p.gpus == gpus && p.key == key)
     }
+}
+
+/// What preflight reads for one server, where the server will run: the backend reads exactly
+/// this and nothing else (built from the validated spec by `desired::preflight_request`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreflightRequest {
+    /// The server, `namespace/name`.
+    pub server: String,
+    /// Where the server runs: the reads happen there (inside the container for `Container`).
+    pub location: Location,
+    /// The interpreter, which must import `sglang`.
+    pub python: String,
+    /// The model directory; `None` for a hub id (nothing local to read).
+    pub model_dir: Option<String>,
+    /// The draft model's directory, when speculative decoding names one.
+    pub draft_dir: Option<String>,
+    /// Paths the unit's environment names (`CUDA_HOME`, `LD_LIBRARY_PATH` entries): `(variable, path)`.
+    pub env_paths: Vec<(String, String)>,
+    /// The slice's GPUs (PCI addresses): their memory is read.
+    pub gpus: Vec<String>,
+    /// The only directories model reads may happen under (the slice's `modelRoots`); empty:
+    /// no limit (a host without tenancy rules, the CLI on files).
+    pub roots: Vec<String>,
+    /// The server's unit: its smoke test runs against what this unit serves, once Ready.
+    pub unit: UnitRef,
+    /// The model name requests use (`--served-model-name`).
+    pub served_name: String,
+    /// The smoke test to run once the unit is Ready, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smoke: Option<gpuplane_crds::SmokeTestSpec>,
+}
+
+/// The outcome of a smoke test against one unit.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SmokeResult {
+    /// SHA-256 of the unit file the server ran when tested.
+    pub unit_hash: String,
+    /// Requests sent.
+    pub requests: u32,
+    /// What failed, one line per request; empty: passed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<String>,
+}
+
+/// What preflight read for one server. Facts only: the planner judges them.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreflightFacts {
+    /// The interpreter and what it imports.
+    pub interpreter: InterpreterFacts,
+    /// The model directory, when the model is local.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<crate::modelfiles::DirFacts>,
+    /// The draft model directory, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft: Option<crate::modelfiles::DirFacts>,
+    /// Environment paths that do not exist where the server runs: `CUDA_HOME=/usr/local/cuda`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_paths: Vec<String>,
+    /// Total memory of each slice GPU, MiB, by PCI address; empty when the host cannot tell.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gpu_memory_mib: BTreeMap<String, u64>,
+}
+
+/// The interpreter as preflight found it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterpreterFacts {
+    /// Why it cannot run SGLang (missing, `import sglang` fails); `None`: it imports sglang.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sglang: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch: Option<String>,
+    /// CUDA version torch was built with (`torch.version.cuda`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<String>,
 }

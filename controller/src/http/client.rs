@@ -1,5 +1,6 @@
 //! A bounded HTTP GET for SGLang's endpoints (`/health_generate`, `/v1/models`,
-//! `/server_info`), which a hostile or broken server answers.
+//! `/server_info`), and a bounded JSON POST (the smoke test's chat requests), which a hostile or
+//! broken server answers.
 //!
 //! # Guarantees
 //! - The whole request (connect, headers, body) ends within the deadline given: a server that
@@ -24,6 +25,27 @@ pub enum GetError {
     },
 }
 
+/// `http://host:port/path`, with an IPv6 host in brackets.
+fn url(host: &str, port: u16, path: &str) -> String {
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    format!("http://{host}:{port}{path}")
+}
+
+/// An agent whose every request ends within `deadline`, follows no redirect, bounds headers.
+fn agent(deadline: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(deadline))
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .max_response_header_size(64 * 1024)
+        .build()
+        .into()
+}
+
 /// `GET http://host:port/path` within `deadline`: (status, body).
 pub fn get(
     host: &str,
@@ -31,35 +53,50 @@ pub fn get(
     path: &str,
     deadline: Duration,
 ) -> Result<(u16, String), GetError> {
-    let host = if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]")
-    } else {
-        host.to_string()
-    };
-    let url = format!("http://{host}:{port}{path}");
+    let url = url(host, port, path);
     let err = |source| GetError::Request {
         url: url.clone(),
         source,
     };
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(deadline))
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .max_response_header_size(64 * 1024)
-        .build()
-        .into();
-    let mut resp = agent
+    let resp = agent(deadline)
         .get(&url)
         .header("Accept", "application/json")
         .call()
         .map_err(err)?;
+    read_body(resp).map_err(err)
+}
+
+/// `POST http://host:port/path` with a JSON body, within `deadline`: (status, body). The same
+/// bounds as [`get`].
+pub fn post_json(
+    host: &str,
+    port: u16,
+    path: &str,
+    body: &str,
+    deadline: Duration,
+) -> Result<(u16, String), GetError> {
+    let url = url(host, port, path);
+    let err = |source| GetError::Request {
+        url: url.clone(),
+        source,
+    };
+    let resp = agent(deadline)
+        .post(&url)
+        .header("Accept", "application/json")
+        .header("Content-Type", "application/json")
+        .send(body)
+        .map_err(err)?;
+    read_body(resp).map_err(err)
+}
+
+/// The status and at most [`MAX_BODY`] bytes of body.
+fn read_body(mut resp: ureq::http::Response<ureq::Body>) -> Result<(u16, String), ureq::Error> {
     let status = resp.status().as_u16();
     let bytes = resp
         .body_mut()
         .with_config()
         .limit(MAX_BODY)
-        .read_to_vec()
-        .map_err(err)?;
+        .read_to_vec()?;
     Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
 }
 

@@ -10,6 +10,8 @@
 //! - Converged means an empty plan: `plan(d, observe())` after a full converge has no steps.
 //! - When anything blocks a rebind (`GpuInUse`), the plan has no steps at all, so nothing
 //!   is half-changed.
+//! - When a server the plan would stop, rebind or restart failed preflight (`preflight.rs`),
+//!   the plan has no steps at all: the old server keeps serving.
 //! - When later steps depend on an earlier step's outcome (device minors after binding to
 //!   `nvidia`, the P2P probe's result), the plan ends there and says so in `continues_after`;
 //!   the converge loop re-observes and re-plans.
@@ -20,6 +22,7 @@ mod containers;
 mod holders;
 mod mappings;
 mod output;
+mod preflight;
 pub mod servers;
 
 pub use crate::step::Step;
@@ -44,6 +47,7 @@ pub fn plan(desired: &Desired, host: &HostState) -> Plan {
         plan: Plan::default(),
     };
     p.run();
+    preflight::gate(desired, host, &mut p.plan);
     p.plan
 }
 

@@ -352,18 +352,36 @@ fn plan_running(
     let ready = observed.and_then(|u| u.server.as_ref()).is_some_and(|o| {
         o.http == HttpState::Healthy && o.models.iter().any(|m| m == &s.spec.model.served_name)
     });
+    let auto = s.spec.rollback == gpuplane_crds::RollbackPolicy::Auto;
+    let last_ready = observed.and_then(|u| u.last_ready.as_deref());
+    // With a smoke test, a unit is good only once its answers were as expected.
+    let smoke = observed
+        .and_then(|u| u.server.as_ref())
+        .and_then(|o| o.smoke.as_ref())
+        .filter(|r| r.unit_hash == unit_hash(&content));
+    let smoke_failures = smoke.map(|r| r.failures.clone()).unwrap_or_default();
+    let good = s.spec.smoke_test.is_none() || smoke.is_some_and(|r| r.failures.is_empty());
     if !ready {
         p.push(wait, wait_why);
-    } else if s.spec.rollback == gpuplane_crds::RollbackPolicy::Auto
-        && spec_unit
-        && observed.and_then(|u| u.last_ready.as_deref()) != Some(content.as_str())
-    {
+    } else if !smoke_failures.is_empty() {
+        if auto && spec_unit && last_ready.is_some_and(|r| r != content) {
+            p.push(
+                Step::MarkUnitFailed { unit: s.unit.clone(), hash: unit_hash(&content) },
+                format!("the new unit failed its smoke test ({}) and rollback is Auto: remember it failed, then go back to the last unit that reached Ready", smoke_failures.join("; ")),
+            );
+        }
+    } else if good && auto && spec_unit && last_ready != Some(content.as_str()) {
+        let why = if s.spec.smoke_test.is_some() {
+            "this unit reached Ready and passed its smoke test: keep it as the one to go back to"
+        } else {
+            "this unit reached Ready: keep it as the one to go back to"
+        };
         p.push(
             Step::SaveReadyUnit {
                 unit: s.unit.clone(),
                 content,
             },
-            "this unit reached Ready: keep it as the one to go back to",
+            why,
         );
     }
 }

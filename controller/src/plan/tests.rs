@@ -493,3 +493,161 @@ fn env_values_never_appear_in_a_plan() {
     // The agent's own variables keep their values: they say what changed on the host.
     assert!(text.contains("env CUDA_VISIBLE_DEVICES 0 -> 0,1"), "{text}");
 }
+
+/// The reference server with a smoke test (math, thinking, tools) and rollback: Auto, run on the
+/// twin with the agent's reads watched.
+fn smoke_story(
+    edit: impl FnOnce(&mut crate::host::sim::SimHost, &mut crate::desired::Desired),
+) -> (
+    crate::converge::Report,
+    crate::host::sim::SimHost,
+    crate::desired::Desired,
+) {
+    use gpuplane_crds::{SmokeExpect, SmokeRequest, SmokeTestSpec, SmokeTool};
+    let mut h = twin();
+    let mut d = desired(&mut h, &manifests());
+    let req = |name: &str, prompt: &str, expect: SmokeExpect| SmokeRequest {
+        name: name.into(),
+        prompt: prompt.into(),
+        tools: vec![],
+        max_tokens: 512,
+        expect,
+    };
+    let mut tools = req(
+        "tools",
+        "What is the weather in Paris?",
+        SmokeExpect {
+            tool_call: Some("get_weather".into()),
+            ..Default::default()
+        },
+    );
+    tools.tools = vec![SmokeTool {
+        name: "get_weather".into(),
+        description: "current weather of a city".into(),
+        parameters: vec!["city".into()],
+    }];
+    d.servers[0].spec.rollback = gpuplane_crds::RollbackPolicy::Auto;
+    d.servers[0].spec.smoke_test = Some(SmokeTestSpec {
+        timeout_seconds: 60,
+        requests: vec![
+            req(
+                "math",
+                "What is 17 * 23?",
+                SmokeExpect {
+                    answer_contains: Some("17 * 23".into()),
+                    ..Default::default()
+                },
+            ),
+            req(
+                "thinking",
+                "Why is the sky blue?",
+                SmokeExpect {
+                    reasoning: Some(true),
+                    ..Default::default()
+                },
+            ),
+            tools,
+        ],
+    });
+    edit(&mut h, &mut d);
+    h.watch_units(&[d.servers[0].unit.clone()]);
+    h.watch_preflight(&crate::desired::preflight::requests(&d));
+    let mut door = crate::apply::Door::new(&mut h);
+    let r = crate::converge::converge(&d, &mut door, &Default::default());
+    (r, h, d)
+}
+
+const QWEN: &str = "InferenceServer/default/qwen35-122b";
+
+#[test]
+fn a_passing_smoke_test_is_reported_and_makes_the_unit_the_one_to_go_back_to() {
+    let (r, mut h, d) = smoke_story(|_, _| {});
+    assert!(r.converged(), "{:?}", r.stop);
+    let st = crate::status::compute(&d, &r, &Default::default());
+    let c = st[QWEN].condition("SmokeTested").unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.message.as_str()),
+        ("True", "3 chat requests answered as expected")
+    );
+    let u = h
+        .observe()
+        .unwrap()
+        .unit(&d.servers[0].unit)
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        u.last_ready, u.file,
+        "saved only after the smoke test passed"
+    );
+    assert!(r
+        .applied
+        .iter()
+        .any(|a| a.planned.why.contains("passed its smoke test")));
+}
+
+#[test]
+fn a_failing_smoke_test_says_what_failed_and_the_unit_is_not_kept_as_good() {
+    let (r, mut h, d) = smoke_story(|h, _| h.file.behaviour.smoke_no_tool_call = true);
+    let st = crate::status::compute(&d, &r, &Default::default());
+    let c = st[QWEN].condition("SmokeTested").unwrap();
+    assert_eq!(c.status, "False");
+    assert!(
+        c.message
+            .contains("tools: no tool call, expected get_weather"),
+        "{}",
+        c.message
+    );
+    let u = h
+        .observe()
+        .unwrap()
+        .unit(&d.servers[0].unit)
+        .cloned()
+        .unwrap();
+    assert_eq!(u.last_ready, None);
+}
+
+#[test]
+fn a_new_unit_that_fails_its_smoke_test_is_rolled_back_to_the_last_good_one() {
+    let (r, mut h, d) = smoke_story(|_, _| {});
+    assert!(r.converged());
+    let good = h
+        .observe()
+        .unwrap()
+        .unit(&d.servers[0].unit)
+        .unwrap()
+        .file
+        .clone();
+    // The new spec drops the tool-call parser: the server answers, but with no parsed tool call.
+    let mut d2 = d.clone();
+    d2.servers[0].spec.tool_call_parser = None;
+    let r2 = {
+        let mut door = crate::apply::Door::new(&mut h);
+        crate::converge::converge(&d2, &mut door, &Default::default())
+    };
+    let mark = r2
+        .applied
+        .iter()
+        .find(|a| matches!(a.planned.step, Step::MarkUnitFailed { .. }))
+        .expect("the failing unit is marked");
+    assert!(
+        mark.planned
+            .why
+            .contains("no tool call, expected get_weather"),
+        "{}",
+        mark.planned.why
+    );
+    let u = h
+        .observe()
+        .unwrap()
+        .unit(&d.servers[0].unit)
+        .cloned()
+        .unwrap();
+    assert_eq!(u.file, good, "the last good unit runs again");
+    assert!(u.active_state == "active");
+    let st = crate::status::compute(&d2, &r2, &Default::default());
+    assert_eq!(
+        st[QWEN].condition("SmokeTested").unwrap().status,
+        "True",
+        "the good unit passes"
+    );
+}

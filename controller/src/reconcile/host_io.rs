@@ -34,6 +34,7 @@ pub(super) async fn run_converge(
             .chain(desired.removed_units.iter().cloned())
             .collect();
         host.watch_units(&units);
+        host.watch_preflight(&crate::desired::preflight::requests(&desired));
         let mut progress = c.progress.lock().unwrap_or_else(|e| e.into_inner());
         let opts = Options {
             poll_seconds: c.opts.poll_interval.as_secs().max(1),

@@ -8,6 +8,7 @@ pub mod flags;
 pub mod log;
 pub mod phase;
 pub mod sandbox;
+pub mod smoke;
 pub mod speculative;
 
 pub use phase::StartupPhase;

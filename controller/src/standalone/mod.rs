@@ -114,6 +114,7 @@ fn round(
     };
     let units: Vec<_> = desired.servers.iter().map(|s| s.unit.clone()).collect();
     host.watch_units(&units);
+    host.watch_preflight(&crate::desired::preflight::requests(&desired));
     let report = {
         let mut door = Door::new(host);
         let o = Options {

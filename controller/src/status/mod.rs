@@ -112,6 +112,8 @@ pub fn compute(
         let mut st = ResourceStatus::default();
         server_readiness(&mut st, s, r, host, &part_res, g, &now);
         p2p_condition(&mut st, s, host, g, &now);
+        preflight_condition(&mut st, s, host, g, &now);
+        smoke_condition(&mut st, s, host, g, &now);
         degraded_condition(&mut st, s, r, host, g, &now);
         out.insert(res, st);
     }
@@ -382,6 +384,73 @@ fn p2p_condition(
         P2p::Probe(why) => (false, "ProbePending", why),
     };
     st.set(types::P2P_SAFE, p2p_ok, p2p_reason, p2p_msg, now, g);
+}
+
+/// A server's `PreflightPassed`, when the backend could look: what was found (versions, memory,
+/// KV headroom), or every problem.
+fn preflight_condition(
+    st: &mut ResourceStatus,
+    s: &crate::desired::DesiredServer,
+    host: &HostState,
+    g: Option<i64>,
+    now: &Time,
+) {
+    let Some(f) = host.preflight.get(&s.id) else {
+        return;
+    };
+    let v = crate::desired::preflight::judge(s, f);
+    if v.problems.is_empty() {
+        st.set(
+            types::PREFLIGHT_PASSED,
+            true,
+            "PreflightPassed",
+            v.summary,
+            now,
+            g,
+        );
+    } else {
+        st.set(
+            types::PREFLIGHT_PASSED,
+            false,
+            "PreflightFailed",
+            crate::text::truncate(&v.problems.join("; "), 2000),
+            now,
+            g,
+        );
+    }
+}
+
+/// A server's `SmokeTested`, once its smoke test ran against the unit running now.
+fn smoke_condition(
+    st: &mut ResourceStatus,
+    s: &crate::desired::DesiredServer,
+    host: &HostState,
+    g: Option<i64>,
+    now: &Time,
+) {
+    if s.spec.smoke_test.is_none() {
+        return;
+    }
+    let Some(r) = host
+        .unit(&s.unit)
+        .and_then(|u| u.server.as_ref())
+        .and_then(|o| o.smoke.as_ref())
+    else {
+        return;
+    };
+    if r.failures.is_empty() {
+        let msg = format!("{} chat requests answered as expected", r.requests);
+        st.set(types::SMOKE_TESTED, true, "SmokeTestPassed", msg, now, g);
+    } else {
+        let msg = format!(
+            "{} of {} requests failed: {}",
+            r.failures.len(),
+            r.requests,
+            r.failures.join("; ")
+        );
+        let msg = crate::text::truncate(&msg, 2000);
+        st.set(types::SMOKE_TESTED, false, "SmokeTestFailed", msg, now, g);
+    }
 }
 
 /// A server's `Degraded`: the most actionable of a driver mismatch, a rollback, or a running

@@ -59,6 +59,7 @@ drv shared
 
 echo "== unit: an SGLang stand-in as a real systemd unit on the host"
 install_standin
+mkmodel /srv/models/tiny
 card42=$(ls /sys/bus/pci/devices/0000:42:00.0/drm | grep '^card' | head -1)
 # server DIR CARD: the stand-in keeps /dev/dri/CARD open, as SGLang keeps /dev/nvidiaN open
 server() { cat > $M/$1/server.yaml <<EOF

@@ -7,6 +7,7 @@
 set -u
 . /usr/local/bin/scenario-lib.sh
 install_standin
+mkmodel /srv/models/qwen
 mkdir -p /etc/gpuplane-standin && touch /etc/gpuplane-standin/p2p-corrupt
 # scenario DIR P2P NUM_STEPS
 scenario() { mkdir -p $M/$1; cat > $M/$1/all.yaml <<EOF

@@ -22,6 +22,7 @@ mod fuzz;
 pub mod holders;
 pub mod iommu;
 pub mod pci;
+mod preflight;
 mod probe;
 mod pve;
 mod server;
@@ -109,6 +110,12 @@ pub struct LocalHost {
     pub units: Vec<UnitRef>,
     /// Node name, from `/etc/hostname` unless given.
     pub node_name: Option<String>,
+    /// Servers to preflight (the agent's servers).
+    pub preflight: Vec<PreflightRequest>,
+    /// Preflight results kept while their directories do not change.
+    preflight_cache: crate::host::preflight::Cache,
+    /// Smoke test results by unit and test, kept while the unit is the one tested.
+    smoke_cache: std::cell::RefCell<std::collections::BTreeMap<String, SmokeResult>>,
 }
 
 impl LocalHost {
@@ -126,6 +133,9 @@ impl LocalHost {
             command_timeout: Duration::from_secs(120),
             units: vec![],
             node_name: None,
+            preflight: vec![],
+            preflight_cache: Default::default(),
+            smoke_cache: Default::default(),
         }
     }
 
@@ -148,7 +158,7 @@ impl LocalHost {
         exec::sysfs_write(&self.root.path(abs), value, self.write_timeout)
     }
 
-    fn observe_state(&self) -> Result<HostState, LocalError> {
+    fn observe_state(&mut self) -> Result<HostState, LocalError> {
         let mut devices = pci::scan(&self.root, &self.filter);
         for (addr, hs) in holders::scan(&self.root, &devices) {
             if let Some(d) = devices.get_mut(&addr) {
@@ -203,6 +213,13 @@ impl LocalHost {
             u.server = self.observe_server(r, &u);
             st.units.insert(r.key(), u);
         }
+        let containers = st.containers.clone();
+        st.preflight = self.observe_preflight(&|loc| match loc {
+            Location::Host => true,
+            Location::Container(v) => containers
+                .get(&v)
+                .is_some_and(|c| c.state == RunState::Running),
+        });
         st.p2p_probes = probe::load_cache(&self.state_dir);
         st.notes = absent::notes(&self.root, &st, &self.filter.vendor);
         Ok(st)
@@ -452,6 +469,10 @@ impl Host for LocalHost {
 
     fn watch_units(&mut self, units: &[UnitRef]) {
         self.units = units.to_vec();
+    }
+
+    fn watch_preflight(&mut self, requests: &[PreflightRequest]) {
+        self.preflight = requests.to_vec();
     }
 }
 

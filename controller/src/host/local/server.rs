@@ -120,8 +120,68 @@ impl LocalHost {
                     }
                 }
             }
+            obs.smoke = self.smoke_test(r, u, &host, port, &obs.models);
         }
         Some(obs)
+    }
+
+    /// The smoke test of the server a Ready unit runs: from the cache while the unit is the one
+    /// tested, else its chat requests now (bounded client, a deadline per request).
+    fn smoke_test(
+        &self,
+        r: &UnitRef,
+        u: &Unit,
+        host: &str,
+        port: u16,
+        models: &[String],
+    ) -> Option<crate::host::model::SmokeResult> {
+        let req = self.preflight.iter().find(|p| p.unit == *r)?;
+        let spec = req.smoke.as_ref()?;
+        if !models.contains(&req.served_name) {
+            return None;
+        }
+        let unit_hash = crate::host::preflight::sha256(u.file.as_deref().unwrap_or(""));
+        let key = format!(
+            "{}|{}",
+            r.key(),
+            serde_json::to_string(spec).unwrap_or_default()
+        );
+        if let Some(done) = self.smoke_cache.borrow().get(&key) {
+            if done.unit_hash == unit_hash {
+                return Some(done.clone());
+            }
+        }
+        let deadline = Duration::from_secs(spec.timeout_seconds.max(1));
+        let failures = spec
+            .requests
+            .iter()
+            .filter_map(|q| {
+                let body = crate::sglang::smoke::request_body(&req.served_name, q);
+                let answer = crate::http::client::post_json(
+                    host,
+                    port,
+                    "/v1/chat/completions",
+                    &body,
+                    deadline,
+                );
+                let verdict = match answer {
+                    Ok((status, text)) => crate::sglang::smoke::judge(q, status, &text),
+                    Err(e) => Err(format!(
+                        "{}: {}",
+                        q.name,
+                        crate::text::sanitize(&e.to_string(), 200)
+                    )),
+                };
+                verdict.err()
+            })
+            .collect();
+        let res = crate::host::model::SmokeResult {
+            unit_hash,
+            requests: spec.requests.len() as u32,
+            failures,
+        };
+        self.smoke_cache.borrow_mut().insert(key, res.clone());
+        Some(res)
     }
 
     /// GPU memory used per visible GPU (MiB), from nvidia-smi; empty when it is not available.

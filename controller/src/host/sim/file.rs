@@ -24,6 +24,9 @@ pub struct Behaviour {
     pub weights_mib: u64,
     /// KV cache, MiB per GPU.
     pub kv_mib: u64,
+    /// The server answers chat requests without a parsed tool call (a broken tool-call parser).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub smoke_no_tool_call: bool,
 }
 
 impl Default for Behaviour {
@@ -38,6 +41,7 @@ impl Default for Behaviour {
             base_mib: 757,
             weights_mib: 59_607,
             kv_mib: 32_768,
+            smoke_no_tool_call: false,
         }
     }
 }
@@ -168,6 +172,10 @@ pub struct SimHostFile {
     pub p2p_probes: Vec<P2pProbe>,
     #[serde(default)]
     pub holders: Vec<SimHolder>,
+    /// Files preflight reads (model directories, interpreters, paths); `None`: not simulated,
+    /// and preflight reports nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<super::files::SimFiles>,
     /// Faults still to inject (each consumed as it fires).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<super::SimFault>,

@@ -62,6 +62,7 @@ impl SimHost {
             file,
             live: None,
             backing: None,
+            preflight: vec![],
         }
     }
 

@@ -18,12 +18,14 @@
 mod apply;
 mod fault;
 mod file;
+mod files;
 mod load;
 mod observe;
 mod server;
 
 pub use fault::{FaultEffect, SimFault};
 pub use file::{Behaviour, SimContainer, SimDevice, SimHolder, SimHostFile, SimUnit};
+pub use files::{SimFiles, SimInterpreter, SimModel};
 
 use super::model::*;
 use super::{Host, HostError, StepOutcome};
@@ -37,6 +39,8 @@ pub struct SimHost {
     live: Option<Live>,
     /// The file this host is kept in (`open`, `live`): written after every step.
     backing: Option<std::path::PathBuf>,
+    /// Servers to preflight (`Host::watch_preflight`).
+    preflight: Vec<PreflightRequest>,
 }
 
 impl SimHost {
@@ -135,6 +139,10 @@ impl Host for SimHost {
             Some(l) => l.clock(),
             None => self.file.clock,
         }
+    }
+
+    fn watch_preflight(&mut self, requests: &[PreflightRequest]) {
+        self.preflight = requests.to_vec();
     }
 
     fn save(&self) -> Option<Result<String, HostError>> {

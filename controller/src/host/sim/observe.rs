@@ -76,6 +76,8 @@ impl SimHost {
                 d.holders = hs;
             }
         }
+        st.preflight = self.observe_preflight();
+        self.observe_smoke(&mut st);
         st
     }
 

@@ -40,6 +40,7 @@ pub(crate) fn reference() -> InferenceServerSpec {
         extra_args: vec!["--max-running-requests".into(), "64".into()],
         startup: StartupSpec::default(),
         rollback: RollbackPolicy::Never,
+        smoke_test: None,
     }
 }
 

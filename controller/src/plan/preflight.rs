@@ -1,0 +1,88 @@
+//! Preflight as a gate: a server whose preflight failed stops the whole plan before its first
+//! step that would stop, rebind or restart anything it needs, so the old server keeps serving.
+//!
+//! # Guarantees
+//! - When a server the plan touches (stops or restarts its unit, stops its container, unbinds
+//!   or re-targets one of its GPUs) failed preflight, the plan has no steps at all and carries
+//!   a `PreflightFailed` blocker for the server (and the partition) naming every problem.
+//! - A server the plan does not touch (it runs as specified) is never stopped because of its
+//!   preflight: a note says what is wrong.
+//! - Going back to the last unit that reached Ready (`rollback: Auto`) is never held up by the
+//!   failing spec's preflight.
+//! - Without facts (the backend cannot look: the container is stopped, the simulated host does
+//!   not describe files) nothing is blocked.
+
+use super::{Blocker, Note, Plan, Step};
+use crate::desired::preflight::judge;
+use crate::desired::{Desired, DesiredServer};
+use crate::host::model::{HostState, Location};
+
+/// Blocks `plan` when a server it touches failed preflight.
+pub(super) fn gate(d: &Desired, h: &HostState, plan: &mut Plan) {
+    let mut failed = vec![];
+    for s in &d.servers {
+        let Some(facts) = h.preflight.get(&s.id) else {
+            continue;
+        };
+        let v = judge(s, facts);
+        if v.problems.is_empty() {
+            continue;
+        }
+        let res = format!("InferenceServer/{}", s.id);
+        let message = format!(
+            "preflight failed, nothing was changed: {}",
+            v.problems.join("; ")
+        );
+        let rolling_back = plan
+            .notes
+            .iter()
+            .any(|n| n.resource == res && n.message.starts_with("Rolled back"));
+        if touches(plan, s) && !rolling_back {
+            failed.push(Blocker {
+                resource: res,
+                reason: "PreflightFailed".into(),
+                message,
+            });
+        } else {
+            plan.notes.push(Note {
+                resource: res,
+                message: format!("{message} (the server runs as specified and is left alone)"),
+            });
+        }
+    }
+    if failed.is_empty() {
+        return;
+    }
+    let names: Vec<String> = failed.iter().map(|b| b.resource.clone()).collect();
+    plan.steps.clear();
+    plan.continues_after = None;
+    // The servers' own blockers first: a server's status reads the first blocker that names it
+    // or its partition.
+    failed.append(&mut plan.blockers);
+    plan.blockers = failed;
+    plan.blockers.push(Blocker {
+        resource: format!("GpuPartition/{}", d.partition.name),
+        reason: "PreflightFailed".into(),
+        message: format!(
+            "{} failed preflight: nothing on the host was changed",
+            names.join(", ")
+        ),
+    });
+}
+
+/// Whether a step of `plan` stops, rebinds or restarts something `s` needs.
+fn touches(plan: &Plan, s: &DesiredServer) -> bool {
+    plan.steps.iter().any(|p| match &p.step {
+        Step::StopUnit { unit } | Step::StartUnit { unit, .. } | Step::WriteUnit { unit, .. } => {
+            *unit == s.unit
+        }
+        Step::StopContainer { vmid } => s.unit.location == Location::Container(*vmid),
+        Step::Unbind { address, .. } | Step::SetDriverOverride { address, .. } => {
+            s.gpus.contains(address)
+        }
+        _ => false,
+    })
+}
+
+#[cfg(test)]
+mod tests;
