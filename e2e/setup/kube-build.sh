@@ -8,7 +8,7 @@
 # and, with KUBE_BUILD_NODE=1, what a real single-node cluster also needs (the real-node e2e test,
 # e2e/tests/vm_kube_node.rs, bakes them into its VM image):
 #
-#   $GPUPLANE_E2E_CACHE/kube/bin/kubelet, kube-controller-manager, kube-scheduler   (v1.20.2)
+#   $GPUPLANE_E2E_CACHE/kube/bin/kubelet, kube-controller-manager, kube-scheduler, kube-proxy  (v1.20.2)
 #   $GPUPLANE_E2E_CACHE/kube/bin/pause     (the pod sandbox binary, build/pause/linux/pause.c, static)
 #
 # No prebuilt Kubernetes binaries are fetched from the internet. Debian bookworm ships the complete
@@ -25,7 +25,7 @@
 #   KUBE_BUILD_KEEP=1    keep the source tree and the Go build cache after a successful build
 #                        (default: remove them; about 2 GiB)
 #   KUBE_BUILD_FORCE=1   rebuild even if the binaries are there
-#   KUBE_BUILD_NODE=1    also build kubelet, kube-controller-manager and kube-scheduler (all static,
+#   KUBE_BUILD_NODE=1    also build kubelet, kube-controller-manager, kube-scheduler, kube-proxy (static,
 #                        CGO_ENABLED=0: a kubelet that talks to containerd over CRI needs no cgo).
 #                        If the source tree was removed after an earlier build, it is fetched again.
 #
@@ -64,7 +64,7 @@ have_version() { # binary args-that-print-the-version...
 
 # The binaries wanted, and how each reports its version.
 WANT=(kube-apiserver kubectl)
-[ "${KUBE_BUILD_NODE:-0}" = 1 ] && WANT+=(kubelet kube-controller-manager kube-scheduler)
+[ "${KUBE_BUILD_NODE:-0}" = 1 ] && WANT+=(kubelet kube-controller-manager kube-scheduler kube-proxy)
 version_args() { if [ "$1" = kubectl ]; then echo "version --client --short"; else echo --version; fi; }
 is_built() { # shellcheck disable=SC2046
   have_version "$BIN/$1" $(version_args "$1")

@@ -6,12 +6,15 @@
 #   modules), plus
 #   - from Debian: containerd, runc, containernetworking-plugins, iptables, conntrack, etcd-server
 #   - from the Debian `kubernetes` source package (e2e/setup/kube-build.sh, KUBE_BUILD_NODE=1):
-#     kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl in /usr/local/bin
+#     kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl in
+#     /usr/local/bin
 #     and the pod sandbox image k8s.gcr.io/pause:3.2 (its pause.c, static) as an OCI archive in
 #     /etc/kubernetes/images/, which k8s-prep.service imports into containerd at boot
 #   - the node's configuration, e2e/vm/kube-node/ copied onto / (containerd, CNI, kubelet, units)
-#   - a fresh service-account key, a static token file (admin in system:masters; the kubelet as
-#     system:node:gpuhost) and kubeconfigs for both, in /etc/kubernetes/
+#   - a fresh CA and the API server's serving certificate (the in-cluster names and 10.96.0.1, so
+#     pods verify it with their service account's ca.crt), a service-account key, a static token
+#     file (admin in system:masters; the kubelet as system:node:gpuhost) and kubeconfigs for both,
+#     in /etc/kubernetes/
 #   - /etc/pve: the mount point of a Proxmox host's cluster filesystem, which the chart mounts.
 #
 #   build-kube-image.sh [--force]
@@ -69,30 +72,45 @@ rm -rf "$R/usr/sbin/policy-rc.d" "$R"/var/lib/apt/lists/* "$R"/usr/share/doc/* "
 rm -f "$R/etc/resolv.conf"
 
 KB=$E2E_CACHE/kube/bin
-for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
   install -m 0755 "$KB/$b" "$R/usr/local/bin/$b"
 done
 cp -a "$E2E_VM_DIR/kube-node/." "$R/"
 W=$R/etc/systemd/system/multi-user.target.wants
-for u in etcd containerd k8s-prep kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+for u in etcd containerd k8s-prep kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
   [ -f "$R/etc/systemd/system/$u.service" ] && f=/etc/systemd/system/$u.service || f=/lib/systemd/system/$u.service
   ln -sf "$f" "$W/$u.service"
 done
-mkdir -p "$R/etc/pve" "$R/var/lib/kubernetes/pki"
+mkdir -p "$R/etc/pve"
 
 # Identities: throwaway ones, made per image (the VM has no network interface).
 K=$R/etc/kubernetes
-mkdir -p "$K/images"
+mkdir -p "$K/images" "$K/pki"
+(
+  cd "$K/pki"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+    -keyout ca.key -out ca.crt -subj "/CN=gpuplane-e2e-node-ca" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -keyout apiserver.key -out apiserver.csr -subj "/CN=kube-apiserver"
+  printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+    "extendedKeyUsage=serverAuth" \
+    "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.99.0.1,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" \
+    >apiserver.ext
+  openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+    -extfile apiserver.ext -out apiserver.crt
+  rm -f apiserver.csr apiserver.ext ca.srl ca.key
+) >>"$LOG" 2>&1
 openssl genrsa -out "$K/sa.key" 2048 2>>"$LOG"
 admin=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 kubelet=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 printf '%s,admin,admin,system:masters\n%s,system:node:gpuhost,kubelet,system:nodes\n' "$admin" "$kubelet" >"$K/tokens.csv"
 kubeconfig() {
-  printf 'apiVersion: v1\nkind: Config\nclusters: [{name: local, cluster: {server: "https://127.0.0.1:6443", insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {token: %s}}]\ncontexts: [{name: local, context: {cluster: local, user: u}}]\ncurrent-context: local\n' "$1"
+  printf 'apiVersion: v1\nkind: Config\nclusters: [{name: local, cluster: {server: "https://127.0.0.1:6443", certificate-authority: /etc/kubernetes/pki/ca.crt}}]\nusers: [{name: u, user: {token: %s}}]\ncontexts: [{name: local, context: {cluster: local, user: u}}]\ncurrent-context: local\n' "$1"
 }
 kubeconfig "$admin" >"$K/admin.kubeconfig"
 kubeconfig "$kubelet" >"$K/kubelet.kubeconfig"
-chmod 600 "$K/sa.key" "$K/tokens.csv" "$K"/*.kubeconfig
+chmod 600 "$K/sa.key" "$K/tokens.csv" "$K"/*.kubeconfig "$K/pki/apiserver.key"
 
 # The pause image: one layer holding /pause, stored under the name containerd's config asks for.
 P=$B/pause

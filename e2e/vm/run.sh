@@ -32,6 +32,10 @@
 #   VM_QEMU_ARGS        extra qemu arguments (word-split)
 #   VM_QUIET=1          do not print the VM's wall time on stderr
 #   VM_KEEP=1           keep the work dir (disk image, console.log) even on success
+#   VM_REBOOT=1         a reboot of the guest restarts it on the same disk (default: it ends the
+#                       VM); check.sh runs again at every boot and can tell them apart by a file
+#                       it leaves on the disk. The output is everything from the first boot's
+#                       @@BEGIN@@ to the last @@END@@ (the later boots' @@BEGIN@@ lines included).
 #   VM_IMAGE=kube-node  boot the single-node Kubernetes image of build-kube-image.sh instead of
 #                       the base image (give it VM_MEM=4096)
 #   GPUPLANE_E2E_CACHE  where build-image.sh put the image (default /var/cache/gpuplane-e2e)
@@ -128,10 +132,12 @@ if [ "${VM_NET:-}" = user ]; then
   kargs="$kargs gpuplane.net=1"
 fi
 
+noreboot=-no-reboot
+[ "${VM_REBOOT:-}" = 1 ] && noreboot=""
 start=$(date +%s%N)
 # shellcheck disable=SC2086
 timeout --kill-after=10 "${VM_TIMEOUT:-300}" $QEMU \
-  -nodefaults -display none -no-reboot \
+  -nodefaults -display none $noreboot \
   -accel tcg -M q35,kernel-irqchip=split -smp 2 -m "$mem" \
   -object memory-backend-ram,id=m0,size=${half}M -object memory-backend-ram,id=m1,size=$(( mem - half ))M \
   -numa node,nodeid=0,cpus=0,memdev=m0 -numa node,nodeid=1,cpus=1,memdev=m1 \
