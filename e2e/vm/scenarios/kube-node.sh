@@ -74,7 +74,7 @@ helm version --short
 # The image is only in containerd: never pull it. The stand-in GPUs are bochs-display devices
 # (vendor 1234) whose host driver is bochs-drm.
 helm install gpuplane /root/charts/gpuplane --namespace $NS --create-namespace \
-  --set image.pullPolicy=Never --set agent.gpuVendor=1234 --set agent.gpuDriver=bochs-drm \
+  --set image.pullPolicy=Never --set-string agent.gpuVendor=1234 --set agent.gpuDriver=bochs-drm \
   --set agent.driftInterval=10 || fail "helm install"
 until_ok 600 ready_pods agent || fail "the agent's pod is not Ready"
 phase helm_install_to_agent_ready
