@@ -184,10 +184,11 @@ for pkg in k8s.io/kubernetes/vendor/k8s.io/component-base/version k8s.io/kuberne
   ldflags+=" -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 done
 
-log "compiling ${TODO[*]} (several minutes each)"
+GO_TODO=()
+for b in "${TODO[@]}"; do [ "$b" = pause ] || GO_TODO+=("$b"); done
+[ ${#GO_TODO[@]} -eq 0 ] || log "compiling ${GO_TODO[*]} (minutes each)"
 mkdir -p "$BIN/.new"
-for b in "${TODO[@]}"; do
-  [ "$b" = pause ] && continue
+for b in "${GO_TODO[@]}"; do
   s=$(date +%s)
   go build -ldflags "$ldflags" -o "$BIN/.new/" "./cmd/$b"
   mv -f "$BIN/.new/$b" "$BIN/"

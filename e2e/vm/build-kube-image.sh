@@ -49,11 +49,17 @@ LOG=$E2E_CACHE/build-kube.log
 echo "build-kube-image: building into $E2E_CACHE/kube-node.img (log $LOG)" >&2
 
 # The base image's tree (modes, owners and links kept), read straight out of the ext4 file.
+# debugfs skips device nodes: make the few a chroot'ed apt-get needs.
 mkdir -p "$R"
-for e in $(debugfs -R "ls /" "$E2E_CACHE/base.img" 2>/dev/null | tr -s ' ' '\n' | grep -vxE '|\.|\.\.|lost\+found'); do
+for e in $(debugfs -R "ls -p /" "$E2E_CACHE/base.img" 2>/dev/null | cut -d/ -f6 | grep -vxE '|\.|\.\.|lost\+found'); do
   debugfs -R "rdump /$e $R" "$E2E_CACHE/base.img" >>"$LOG" 2>&1
 done
 [ -x "$R/usr/local/lib/gpuplane-e2e/run-check" ] || { echo "build-kube-image: could not read base.img" >&2; exit 1; }
+mkdir -p "$R/dev"
+for n in "null 1 3" "zero 1 5" "random 1 8" "urandom 1 9"; do
+  set -- $n
+  [ -e "$R/dev/$1" ] || mknod -m 666 "$R/dev/$1" c "$2" "$3"
+done
 
 # Debian's container runtime, CNI plugins and etcd; no service starts inside the chroot.
 cp /etc/resolv.conf "$R/etc/resolv.conf"
