@@ -116,6 +116,7 @@ fn the_chart_runs_the_agent_on_a_real_kubelet_node() {
     let phases: Vec<&str> = out.lines().filter(|l| l.starts_with("PHASE ")).collect();
     for p in [
         "boot",
+        "apiserver_ready",
         "node_ready",
         "image_import",
         "helm_install_to_agent_ready",

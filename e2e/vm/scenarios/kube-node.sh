@@ -13,7 +13,7 @@
 #      release's pods are gone, the CRDs stay (Helm never deletes crds/)
 #
 # Prints machine-readable lines for e2e/tests/vm_kube_node.rs: `PHASE name seconds` (each step's
-# duration; `boot` is the uptime when this script starts), `DRV <bdf> <driver>`, `OK <what>`, and
+# duration; `boot` is the uptime when the API server started), `DRV <bdf> <driver>`, `OK <what>`, and
 # `FAIL <what>` followed by diagnostics (exit status 1).
 set -u
 export KUBECONFIG=/etc/kubernetes/admin.kubeconfig HOME=/root
@@ -36,8 +36,11 @@ fail() {
   kubectl get events -A --sort-by=.lastTimestamp 2>&1 | tail -20
   kubectl -n $NS describe pods 2>&1 | tail -40
   for p in $(kubectl -n $NS get pods -o name 2>/dev/null); do echo "--- logs $p"; kubectl -n $NS logs "$p" --tail=40 2>&1; done
-  for u in k8s-prep containerd kubelet kube-apiserver; do
-    echo "--- journal $u"; journalctl -u $u --no-pager -o cat 2>&1 | grep -vE '^\s*$' | tail -n 25 | cut -c1-300
+  for u in k8s-prep containerd kubelet kube-apiserver kube-controller-manager etcd; do
+    echo "--- journal $u: starts, fatal and error lines"
+    journalctl -u $u --no-pager -o short-monotonic 2>&1 | grep -E 'Started|Stopped|Failed|Main process|\]: [FE][0-9]{4} |panic|fatal' \
+      | grep -v 'node "gpuhost" not found' | head -n 12 | cut -c1-300
+    journalctl -u $u --no-pager -o cat 2>&1 | grep -E '^[FE][0-9]{4}|^panic|fatal error' | grep -v 'not found' | tail -n 8 | cut -c1-300
   done
   kubectl get gpupartitions -o yaml 2>&1 | tail -40
   drivers DRV-AT-FAILURE
@@ -55,10 +58,17 @@ ready_pods() {
 no_pods() { [ -z "$(kubectl -n $NS get pods -o name 2>/dev/null)" ]; }
 partition_ready() { [ "$(kubectl get gpupartition gpuhost -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
 
-echo "PHASE boot $(up) (uptime at the start of the check; systemd and udev settled)"
-echo "== 1. control plane and node"
+# The kubelet, controller-manager, scheduler and kube-proxy wait for the API server's readiness
+# (wait-apiserver.sh) before they start, and multi-user.target for them, so this script starts
+# after it: their start times say when the API server got ready.
+started() { systemctl show -p ExecMainStartTimestampMonotonic --value "$1" | awk '{printf "%.1f", $1 / 1e6}'; }
+echo "== 1. control plane and node (check started at uptime $(up)s)"
 until_ok 600 kubectl get --raw /readyz || fail "the API server is not ready"
-until_ok 300 node_ready || fail "node gpuhost is not Ready"
+A=$(started kube-apiserver.service); K=$(started kubelet.service)
+echo "PHASE boot $A (kernel and systemd, up to the API server's start)"
+echo "PHASE apiserver_ready $(awk -v a="$A" -v k="$K" 'BEGIN{printf "%.1f", k-a}') (API server start to the kubelet's start)"
+MARK=$K
+until_ok 600 node_ready || fail "node gpuhost is not Ready"
 phase node_ready
 kubectl get nodes -o wide
 kubectl version --short 2>/dev/null | sed 's/^/  /'
