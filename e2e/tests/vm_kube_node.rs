@@ -8,7 +8,7 @@
 //! driver, and `helm uninstall` removes the pods. Prints how long each phase took.
 //!
 //! Opt-in, as it does not fit CI's budget on two cores (a cold set-up compiles three more
-//! Kubernetes binaries and builds the node image; one boot takes ~5-10 min under TCG):
+//! Kubernetes binaries, ~13 min, and builds the node image; the boot takes ~17 min under TCG):
 //!
 //!     sudo env KUBE_BUILD_NODE=1 e2e/setup/kube-build.sh && sudo e2e/vm/build-kube-image.sh
 //!     GPUPLANE_E2E_REAL_NODE=1 cargo test -p gpuplane-e2e --test vm_kube_node -- --nocapture
