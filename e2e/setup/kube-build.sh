@@ -5,6 +5,12 @@
 #   $GPUPLANE_E2E_CACHE/kube/bin/kubectl          (v1.20.2, the same version as the server)
 #   etcd                                          (Debian's etcd-server package, on PATH)
 #
+# and, with KUBE_BUILD_NODE=1, what a real single-node cluster also needs (the real-node e2e test,
+# e2e/tests/vm_kube_node.rs, bakes them into its VM image):
+#
+#   $GPUPLANE_E2E_CACHE/kube/bin/kubelet, kube-controller-manager, kube-scheduler, kube-proxy  (v1.20.2)
+#   $GPUPLANE_E2E_CACHE/kube/bin/pause     (the pod sandbox binary, build/pause/linux/pause.c, static)
+#
 # No prebuilt Kubernetes binaries are fetched from the internet. Debian bookworm ships the complete
 # Kubernetes 1.20.2 source tree, vendored dependencies included, as the source package `kubernetes`
 # (version 1.20.5+really1.20.2), and Debian's own Go (golang-go, 1.19) compiles it. Only Debian
@@ -19,6 +25,9 @@
 #   KUBE_BUILD_KEEP=1    keep the source tree and the Go build cache after a successful build
 #                        (default: remove them; about 2 GiB)
 #   KUBE_BUILD_FORCE=1   rebuild even if the binaries are there
+#   KUBE_BUILD_NODE=1    also build kubelet, kube-controller-manager, kube-scheduler, kube-proxy (static,
+#                        CGO_ENABLED=0: a kubelet that talks to containerd over CRI needs no cgo).
+#                        If the source tree was removed after an earlier build, it is fetched again.
 #
 # Needs root (or sudo) for apt-get. Runs on Debian bookworm.
 set -euo pipefail
@@ -53,17 +62,28 @@ have_version() { # binary args-that-print-the-version...
   [ -x "$1" ] && out=$("$@" 2>/dev/null) && [[ $out == *"$KUBE_VERSION"* ]]
 }
 
+# The binaries wanted, and how each reports its version.
+WANT=(kube-apiserver kubectl)
+[ "${KUBE_BUILD_NODE:-0}" = 1 ] && WANT+=(kubelet kube-controller-manager kube-scheduler kube-proxy)
+version_args() { if [ "$1" = kubectl ]; then echo "version --client --short"; else echo --version; fi; }
+is_built() { # shellcheck disable=SC2046
+  have_version "$BIN/$1" $(version_args "$1")
+}
+
 print_paths() {
-  echo "kube-apiserver: $BIN/kube-apiserver"
-  echo "kubectl:        $BIN/kubectl"
-  echo "etcd:           $(command -v etcd)"
+  local b
+  for b in "${WANT[@]}"; do printf '%-24s %s\n' "$b:" "$BIN/$b"; done
+  echo "etcd:                    $(command -v etcd)"
 }
 
 apt_install "${RUNTIME_PKGS[@]}"
 
-if [ "${KUBE_BUILD_FORCE:-0}" != 1 ] &&
-   have_version "$BIN/kube-apiserver" --version &&
-   have_version "$BIN/kubectl" version --client --short; then
+TODO=()
+for b in "${WANT[@]}"; do
+  if [ "${KUBE_BUILD_FORCE:-0}" = 1 ] || ! is_built "$b"; then TODO+=("$b"); fi
+done
+[ "${KUBE_BUILD_NODE:-0}" = 1 ] && [ ! -x "$BIN/pause" ] && TODO+=(pause)
+if [ ${#TODO[@]} -eq 0 ]; then
   log "cached build found"
   print_paths
   exit 0
@@ -164,15 +184,27 @@ for pkg in k8s.io/kubernetes/vendor/k8s.io/component-base/version k8s.io/kuberne
   ldflags+=" -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 done
 
-log "compiling kube-apiserver and kubectl (several minutes)"
+GO_TODO=()
+for b in "${TODO[@]}"; do [ "$b" = pause ] || GO_TODO+=("$b"); done
+[ ${#GO_TODO[@]} -eq 0 ] || log "compiling ${GO_TODO[*]} (minutes each)"
 mkdir -p "$BIN/.new"
-go build -ldflags "$ldflags" -o "$BIN/.new/" ./cmd/kube-apiserver ./cmd/kubectl
-mv -f "$BIN/.new/kube-apiserver" "$BIN/.new/kubectl" "$BIN/" && rmdir "$BIN/.new"
+for b in "${GO_TODO[@]}"; do
+  s=$(date +%s)
+  go build -ldflags "$ldflags" -o "$BIN/.new/" "./cmd/$b"
+  mv -f "$BIN/.new/$b" "$BIN/"
+  is_built "$b" || { log "built $b does not report $KUBE_VERSION"; exit 1; }
+  log "$b built in $(( $(date +%s) - s ))s"
+done
+rmdir "$BIN/.new"
 
-have_version "$BIN/kube-apiserver" --version ||
-  { log "built kube-apiserver does not report $KUBE_VERSION"; exit 1; }
-have_version "$BIN/kubectl" version --client --short ||
-  { log "built kubectl does not report $KUBE_VERSION"; exit 1; }
+# The pod sandbox ("pause") image's one binary, from the same tree: containerd's CRI starts every pod,
+# hostNetwork ones too, from its sandbox image, and no registry is reachable in the test VM.
+if [ "${KUBE_BUILD_NODE:-0}" = 1 ] && [ ! -x "$BIN/pause" ]; then
+  apt_install gcc libc6-dev
+  gcc -Os -static -DVERSION=v3.2 -o "$BIN/pause.new" build/pause/linux/pause.c && strip "$BIN/pause.new"
+  mv -f "$BIN/pause.new" "$BIN/pause"
+  log "pause built"
+fi
 
 if [ "${KUBE_BUILD_KEEP:-0}" != 1 ]; then
   rm -rf "$CACHE/src" "$CACHE/gopath" "$CACHE/gocache" "$CACHE/openapi-gen" "$CACHE/openapi-gen.log" "$CACHE/openapi-violations.report"

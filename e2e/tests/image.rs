@@ -1,7 +1,7 @@
 //! The OCI image (`packaging/image/build.sh`), built offline from the gpuplane binary: the same
 //! inputs give the same archive, skopeo reads it as an image with OCI labels and a non-shell
-//! entrypoint, and the programs in it run from its own root filesystem (chroot), libraries and
-//! certificates included.
+//! entrypoint, and the programs in it (the agent, nsenter, the wrappers' /bin/sh) run from its own root
+//! filesystem (chroot), libraries and certificates included.
 //!
 //!     cargo test -p gpuplane-e2e --test image
 
@@ -94,6 +94,12 @@ fn the_image_is_reproducible_labelled_and_runs_from_its_own_root() {
         .arg(&root)
         .args(["/usr/bin/nsenter", "--version"]));
     assert!(nsenter.contains("util-linux"), "{nsenter}");
+    // The chart's host-tool wrappers are `#!/bin/sh` scripts.
+    let sh =
+        run(Command::new("chroot")
+            .arg(&root)
+            .args(["/bin/sh", "-c", "echo wrapper-shell-ok"]));
+    assert_eq!(sh.trim(), "wrapper-shell-ok");
     assert!(root.join("etc/ssl/certs/ca-certificates.crt").is_file());
     std::fs::remove_dir_all(&dir).ok();
 }

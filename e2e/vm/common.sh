@@ -26,3 +26,13 @@ e2e_pick_kernel() {
 e2e_script_sha() {
   sha256sum "$E2E_VM_DIR/build-image.sh" | cut -d' ' -f1
 }
+
+# What the single-node Kubernetes image (build-kube-image.sh, kube-node.img) is built from: that
+# script, the node configuration tree, the base image's stamp and the kube binaries (size, time).
+e2e_kube_want() {
+  local tree bins
+  tree=$(cd "$E2E_VM_DIR/kube-node" && find . -type f | LC_ALL=C sort | xargs stat -c '%n %a' | sha256sum | cut -d' ' -f1)
+  tree=$tree-$(cd "$E2E_VM_DIR/kube-node" && find . -type f | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16)
+  bins=$(cd "$E2E_CACHE/kube/bin" && stat -c '%n %s %Y' kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl pause 2>/dev/null | sha256sum | cut -c1-16)
+  echo "script_sha=$(sha256sum "$E2E_VM_DIR/build-kube-image.sh" | cut -d' ' -f1) tree=$tree bins=$bins base=$(cat "$E2E_CACHE/stamp" 2>/dev/null | sha256sum | cut -c1-16)"
+}

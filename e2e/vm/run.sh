@@ -32,6 +32,12 @@
 #   VM_QEMU_ARGS        extra qemu arguments (word-split)
 #   VM_QUIET=1          do not print the VM's wall time on stderr
 #   VM_KEEP=1           keep the work dir (disk image, console.log) even on success
+#   VM_REBOOT=1         a reboot of the guest restarts it on the same disk (default: it ends the
+#                       VM); check.sh runs again at every boot and can tell them apart by a file
+#                       it leaves on the disk. The output is everything from the first boot's
+#                       @@BEGIN@@ to the last @@END@@ (the later boots' @@BEGIN@@ lines included).
+#   VM_IMAGE=kube-node  boot the single-node Kubernetes image of build-kube-image.sh instead of
+#                       the base image (give it VM_MEM=4096)
 #   GPUPLANE_E2E_CACHE  where build-image.sh put the image (default /var/cache/gpuplane-e2e)
 # Exit status: the script's; 124 if the VM timed out; 125 if the VM ended without reporting
 # (the console log's tail then goes to stderr and the work dir is kept); 2 for usage/setup errors.
@@ -57,6 +63,17 @@ case "$(cat "$E2E_CACHE/stamp")" in
   "script_sha=$(e2e_script_sha) "*) ;;
   *) echo "run.sh: $E2E_CACHE/base.img is stale (build-image.sh changed); $E2E_HINT" >&2; exit 2 ;;
 esac
+IMAGE=$E2E_CACHE/base.img
+case "${VM_IMAGE:-base}" in
+  base) ;;
+  kube-node)
+    IMAGE=$E2E_CACHE/kube-node.img
+    if [ ! -f "$IMAGE" ] || [ "$(cat "$E2E_CACHE/kube-node.stamp" 2>/dev/null)" != "$(e2e_kube_want)" ]; then
+      echo "run.sh: $IMAGE is missing or stale; run e2e/vm/build-kube-image.sh (as root)" >&2
+      exit 2
+    fi ;;
+  *) echo "run.sh: unknown VM_IMAGE ${VM_IMAGE}" >&2; exit 2 ;;
+esac
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/gpuplane-vm.XXXXXX")
 qpid=""
@@ -68,7 +85,7 @@ on_signal() {
 trap on_signal INT TERM
 
 # Private copy of the image with the script and files written in (no mount, no root needed).
-cp --sparse=always "$E2E_CACHE/base.img" "$W/disk.img"
+cp --sparse=always "$IMAGE" "$W/disk.img"
 {
   inject() {  # src dst
     echo "rm $2"
@@ -118,10 +135,12 @@ if [ "${VM_NET:-}" = user ]; then
   kargs="$kargs gpuplane.net=1"
 fi
 
+noreboot=-no-reboot
+[ "${VM_REBOOT:-}" = 1 ] && noreboot=""
 start=$(date +%s%N)
 # shellcheck disable=SC2086
 timeout --kill-after=10 "${VM_TIMEOUT:-300}" $QEMU \
-  -nodefaults -display none -no-reboot \
+  -nodefaults -display none $noreboot \
   -accel tcg -M q35,kernel-irqchip=split -smp 2 -m "$mem" \
   -object memory-backend-ram,id=m0,size=${half}M -object memory-backend-ram,id=m1,size=$(( mem - half ))M \
   -numa node,nodeid=0,cpus=0,memdev=m0 -numa node,nodeid=1,cpus=1,memdev=m1 \

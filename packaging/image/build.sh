@@ -4,9 +4,9 @@
 #   packaging/image/build.sh [--binary PATH] [--name NAME] OUT.tar
 #
 # The image holds the gpuplane binary (default: target/release/gpuplane, built if missing), the
-# programs the agent runs inside the pod (nsenter, from Debian's util-linux, for the chart's host
-# tools), the shared libraries they need (copied from this machine, as ldd lists them), and the
-# CA certificates. One layer; entrypoint ["/usr/bin/gpuplane"] (no shell); user root (the agent
+# programs the agent runs inside the pod (nsenter, from Debian's util-linux, and /bin/sh, Debian's
+# dash: the chart's host-tool wrappers are `#!/bin/sh` scripts that nsenter into the host), the
+# shared libraries they need (copied from this machine, as ldd lists them), and the CA certificates. One layer; entrypoint ["/usr/bin/gpuplane"] (no shell); user root (the agent
 # is a privileged node agent; the webhook Deployment runs it as 65532).
 #
 # Reproducible: file times are SOURCE_DATE_EPOCH (default: the last commit's time), names are
@@ -38,16 +38,18 @@ EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 CREATED=$(date -u -d "@$EPOCH" +%Y-%m-%dT%H:%M:%SZ)
 NSENTER=$(command -v nsenter) || { echo "nsenter (util-linux) is needed" >&2; exit 1; }
+DASH=$(command -v dash) || { echo "dash is needed (the host-tool wrappers' /bin/sh)" >&2; exit 1; }
 
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 ROOT=$T/root
-mkdir -p "$ROOT/usr/bin" "$ROOT/etc/ssl/certs" "$ROOT/tmp" "$ROOT/var/lib/gpuplane"
+mkdir -p "$ROOT/usr/bin" "$ROOT/bin" "$ROOT/etc/ssl/certs" "$ROOT/tmp" "$ROOT/var/lib/gpuplane"
 chmod 1777 "$ROOT/tmp"
 install -m 0755 "$BIN" "$ROOT/usr/bin/gpuplane"
 install -m 0755 "$NSENTER" "$ROOT/usr/bin/nsenter"
+install -m 0755 "$DASH" "$ROOT/bin/sh"
 install -m 0644 /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/ssl/certs/ca-certificates.crt"
 # Shared libraries of both programs, at the paths the dynamic loader looks for them.
-for lib in $( { ldd "$BIN"; ldd "$NSENTER"; } | grep -o '/[^ ]*\.so[^ ]*' | sort -u); do
+for lib in $( { ldd "$BIN"; ldd "$NSENTER"; ldd "$DASH"; } | grep -o '/[^ ]*\.so[^ ]*' | sort -u); do
   mkdir -p "$ROOT$(dirname "$lib")"
   cp -L "$lib" "$ROOT$lib"
 done
