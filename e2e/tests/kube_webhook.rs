@@ -527,7 +527,10 @@ fn an_agent_token_reaches_only_its_own_nodes_objects_and_lease() {
     ]);
     own["metadata"]["labels"] = serde_json::json!({});
     // Unconditional (the agent renews it meanwhile; a stale resourceVersion would be a 409).
-    own["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+    own["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
     let o =
         c.cp.kubectl_as(&mine, &["replace", "-f", "-"])
             .stdin(&own.to_string())
