@@ -34,16 +34,25 @@ dc_there() { for d in $DEVS; do driverctl set-override $d vfio-pci; done; }
 dc_back() { for d in $DEVS; do driverctl unset-override $d; done; }
 gp_there() { $G converge -f $M/there $GP > /dev/null 2>/tmp/gp.err || { echo "NOTE gpuplane there failed"; cat /tmp/gp.err; }; }
 gp_back() { $G converge -f $M/back $GP > /dev/null 2>/tmp/gp.err || { echo "NOTE gpuplane back failed"; cat /tmp/gp.err; }; }
+# Another gpuplane build to compare with (bench.env: OTHER=/usr/local/bin/<file>).
+go_there() { $OTHER converge -f $M/there $GP > /dev/null 2>&1 || echo "NOTE other there failed"; }
+go_back() { $OTHER converge -f $M/back $GP > /dev/null 2>&1 || echo "NOTE other back failed"; }
+METHODS="bare driverctl gpuplane${OTHER:+ other}"
 # A first gpuplane run each way outside the figures: page cache, the binary's first load.
 gp_there; gp_back
 echo "== rounds: $ROUNDS"
 for r in $(seq 1 $ROUNDS); do
-  for m in bare driverctl gpuplane; do
-    case $m in bare) a=bare_there; b=bare_back;; driverctl) a=dc_there; b=dc_back;; gpuplane) a=gp_there; b=gp_back;; esac
+  for m in $METHODS; do
+    case $m in bare) a=bare_there; b=bare_back;; driverctl) a=dc_there; b=dc_back;; gpuplane) a=gp_there; b=gp_back;; other) a=go_there; b=go_back;; esac
     t0=$(ms); $a; t1=$(ms); w1=$(where); $b; t2=$(ms); w2=$(where)
     echo "TIME $m $r $(( t2 - t0 )) there=$(( t1 - t0 )) back=$(( t2 - t1 ))"
     echo "DRV $m $r there: $w1 back: $w2"
   done
+done
+echo "== full observations and refreshes in one converge each way"
+for dir in there back; do
+  GPUPLANE_LOG=gpuplane=debug NO_COLOR=1 $G converge -f $M/$dir $GP 2>&1 >/dev/null \
+    | awk -v d=$dir '/observe: the whole host/ {o++} /refresh after/ {r++} /host write:/ {w++} END {print "LOOKS", d, "observe=" o+0, "refresh=" r+0, "writes=" w+0}'
 done
 echo "== where gpuplane's time goes (each ROUNDS times)"
 for r in $(seq 1 $ROUNDS); do

@@ -442,6 +442,7 @@ pub fn uvm_major(text: &str) -> Option<u32> {
 
 impl Host for LocalHost {
     fn observe(&mut self) -> Result<HostState, HostError> {
+        tracing::debug!("observe: the whole host");
         self.observe_state()
             .map_err(|e| HostError::Other(e.to_string()))
     }
@@ -453,7 +454,9 @@ impl Host for LocalHost {
     }
 
     fn refresh(&mut self, step: &Step, st: &mut HostState) -> Result<bool, HostError> {
-        Ok(self.refresh_state(step, st))
+        let done = self.refresh_state(step, st);
+        tracing::debug!(done, "refresh after {}", step.kind());
+        Ok(done)
     }
 
     fn sleep(&mut self, secs: u64) {
