@@ -44,6 +44,9 @@ pub struct Plan {
 #[serde(rename_all = "camelCase")]
 pub struct Note {
     pub resource: String,
+    /// A CamelCase word for events (`P2PDisabled`, `RolledBack`, `PreflightFailed`).
+    #[serde(default)]
+    pub reason: String,
     pub message: String,
 }
 

@@ -46,6 +46,7 @@ pub(super) fn gate(d: &Desired, h: &HostState, plan: &mut Plan) {
         } else {
             plan.notes.push(Note {
                 resource: res,
+                reason: "PreflightFailed".into(),
                 message: format!("{message} (the server runs as specified and is left alone)"),
             });
         }

@@ -161,6 +161,7 @@ fn unit_content(p: &mut Planner<'_>, ctx: &Ctx<'_>, s: &DesiredServer) -> Option
         P2p::Off(why) => {
             p.plan.notes.push(Note {
                 resource: res.clone(),
+                reason: "P2PDisabled".into(),
                 message: format!("P2P disabled: {why}"),
             });
             true
@@ -239,6 +240,7 @@ fn choose_unit(p: &mut Planner<'_>, s: &DesiredServer, content: String) -> Chose
         (Some(r), true) => {
             p.plan.notes.push(Note {
                 resource: format!("InferenceServer/{}", s.id),
+                reason: "RolledBack".into(),
                 message: format!("Rolled back: the unit rendered from this spec failed to start, so {} runs the last unit that reached Ready; change the spec to try again", s.unit),
             });
             r.clone()

@@ -432,15 +432,12 @@ async fn publish_events(
                 .map(|(_, s)| s.object_ref(&()));
             if let Some(t) = target {
                 let note = n.message.clone();
-                publish(
-                    ctx,
-                    &t,
-                    EventType::Warning,
-                    "P2PDisabled",
-                    "DecideP2P",
-                    note,
-                )
-                .await;
+                let reason = if n.reason.is_empty() {
+                    "PlanNote"
+                } else {
+                    n.reason.as_str()
+                };
+                publish(ctx, &t, EventType::Warning, reason, "Plan", note).await;
             }
         }
     }
