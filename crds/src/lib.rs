@@ -19,6 +19,12 @@ use kube::CustomResourceExt;
 /// The API group of every gpuplane resource.
 pub const GROUP: &str = "gpuplane.dev";
 
+/// The label that places an object on a node: a `GpuPartition` carries its `spec.nodeName`, an
+/// `InferenceServer` the node of its partition. Each agent watches only the objects labelled
+/// with its own node (ARCHITECTURE.md, "Per-node scoping"); checks outside the project rely on
+/// this exact key.
+pub const NODE_LABEL: &str = "gpuplane.dev/node";
+
 /// The CRD manifests, as one multi-document YAML string, exactly as `crdgen` writes them.
 pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
     let mut out = String::new();
