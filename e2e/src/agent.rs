@@ -3,12 +3,12 @@
 //! metrics and the tail of its log are printed.
 
 use crate::kpro6::NODE;
-use crate::kube::{Cluster, LEASE_NS};
+use crate::kube::{Cluster, ControlPlane, LEASE_NS};
 use crate::net::{free_ports, http_get};
 use crate::paths::{gpuplane_bin, path_str};
 use crate::wait::wait_for;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -53,17 +53,30 @@ impl Agent {
     /// Starts agent `id` for the cluster's node on its host file (`--sim-speed 20`, the non-admin
     /// kubeconfig) and waits until its `/healthz` and `/readyz` answer 200.
     pub fn start(c: &Cluster, id: &str, o: AgentOpts) -> Agent {
+        Agent::start_on(&c.cp, id, NODE, &c.host, o, &[])
+    }
+
+    /// Starts agent `id` for `node` on the host file `host`, with `extra` arguments after the
+    /// usual ones (e.g. `--watch-scope cluster`), and waits until it is healthy and ready.
+    pub fn start_on(
+        cp: &ControlPlane,
+        id: &str,
+        node: &str,
+        host: &Path,
+        o: AgentOpts,
+        extra: &[&str],
+    ) -> Agent {
         let port = free_ports(1)[0];
-        let log = c.cp.run.join(format!("agent-{id}.log"));
+        let log = cp.run.join(format!("agent-{id}.log"));
         let logf = std::fs::File::create(&log).unwrap();
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             "run".into(),
             "--node-name".into(),
-            NODE.into(),
+            node.into(),
             "--host".into(),
-            format!("sim:{}", c.host.display()),
+            format!("sim:{}", host.display()),
             "--kubeconfig".into(),
-            path_str(&c.cp.agent_kubeconfig()),
+            path_str(&cp.agent_kubeconfig()),
             "--metrics-addr".into(),
             format!("127.0.0.1:{port}"),
             "--drift-interval".into(),
@@ -79,6 +92,7 @@ impl Agent {
             "--sim-speed".into(),
             "20".into(),
         ];
+        args.extend(extra.iter().map(|a| a.to_string()));
         let child = Command::new(gpuplane_bin())
             .args(&args)
             // GPUPLANE_E2E_AGENT_LOG overrides the filter (e.g. info,gpuplane=debug,kube_runtime=debug).
@@ -193,6 +207,11 @@ impl Agent {
     /// Whether the process still runs.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The port of its `/metrics`.
