@@ -123,7 +123,8 @@ pub fn create_all(cp: &ControlPlane, objects: &[Json]) {
         std::thread::scope(|s| {
             for chunk in group {
                 s.spawn(move || {
-                    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": chunk});
+                    let list =
+                        serde_json::json!({"apiVersion": "v1", "kind": "List", "items": chunk});
                     let out = cp
                         .kubectl(&["create", "-f", "-", "-o", "name"])
                         .stdin(&list.to_string())

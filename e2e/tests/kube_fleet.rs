@@ -66,7 +66,12 @@ fn agent_servers(c: &Cluster) -> BTreeMap<String, Json> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| (s["metadata"]["name"].as_str().unwrap().to_string(), s.clone()))
+        .map(|s| {
+            (
+                s["metadata"]["name"].as_str().unwrap().to_string(),
+                s.clone(),
+            )
+        })
         .collect()
 }
 
@@ -120,7 +125,9 @@ fn spec_change_to_ready(c: &Cluster, size: &FleetSize) -> Vec<f64> {
             let all = agent_servers(c);
             let now = Instant::now();
             sent.retain(|name, t| {
-                let ready = all.get(name).is_some_and(|s| ready_for_generation(s).is_ok());
+                let ready = all
+                    .get(name)
+                    .is_some_and(|s| ready_for_generation(s).is_ok());
                 if ready {
                     took.push((now - *t).as_secs_f64());
                 }
@@ -135,6 +142,21 @@ fn spec_change_to_ready(c: &Cluster, size: &FleetSize) -> Vec<f64> {
 /// Annotates `OTHER_CHANGES` partitions and servers of nodes without an agent; returns the
 /// watch events agent `a` received meanwhile and those the API server sent all watchers.
 fn other_nodes_change(c: &Cluster, a: &Agent, round: &str) -> (f64, f64) {
+    // First the agent's own node goes quiet (its own status writes come back as events).
+    wait_for(
+        "agent 0's watches quiet for 3 s",
+        Duration::from_secs(120),
+        || {
+            let e = a.metric("gpuplane_watch_events_total");
+            std::thread::sleep(Duration::from_secs(3));
+            let now = a.metric("gpuplane_watch_events_total");
+            if now == e {
+                Ok(())
+            } else {
+                Err(format!("{} events in 3 s", now - e))
+            }
+        },
+    );
     let e0 = a.metric("gpuplane_watch_events_total");
     let m0 = apiserver_metrics(&c.cp);
     let parts: Vec<String> = (0..OTHER_CHANGES).map(|j| format!("node-{j:04}")).collect();
@@ -144,7 +166,13 @@ fn other_nodes_change(c: &Cluster, a: &Agent, round: &str) -> (f64, f64) {
     args.extend(parts.iter().map(String::as_str));
     args.push(&note);
     c.k(&args);
-    let mut args = vec!["annotate", "--overwrite", "-n", OTHERS_NS, "inferenceserver"];
+    let mut args = vec![
+        "annotate",
+        "--overwrite",
+        "-n",
+        OTHERS_NS,
+        "inferenceserver",
+    ];
     args.extend(servers.iter().map(String::as_str));
     args.push(&note);
     c.k(&args);
@@ -155,7 +183,13 @@ fn other_nodes_change(c: &Cluster, a: &Agent, round: &str) -> (f64, f64) {
     let api = |m: &str| {
         ["GpuPartition", "InferenceServer"]
             .iter()
-            .map(|k| sum_where(m, "apiserver_watch_events_total", &[&format!("kind=\"{k}\"")]))
+            .map(|k| {
+                sum_where(
+                    m,
+                    "apiserver_watch_events_total",
+                    &[&format!("kind=\"{k}\"")],
+                )
+            })
             .sum::<f64>()
     };
     (e1 - e0, api(&m1) - api(&m0))
@@ -174,7 +208,14 @@ fn measure(c: &Cluster, size: &FleetSize, scope: &str) -> Row {
             lease_duration: 15,
         };
         let id = format!("{scope}-{i:03}");
-        agents.push(Agent::start_on(&c.cp, &id, &agent_node(i), &host, o, &extra));
+        agents.push(Agent::start_on(
+            &c.cp,
+            &id,
+            &agent_node(i),
+            &host,
+            o,
+            &extra,
+        ));
     }
     eprintln!(
         "[kube_fleet] {scope}: {} agents started in {:.1}s",
@@ -201,7 +242,11 @@ fn measure(c: &Cluster, size: &FleetSize, scope: &str) -> Row {
         cpu_pct: 100.0 * (p1.cpu_ticks - p0.cpu_ticks) as f64 / CLK_TCK / secs,
         api_rss_mib: sum_where(&m1, "process_resident_memory_bytes", &[]) / 1048576.0,
         api_cpu_pct: 100.0 * (api_cpu(&m1) - api_cpu(&m0)) / secs,
-        watchers: sum_where(&m1, "apiserver_registered_watchers", &["group=\"gpuplane.dev\""]),
+        watchers: sum_where(
+            &m1,
+            "apiserver_registered_watchers",
+            &["group=\"gpuplane.dev\""],
+        ),
         ..Row::default()
     };
     let (mine, all) = other_nodes_change(c, a, scope);
@@ -295,8 +340,5 @@ fn a_fleet_of_agents_each_sees_only_its_node() {
         }
         assert_eq!(r.samples, size.rounds * size.agents);
     }
-    eprintln!(
-        "[kube_fleet] done in {:.1}s",
-        t0.elapsed().as_secs_f64()
-    );
+    eprintln!("[kube_fleet] done in {:.1}s", t0.elapsed().as_secs_f64());
 }
