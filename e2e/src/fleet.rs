@@ -28,6 +28,8 @@ pub struct FleetSize {
     pub rounds: usize,
     /// The at-rest window for CPU.
     pub rest: Duration,
+    /// Seconds a fleet gets to converge.
+    pub ready_timeout: u64,
 }
 
 impl FleetSize {
@@ -47,6 +49,7 @@ impl FleetSize {
             servers: get("SERVERS", 10_000, 10_000),
             rounds: get("ROUNDS", 3, 5),
             rest: Duration::from_secs(get("REST_SECONDS", 10, 30) as u64),
+            ready_timeout: get("READY_TIMEOUT", 240, 600) as u64,
         };
         assert!(s.partitions >= s.agents && s.servers >= s.partitions);
         s
@@ -223,6 +226,7 @@ mod tests {
             servers: 25,
             rounds: 1,
             rest: Duration::from_secs(1),
+            ready_timeout: 1,
         };
         let o = objects(&size);
         let count = |k: &str| o.iter().filter(|x| x["kind"] == k).count();

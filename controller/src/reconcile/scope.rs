@@ -65,9 +65,18 @@ pub fn watch_config(scope: WatchScope, node: &str) -> watcher::Config {
 }
 
 /// The agent's lists under `scope` (the same objects as [`watch_config`]).
+///
+/// Under node scope a list is served from the API server's watch cache (`resourceVersion=0`,
+/// `NotOlderThan`) and filtered there: no etcd read and no decoding of the whole kind per
+/// reconcile, which with 10,000 servers made the API server answer 504 to a fleet of agents
+/// (docs/BENCHMARKS.md). The cache is at least as new as the watch event that triggered the
+/// reconcile (both come from it); a write based on an older object fails its
+/// `resourceVersion` test and is retried. Cluster scope keeps the quorum read it always had.
 pub fn list_params(scope: WatchScope, node: &str) -> ListParams {
     match scope {
-        WatchScope::Node => ListParams::default().labels(&node_selector(node)),
+        WatchScope::Node => ListParams::default()
+            .labels(&node_selector(node))
+            .match_any(),
         WatchScope::Cluster => ListParams::default(),
     }
 }

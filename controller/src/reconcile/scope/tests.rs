@@ -45,6 +45,11 @@ fn node_scope_selects_by_label_and_cluster_scope_selects_everything() {
     let l = list_params(WatchScope::Node, "kpro6");
     assert_eq!(l.label_selector.as_deref(), Some("gpuplane.dev/node=kpro6"));
     assert_eq!(
+        l.resource_version.as_deref(),
+        Some("0"),
+        "served from the watch cache"
+    );
+    assert_eq!(
         watch_config(WatchScope::Cluster, "kpro6").label_selector,
         None
     );
