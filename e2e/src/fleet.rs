@@ -21,7 +21,11 @@ pub const OTHERS_NS: &str = "fleet";
 /// The size of a fleet run, from the environment (see `tests/kube_fleet.rs`).
 #[derive(Debug, Clone, Copy)]
 pub struct FleetSize {
+    /// Agents of the node-scoped row.
     pub agents: usize,
+    /// Agents of the cluster-scoped ("before") row, on nodes of their own: every one of them
+    /// lists the whole cluster, which costs the API server gigabytes (docs/BENCHMARKS.md).
+    pub before_agents: usize,
     pub partitions: usize,
     pub servers: usize,
     /// Rounds of spec changes (one change per agent node each).
@@ -45,14 +49,20 @@ impl FleetSize {
         };
         let s = FleetSize {
             agents: get("AGENTS", 20, 50),
+            before_agents: get("BEFORE_AGENTS", 3, 5),
             partitions: get("PARTITIONS", 1000, 1000),
             servers: get("SERVERS", 10_000, 10_000),
             rounds: get("ROUNDS", 3, 5),
             rest: Duration::from_secs(get("REST_SECONDS", 10, 30) as u64),
             ready_timeout: get("READY_TIMEOUT", 240, 600) as u64,
         };
-        assert!(s.partitions >= s.agents && s.servers >= s.partitions);
+        assert!(s.partitions >= s.agent_nodes() && s.servers >= s.partitions);
         s
+    }
+
+    /// Nodes with an agent: the node-scoped row's, then the cluster-scoped row's.
+    pub fn agent_nodes(&self) -> usize {
+        self.agents + self.before_agents
     }
 }
 
@@ -102,17 +112,17 @@ fn labels(node: &str, agent: bool) -> Json {
 /// nodes' partitions, then the remaining servers spread over them round-robin.
 pub fn objects(size: &FleetSize) -> Vec<Json> {
     let mut v = vec![];
-    for i in 0..size.agents {
+    for i in 0..size.agent_nodes() {
         v.push(partition(&agent_node(i), true));
         v.push(server(&agent_server(i), "default", &agent_node(i), true));
     }
-    let others: Vec<String> = (0..size.partitions - size.agents)
+    let others: Vec<String> = (0..size.partitions - size.agent_nodes())
         .map(|j| format!("node-{j:04}"))
         .collect();
     for n in &others {
         v.push(partition(n, false));
     }
-    for k in 0..size.servers - size.agents {
+    for k in 0..size.servers - size.agent_nodes() {
         let n = &others[k % others.len()];
         v.push(server(&format!("s-{k:05}"), OTHERS_NS, n, false));
     }
@@ -221,7 +231,8 @@ mod tests {
     #[test]
     fn the_fleet_has_the_asked_counts_and_every_object_its_node_label() {
         let size = FleetSize {
-            agents: 3,
+            agents: 2,
+            before_agents: 1,
             partitions: 10,
             servers: 25,
             rounds: 1,
