@@ -57,11 +57,26 @@ pub fn unlabelled_selector() -> String {
 }
 
 /// The agent's watches under `scope`: its node's objects, or every object.
+///
+/// Under node scope the initial list (and every relist) is served from the API server's watch
+/// cache (`any_semantic`: `resourceVersion=0`): a paged list from etcd reads every object of
+/// the kind to filter it, and with 10,000 servers and 20 agents those lists ran past the API
+/// server's 60 s and were answered 504, again and again (docs/BENCHMARKS.md). The watch that
+/// follows delivers every change after the cached list, so nothing is missed.
 pub fn watch_config(scope: WatchScope, node: &str) -> watcher::Config {
     match scope {
-        WatchScope::Node => watcher::Config::default().labels(&node_selector(node)),
+        WatchScope::Node => watcher::Config::default()
+            .labels(&node_selector(node))
+            .any_semantic(),
         WatchScope::Cluster => watcher::Config::default(),
     }
+}
+
+/// The stray watches' config: objects without the label, listed from the watch cache.
+pub fn unlabelled_config() -> watcher::Config {
+    watcher::Config::default()
+        .labels(&unlabelled_selector())
+        .any_semantic()
 }
 
 /// The agent's lists under `scope` (the same objects as [`watch_config`]).

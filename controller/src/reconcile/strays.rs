@@ -22,7 +22,7 @@
 //!   drift interval; an object labelled for a node without an agent is seen by nobody.
 
 use super::kube_io::publish;
-use super::scope::{counted, partition_problem, server_problem, unlabelled_selector, LabelProblem};
+use super::scope::{counted, partition_problem, server_problem, unlabelled_config, LabelProblem};
 use super::status::{merge, patch_partition, patch_server, waiting_for_partition};
 use super::Ctx;
 use futures::StreamExt;
@@ -39,7 +39,7 @@ use std::time::Duration;
 /// `labelled` is the main watch's store of this node's partitions (a server's partition may be
 /// labelled while the server is not).
 pub(super) async fn run(ctx: Arc<Ctx>, labelled: Store<GpuPartition>) {
-    let config = watcher::Config::default().labels(&unlabelled_selector());
+    let config = unlabelled_config();
     let events = |kind: &str| {
         ctx.metrics
             .watch_events

@@ -42,6 +42,15 @@ fn the_label_key_is_the_one_outside_checks_rely_on() {
 fn node_scope_selects_by_label_and_cluster_scope_selects_everything() {
     let w = watch_config(WatchScope::Node, "kpro6");
     assert_eq!(w.label_selector.as_deref(), Some("gpuplane.dev/node=kpro6"));
+    assert_eq!(
+        w.list_semantic,
+        watcher::ListSemantic::Any,
+        "listed from the watch cache"
+    );
+    assert_eq!(
+        unlabelled_config().label_selector.as_deref(),
+        Some("!gpuplane.dev/node")
+    );
     let l = list_params(WatchScope::Node, "kpro6");
     assert_eq!(l.label_selector.as_deref(), Some("gpuplane.dev/node=kpro6"));
     assert_eq!(
