@@ -65,18 +65,29 @@ pub fn unlabelled_selector() -> String {
 /// follows delivers every change after the cached list, so nothing is missed.
 pub fn watch_config(scope: WatchScope, node: &str) -> watcher::Config {
     match scope {
-        WatchScope::Node => watcher::Config::default()
-            .labels(&node_selector(node))
-            .any_semantic(),
+        WatchScope::Node => from_watch_cache(
+            watcher::Config::default()
+                .labels(&node_selector(node))
+                .any_semantic(),
+        ),
         WatchScope::Cluster => watcher::Config::default(),
     }
 }
 
+/// Lists unpaged: a paged list (`limit`) drops `resourceVersion=0` and goes to etcd again;
+/// the answer holds one node's objects only.
+fn from_watch_cache(mut c: watcher::Config) -> watcher::Config {
+    c.page_size = None;
+    c
+}
+
 /// The stray watches' config: objects without the label, listed from the watch cache.
 pub fn unlabelled_config() -> watcher::Config {
-    watcher::Config::default()
-        .labels(&unlabelled_selector())
-        .any_semantic()
+    from_watch_cache(
+        watcher::Config::default()
+            .labels(&unlabelled_selector())
+            .any_semantic(),
+    )
 }
 
 /// The agent's lists under `scope` (the same objects as [`watch_config`]).
