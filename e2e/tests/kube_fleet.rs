@@ -38,7 +38,7 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 /// Other nodes' partitions and servers changed (annotated) while one agent's events are counted.
-const OTHER_CHANGES: usize = 100;
+const OTHER_CHANGES: usize = 25;
 
 /// One row of the table.
 #[derive(Debug, Default)]

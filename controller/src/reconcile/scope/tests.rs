@@ -47,6 +47,7 @@ fn node_scope_selects_by_label_and_cluster_scope_selects_everything() {
         watcher::ListSemantic::Any,
         "listed from the watch cache"
     );
+    assert_eq!(w.page_size, None, "a paged list would go to etcd");
     assert_eq!(
         unlabelled_config().label_selector.as_deref(),
         Some("!gpuplane.dev/node")
