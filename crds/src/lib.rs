@@ -19,8 +19,10 @@ use kube::CustomResourceExt;
 /// The API group of every gpuplane resource.
 pub const GROUP: &str = "gpuplane.dev";
 
-/// The label that names an object's node: on the agent's Lease (checked by the webhook), and
-/// the key fleet tooling selects a node's objects by. Its value is the node's name.
+/// The label that places an object on a node: a `GpuPartition` carries its `spec.nodeName`, an
+/// `InferenceServer` the node of its partition, and the agent's Lease its node (the webhook
+/// judges labelled Leases). Each agent watches only the objects labelled with its own node
+/// (ARCHITECTURE.md, "Per-node scoping"); checks outside the project rely on this exact key.
 pub const NODE_LABEL: &str = "gpuplane.dev/node";
 
 /// The CRD manifests, as one multi-document YAML string, exactly as `crdgen` writes them.

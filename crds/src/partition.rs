@@ -30,7 +30,9 @@ pub const PCI_ADDRESS_PATTERN: &str = r"^([0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GpuPartitionSpec {
-    /// Name of the host (Kubernetes node / Proxmox node) this partition applies to.
+    /// Name of the host (Kubernetes node / Proxmox node) this partition applies to. Label the
+    /// partition `gpuplane.dev/node=<nodeName>` too: the node's agent watches only objects so
+    /// labelled (an unlabelled one gets Ready=False, reason NodeLabelMissing).
     #[schemars(length(min = 1, max = 253))]
     pub node_name: String,
     /// The slices of the host's GPUs. Slice names must be unique.

@@ -28,7 +28,9 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(rename_all = "camelCase")]
 pub struct InferenceServerSpec {
-    /// The partition slice whose GPUs this server uses.
+    /// The partition slice whose GPUs this server uses. Label the server
+    /// `gpuplane.dev/node=<the partition's nodeName>`: the node's agent watches only objects so
+    /// labelled (an unlabelled one gets Ready=False, reason NodeLabelMissing).
     pub partition_ref: PartitionRef,
     /// The systemd unit that runs the server, and where it runs.
     pub unit: UnitPlacement,

@@ -3,12 +3,12 @@
 //! metrics and the tail of its log are printed.
 
 use crate::kpro6::NODE;
-use crate::kube::{Cluster, LEASE_NS};
+use crate::kube::{Cluster, ControlPlane, LEASE_NS};
 use crate::net::{free_ports, http_get};
 use crate::paths::{gpuplane_bin, path_str};
 use crate::wait::wait_for;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -53,26 +53,46 @@ impl Agent {
     /// Starts agent `id` for the cluster's node on its host file (`--sim-speed 20`, the non-admin
     /// kubeconfig) and waits until its `/healthz` and `/readyz` answer 200.
     pub fn start(c: &Cluster, id: &str, o: AgentOpts) -> Agent {
-        Agent::start_with_kubeconfig(c, id, o, &c.cp.agent_kubeconfig())
+        Agent::start_on(&c.cp, id, NODE, &c.host, o, &[])
     }
 
     /// [`Agent::start`] with another kubeconfig (e.g. one that reads its token from a file, or
     /// reaches the API server through a relay the test can cut).
-    pub fn start_with_kubeconfig(
-        c: &Cluster,
+    pub fn start_with_kubeconfig(c: &Cluster, id: &str, o: AgentOpts, kubeconfig: &Path) -> Agent {
+        Agent::launch(&c.cp, id, NODE, &c.host, o, &[], kubeconfig)
+    }
+
+    /// Starts agent `id` for `node` on the host file `host`, with `extra` arguments after the
+    /// usual ones (e.g. `--watch-scope cluster`), and waits until it is healthy and ready.
+    pub fn start_on(
+        cp: &ControlPlane,
         id: &str,
+        node: &str,
+        host: &Path,
         o: AgentOpts,
-        kubeconfig: &std::path::Path,
+        extra: &[&str],
+    ) -> Agent {
+        Agent::launch(cp, id, node, host, o, extra, &cp.agent_kubeconfig())
+    }
+
+    fn launch(
+        cp: &ControlPlane,
+        id: &str,
+        node: &str,
+        host: &Path,
+        o: AgentOpts,
+        extra: &[&str],
+        kubeconfig: &Path,
     ) -> Agent {
         let port = free_ports(1)[0];
-        let log = c.cp.run.join(format!("agent-{id}.log"));
+        let log = cp.run.join(format!("agent-{id}.log"));
         let logf = std::fs::File::create(&log).unwrap();
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             "run".into(),
             "--node-name".into(),
-            NODE.into(),
+            node.into(),
             "--host".into(),
-            format!("sim:{}", c.host.display()),
+            format!("sim:{}", host.display()),
             "--kubeconfig".into(),
             path_str(kubeconfig),
             "--metrics-addr".into(),
@@ -90,6 +110,7 @@ impl Agent {
             "--sim-speed".into(),
             "20".into(),
         ];
+        args.extend(extra.iter().map(|a| a.to_string()));
         let child = Command::new(gpuplane_bin())
             .args(&args)
             // GPUPLANE_E2E_AGENT_LOG overrides the filter (e.g. info,gpuplane=debug,kube_runtime=debug).
@@ -204,6 +225,11 @@ impl Agent {
     /// Whether the process still runs.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The port of its `/metrics`.

@@ -6,6 +6,7 @@
 //!   (`GPUPLANE_E2E_CACHE`).
 //! - [`kube`]: a real control plane, kubectl, Kubernetes objects, the agent tests' cluster.
 //! - [`agent`]: `gpuplane run` as a child process, its log and metrics.
+//! - [`fleet`]: many nodes' objects, one process's RSS and CPU, the API server's metrics.
 //! - [`scenario`]: start (cluster, agent, examples converged) and end of an agent test.
 //! - [`sim_host`] and [`kpro6`]: the simulated host file and the reference host's facts.
 //! - [`wait`]: polling until a condition holds. [`net`]: free ports, HTTP GET. [`tcp_cut`]: a
@@ -14,6 +15,7 @@
 //! - [`vm`]: the emulated GPU host (qemu) and its scenarios.
 
 pub mod agent;
+pub mod fleet;
 pub mod kpro6;
 pub mod kube;
 pub mod manifests;

@@ -434,7 +434,8 @@ fn an_agent_token_reaches_only_its_own_nodes_objects_and_lease() {
     let other = std::fs::read_to_string(repo_path("examples/kpro6/partition.yaml"))
         .unwrap()
         .replace("name: kpro6", "name: other")
-        .replace("nodeName: kpro6", "nodeName: other");
+        .replace("nodeName: kpro6", "nodeName: other")
+        .replace("gpuplane.dev/node: kpro6", "gpuplane.dev/node: other");
     // No agent serves node other: admitted, with a warning that says so.
     let warned = wait_for("the webhook to admit", Duration::from_secs(30), || {
         let o = c.cp.kubectl(&["apply", "-f", "-"]).stdin(&other).run();

@@ -86,6 +86,12 @@ pub enum Command {
         /// With a simulated host: run its clock this many times faster than wall time.
         #[arg(long, default_value_t = 1)]
         sim_speed: u64,
+        /// Which objects the agent watches: `node`, those labelled gpuplane.dev/node=<node>
+        /// (objects of this node without the label get the condition NodeLabelMissing); or
+        /// `cluster`, every object of the cluster, filtered by spec.nodeName (for clusters not
+        /// labelled yet; every agent then holds the whole cluster).
+        #[arg(long, default_value = "node", value_parser = ["node", "cluster"])]
+        watch_scope: String,
         /// Without Kubernetes: reconcile the manifests in this file or directory (watched for
         /// changes) instead of the API's objects; status goes to files under --status-dir.
         #[arg(long, conflicts_with_all = ["kubeconfig", "lease_namespace", "identity"])]

@@ -25,7 +25,6 @@ use super::{Ctx, Error, FINALIZER};
 use crate::status::ResourceStatus;
 use gpuplane_crds::condition::{Condition, Time};
 use gpuplane_crds::{GpuPartition, GpuPartitionStatus};
-use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -87,7 +86,10 @@ pub fn conflict_status(message: &str, generation: Option<i64>) -> ResourceStatus
 /// it is being deleted) and returns when to look again; `None` when it is the node's partition.
 pub(super) async fn settle_partition(p: &GpuPartition, ctx: &Ctx) -> Result<Option<Action>, Error> {
     let api: Api<GpuPartition> = Api::all(ctx.client.clone());
-    let all = api.list(&ListParams::default()).await?.items;
+    // A younger partition for this node carries this node's label too (a partition labelled
+    // for another node is reported as NodeLabelMismatch by that node's agent).
+    let scope = super::scope::list_params(ctx.opts.watch_scope, &ctx.opts.node);
+    let all = api.list(&scope).await?.items;
     let Some(message) = partition_loses(p, &all) else {
         return Ok(None);
     };

@@ -3,18 +3,21 @@
 
 use super::{Ctx, Error};
 use gpuplane_crds::InferenceServer;
-use kube::api::ListParams;
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, ResourceExt};
 
 /// Finalizer on InferenceServers: their unit is stopped and removed before they go.
 pub const SERVER_FINALIZER: &str = "gpuplane.dev/unit-cleanup";
 
-/// Every `InferenceServer` (of any namespace) whose `partitionRef` names `partition`.
+/// Every `InferenceServer` (of any namespace) of this agent's scope (labelled for its node)
+/// whose `partitionRef` names `partition`.
 pub(super) async fn servers_of(ctx: &Ctx, partition: &str) -> Result<Vec<InferenceServer>, Error> {
     let all: Api<InferenceServer> = Api::all(ctx.client.clone());
     Ok(all
-        .list(&ListParams::default())
+        .list(&super::scope::list_params(
+            ctx.opts.watch_scope,
+            &ctx.opts.node,
+        ))
         .await?
         .items
         .into_iter()

@@ -8,7 +8,10 @@
 //!   `pci_bus_id` spelt as DCGM/NVML spell it (`00000000:81:00.0`), so panels join
 //!   dcgm-exporter's `DCGM_FI_*{pci_bus_id=...}` series;
 //! - `gpuplane_build_info{version}` = 1; `process_*` of the agent process;
-//! - reconciles, their latency, errors per reason, host writes, drift corrected, lease held.
+//! - reconciles, their latency, errors per reason, host writes, drift corrected, lease held;
+//! - `gpuplane_watch_events_total{kind,watch}`: objects the API server sent this agent's
+//!   watches (`watch` = `node` for the main watches, `unlabelled` for the stray watches): with
+//!   per-node scoping another node's changes add nothing to it.
 
 use crate::http::server::{accept_loop, reply, serve_connection, Limits, Reply};
 use gpuplane_crds::condition::Condition;
@@ -50,6 +53,7 @@ pub struct Metrics {
     pub servers_ready: IntGauge,
     pub leader: IntGauge,
     pub conditions: IntGaugeVec,
+    pub watch_events: IntCounterVec,
     /// The condition series each resource has now, to remove them when they change.
     shown: Arc<Mutex<BTreeMap<ResourceKey, Vec<ConditionLabels>>>>,
 }
@@ -94,6 +98,11 @@ impl Metrics {
                 "1 for each status condition a resource has now",
                 &["kind", "namespace", "name", "type", "status", "reason"],
             )?,
+            watch_events: counter(
+                "watch_events_total",
+                "Objects received by the agent's watches (added, modified, deleted, listed)",
+                &["kind", "watch"],
+            )?,
             shown: Arc::new(Mutex::new(BTreeMap::new())),
             registry,
         };
@@ -114,6 +123,7 @@ impl Metrics {
             Box::new(m.servers_ready.clone()),
             Box::new(m.leader.clone()),
             Box::new(m.conditions.clone()),
+            Box::new(m.watch_events.clone()),
             Box::new(build),
         ] {
             m.registry.register(c)?;

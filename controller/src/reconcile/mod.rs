@@ -1,10 +1,12 @@
 //! The Kubernetes controller: `gpuplane run`.
 //!
-//! One kube-runtime `Controller` reconciles the `GpuPartition` of this node; changes to any
-//! `InferenceServer` map to their partition (a host converge covers a partition and all its
+//! One kube-runtime `Controller` reconciles the `GpuPartition` of this node; changes to the
+//! `InferenceServer`s of this node map to their partition (a host converge covers a partition and all its
 //! servers, so they are planned together). Each reconcile observes the host, plans, applies
 //! through the one door, and writes the truth back as status conditions by server-side apply.
-//! A per-node Lease makes sure only one agent acts for a node.
+//! A per-node Lease makes sure only one agent acts for a node. The watches hold only this
+//! node's objects, selected by the label `gpuplane.dev/node` ([`scope`]); this node's objects
+//! without it are reported by [`strays`].
 
 mod cleanup;
 pub mod conflict;
@@ -16,7 +18,9 @@ pub use lease::lease_name;
 pub mod metrics;
 mod orphans;
 mod partition;
+pub mod scope;
 mod status;
+mod strays;
 #[cfg(test)]
 mod tests;
 
@@ -25,8 +29,8 @@ use futures::StreamExt;
 use gpuplane_crds::{GpuPartition, InferenceServer};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{watcher, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::{Api, Client};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,6 +58,8 @@ pub struct RunOptions {
     pub lease_namespace: String,
     pub lease_duration: Duration,
     pub identity: String,
+    /// Which objects the agent watches: its node's (by label), or the whole cluster's.
+    pub watch_scope: scope::WatchScope,
 }
 
 /// Errors of a reconcile (API failures); host problems become conditions instead.
@@ -184,9 +190,22 @@ pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), Str
     }
     let partitions: Api<GpuPartition> = Api::all(client.clone());
     let servers: Api<InferenceServer> = Api::all(client.clone());
-    tracing::info!(node = %opts.node, identity = %opts.identity, "gpuplane agent starting");
-    Controller::new(partitions, watcher::Config::default())
-        .watches(servers, watcher::Config::default(), |s: InferenceServer| {
+    tracing::info!(node = %opts.node, identity = %opts.identity, scope = ?opts.watch_scope, "gpuplane agent starting");
+    // The watches are built here (not by `Controller::new`) to count what the API server sends.
+    let config = scope::watch_config(opts.watch_scope, &opts.node);
+    let events = |kind: &str| metrics.watch_events.with_label_values(&[kind, "node"]);
+    let (store, writer) = reflector::store::<GpuPartition>();
+    let partition_events =
+        scope::counted(watcher(partitions, config.clone()), events("GpuPartition"))
+            .reflect(writer)
+            .applied_objects();
+    let server_events =
+        scope::counted(watcher(servers, config), events("InferenceServer")).touched_objects();
+    if opts.watch_scope == scope::WatchScope::Node {
+        tokio::spawn(strays::run(ctx.clone(), store.clone()));
+    }
+    Controller::for_stream(partition_events, store)
+        .watches_stream(server_events, |s: InferenceServer| {
             Some(ObjectRef::<GpuPartition>::new(&s.spec.partition_ref.name))
         })
         .shutdown_on_signal()

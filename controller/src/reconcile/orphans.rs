@@ -11,17 +11,31 @@
 //! partition is deleted later keeps its last status until the server itself changes.
 
 use super::kube_io::servers_of;
+use super::scope::{partition_problem, server_problem, LabelProblem};
 use super::status::{merge, patch_server, waiting_for_partition};
 use super::Ctx;
 use gpuplane_crds::condition::types;
-use gpuplane_crds::InferenceServerStatus;
+use gpuplane_crds::{GpuPartition, InferenceServerStatus};
 use kube::{Api, ResourceExt};
 
 /// Reason of a server whose partition does not exist.
 pub const PARTITION_NOT_FOUND: &str = "PartitionNotFound";
 
-/// Marks the servers that name the missing partition `partition`.
+/// Marks the servers that name the missing partition `partition`. Under node scoping the
+/// partition may exist but not be this node's (the server's label is wrong) or lack the label
+/// itself: those servers are told so instead ([`label_report`]).
 pub(super) async fn report(ctx: &Ctx, partition: &str) {
+    if ctx.opts.watch_scope == super::scope::WatchScope::Node {
+        let api: Api<GpuPartition> = Api::all(ctx.client.clone());
+        match api.get_opt(partition).await {
+            Ok(Some(p)) => return label_report(ctx, &p).await,
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!("cannot look up partition {partition}: {e}");
+                return;
+            }
+        }
+    }
     let servers = match servers_of(ctx, partition).await {
         Ok(s) => s,
         Err(e) => {
@@ -55,6 +69,32 @@ pub(super) async fn report(ctx: &Ctx, partition: &str) {
             Api::namespaced(ctx.client.clone(), &s.namespace().unwrap_or_default());
         if let Err(e) = patch_server(&api, &s.name_any(), &st).await {
             tracing::warn!("cannot report PartitionNotFound on {}: {e}", s.name_any());
+        }
+    }
+}
+
+/// The servers labelled for this node that name `p`, which exists but is not in this agent's
+/// watch: `p` is another node's (the servers' label is wrong), or this node's without the label.
+async fn label_report(ctx: &Ctx, p: &GpuPartition) {
+    if !ctx.lease.is_leader() {
+        return;
+    }
+    let servers = match servers_of(ctx, &p.name_any()).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot list the servers of partition {}: {e}", p.name_any());
+            return;
+        }
+    };
+    for s in servers {
+        let problem = server_problem(&s, p).or_else(|| {
+            partition_problem(p).map(|pp| LabelProblem {
+                reason: pp.reason,
+                message: format!("its GpuPartition {}: {}", p.name_any(), pp.message),
+            })
+        });
+        if let Some(problem) = problem {
+            super::strays::report_server(ctx, &s, &problem).await;
         }
     }
 }

@@ -43,7 +43,7 @@ use tracing::Instrument;
 pub async fn reconcile(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.api_ok.store(true, std::sync::atomic::Ordering::SeqCst);
     if p.spec.node_name != ctx.opts.node {
-        return Ok(Action::await_change());
+        return Ok(label_mismatch(&p, &ctx).await);
     }
     if !ctx.lease.is_leader() {
         // Another agent holds this node; look again when the lease may have moved.
@@ -65,6 +65,23 @@ pub async fn reconcile(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Er
         .with_label_values(&["GpuPartition"])
         .observe(started.elapsed().as_secs_f64());
     result
+}
+
+/// A partition of another node seen by this agent: under node scoping it carries this node's
+/// label, so it is this agent (the only one that sees it) that says so on it.
+async fn label_mismatch(p: &GpuPartition, ctx: &Ctx) -> Action {
+    if ctx.opts.watch_scope != super::scope::WatchScope::Node {
+        return Action::await_change();
+    }
+    if !ctx.lease.is_leader() {
+        return Action::requeue(Duration::from_secs(3));
+    }
+    if p.metadata.deletion_timestamp.is_none() {
+        if let Some(problem) = super::scope::partition_problem(p) {
+            super::strays::report_partition(ctx, p, &problem).await;
+        }
+    }
+    Action::await_change()
 }
 
 async fn reconcile_inner(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Error> {

@@ -89,6 +89,7 @@ fn ctx(client: Client, host: SimHost) -> Arc<Ctx> {
         lease_namespace: "gpuplane-system".into(),
         lease_duration: Duration::from_secs(15),
         identity: "test".into(),
+        watch_scope: super::scope::WatchScope::Node,
     };
     Arc::new(Ctx {
         client: client.clone(),

@@ -1,0 +1,176 @@
+//! Benchmarks that print figures (never assert a time): `cargo bench -p gpuplane --bench figures`.
+//!
+//! - converge of the reference split on the simulated twin (`examples/hosts/kpro6.yaml`): the
+//!   whole observe → plan → apply loop, from the hand-made state to converged and Ready. The
+//!   twin's waits (a server loading, a container starting) advance its own clock and take no
+//!   wall time, so the figure is gpuplane's own overhead;
+//! - a reconcile of the converged twin (0 writes);
+//! - `observe` of the twin and of the captured H200 host (`src/host/local/testdata/h200`, real
+//!   sysfs/proc files read through the local backend);
+//! - the planner on the reference host scaled to 8, 64 and 512 GPUs (each of the 8 GPUs
+//!   repeated under new PCI domains, the slices and their consumers with them).
+//!
+//! Each figure: iterations, median, p99, min and max of one run. `GPUPLANE_BENCH_SCALE=N`
+//! multiplies the iterations. docs/BENCHMARKS.md explains the method and the figures.
+
+use gpuplane::apply::Door;
+use gpuplane::converge::{converge, Options};
+use gpuplane::desired::Desired;
+use gpuplane::host::local::LocalHost;
+use gpuplane::host::model::HostState;
+use gpuplane::host::sim::SimHost;
+use gpuplane::host::Host;
+use gpuplane::manifests::Manifests;
+use std::time::{Duration, Instant};
+
+fn scale() -> usize {
+    std::env::var("GPUPLANE_BENCH_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
+/// Runs `f` `n` times (after 3 warm-up runs); prints and returns the durations' summary.
+fn bench(name: &str, n: usize, mut f: impl FnMut() -> String) {
+    for _ in 0..3 {
+        f();
+    }
+    let mut t: Vec<Duration> = Vec::with_capacity(n);
+    let mut note = String::new();
+    for _ in 0..n {
+        let s = Instant::now();
+        note = f();
+        t.push(s.elapsed());
+    }
+    t.sort();
+    let q = |p: f64| t[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
+    println!(
+        "| {name} | {n} | {} | {} | {} | {} | {note} |",
+        fmt(q(0.5)),
+        fmt(q(0.99)),
+        fmt(t[0]),
+        fmt(t[n - 1])
+    );
+}
+
+fn fmt(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us < 1000.0 {
+        format!("{us:.1} µs")
+    } else {
+        format!("{:.2} ms", us / 1000.0)
+    }
+}
+
+/// The twin and the reference desired state for it.
+fn twin_and_desired() -> (SimHost, Desired) {
+    let mut host = SimHost::from_yaml(gpuplane::EMBEDDED_HOST, "examples/hosts/kpro6.yaml")
+        .expect("the twin loads");
+    let mut m = Manifests::default();
+    for (name, text) in gpuplane::EMBEDDED_MANIFESTS {
+        m.add_text(text, name).expect("the examples parse");
+    }
+    let observed = host.observe().expect("the twin observes");
+    let desired = gpuplane::desired::select::for_host(&m, &observed, "10de", "nvidia")
+        .expect("the examples are valid for the twin");
+    (host, desired)
+}
+
+fn converge_once(host: &mut SimHost, desired: &Desired) -> (u64, bool) {
+    let mut door = Door::new(host);
+    let r = converge(desired, &mut door, &Options::default());
+    (r.writes, r.converged())
+}
+
+/// The reference host with every GPU repeated `k` times under PCI domains 1..k, and the
+/// desired state's slices, containers and mappings scaled with it.
+fn scaled(host: &HostState, desired: &Desired, k: usize) -> (HostState, Desired) {
+    let mut h = host.clone();
+    let mut d = desired.clone();
+    let gpus: Vec<_> = host.gpus("10de").cloned().collect();
+    let rename = |addr: &str, i: usize| format!("{i:04x}{}", &addr[4..]);
+    for i in 1..k {
+        for g in &gpus {
+            let mut c = g.clone();
+            c.address = rename(&g.address, i);
+            c.iommu_group = g.iommu_group.map(|x| x + 1000 * i as u32);
+            c.nvidia_minor = g.nvidia_minor.map(|x| x + 8 * i as u32);
+            if let Some(grp) = g.iommu_group {
+                if let Some(t) = host.iommu.group_types.get(&grp).cloned() {
+                    h.iommu.group_types.insert(grp + 1000 * i as u32, t);
+                }
+            }
+            h.pci_devices.insert(c.address.clone(), c);
+        }
+        for s in d.partition.slices.iter_mut() {
+            let extra: Vec<String> = s
+                .gpus
+                .iter()
+                .filter(|a| a.starts_with("0000:"))
+                .map(|a| rename(a, i))
+                .collect();
+            s.gpus.extend(extra);
+        }
+    }
+    (h, d)
+}
+
+fn main() {
+    let n = scale();
+    println!("| figure | iterations | median | p99 | min | max | note |");
+    println!("|---|---|---|---|---|---|---|");
+
+    let (twin, desired) = twin_and_desired();
+    bench(
+        "converge the reference split (twin, waits excluded)",
+        200 * n,
+        || {
+            let mut h = twin.clone();
+            let (w, ok) = converge_once(&mut h, &desired);
+            assert!(ok, "the reference split converges");
+            format!("{w} host writes")
+        },
+    );
+
+    let mut converged = twin.clone();
+    converge_once(&mut converged, &desired);
+    bench("reconcile of the converged twin", 1000 * n, || {
+        let (w, ok) = converge_once(&mut converged, &desired);
+        assert!(ok && w == 0, "a converged host needs no write");
+        "0 host writes".into()
+    });
+
+    let mut t = twin.clone();
+    bench("observe the twin", 1000 * n, || {
+        let s = t.observe().expect("observe");
+        format!("{} PCI devices", s.pci_devices.len())
+    });
+
+    let root =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/host/local/testdata/h200/root");
+    let mut h200 = LocalHost::new(&root, "10de");
+    h200.tools.nvidia_smi = "/nonexistent/nvidia-smi".into();
+    bench(
+        "observe the captured H200 host (local backend)",
+        500 * n,
+        || {
+            let s = h200.observe().expect("observe");
+            format!("{} GPUs", s.gpus("10de").count())
+        },
+    );
+
+    let observed = twin.clone().observe().expect("observe");
+    for gpus in [8usize, 64, 512] {
+        let (h, d) = scaled(&observed, &desired, gpus / 8);
+        let iters = (4096 / gpus).max(20) * n;
+        bench(&format!("plan at {gpus} GPUs"), iters, || {
+            let p = gpuplane::plan::plan(&d, &h);
+            format!(
+                "{} GPUs seen, {} steps, {} blockers",
+                h.gpus("10de").count(),
+                p.steps.len(),
+                p.blockers.len()
+            )
+        });
+    }
+}
