@@ -70,7 +70,7 @@ fn the_oldest_claim_wins_on_a_real_api_server_without_flapping() {
     apply_copy(
         &c,
         "partition.yaml",
-        &[("name: kpro6\nspec:", &format!("name: {LOSER}\nspec:"))],
+        &[("  name: kpro6\n", &format!("  name: {LOSER}\n"))],
     );
     apply_copy(
         &c,
@@ -86,8 +86,12 @@ fn the_oldest_claim_wins_on_a_real_api_server_without_flapping() {
         &c,
         "partition.yaml",
         &[
-            ("name: kpro6\nspec:", &format!("name: {GHOST}\nspec:")),
+            ("  name: kpro6\n", &format!("  name: {GHOST}\n")),
             ("nodeName: kpro6", &format!("nodeName: {GHOST}")),
+            (
+                "gpuplane.dev/node: kpro6",
+                &format!("gpuplane.dev/node: {GHOST}"),
+            ),
         ],
     );
     let p_args = ["get", "gpupartition", LOSER];
