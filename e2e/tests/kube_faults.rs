@@ -74,14 +74,15 @@ fn a_cut_connection_resumes_and_a_change_made_meanwhile_converges() {
     let w0 = a.host_writes().len();
 
     // Cut every connection of the agent; the API server keeps running. While cut, the server's
-    // spec changes (tp 4 -> 2) through the API server directly.
+    // spec changes (memFractionStatic 0.85 -> 0.75; a smaller tp
+    // would not fit the model, which preflight refuses) through the API server directly.
     relay.cut();
     std::thread::sleep(Duration::from_secs(2));
-    c.patch_server(r#"{"spec":{"tensorParallelSize":2}}"#);
+    c.patch_server(r#"{"spec":{"memFractionStatic":0.75}}"#);
     std::thread::sleep(Duration::from_secs(10)); // three drift intervals, cut off
     assert!(a.alive(), "the agent exited while cut off");
     assert!(
-        unit_file(&c.host()).contains("--tp-size 4"),
+        unit_file(&c.host()).contains("--mem-fraction-static 0.85"),
         "the agent saw the change while cut off: the cut did not cut"
     );
     assert!(relay.refused() > 0, "the agent did not try to reconnect");
@@ -103,7 +104,7 @@ fn a_cut_connection_resumes_and_a_change_made_meanwhile_converges() {
         "[kube_faults] change made while cut off converged {:.1}s after the relay resumed",
         t.elapsed().as_secs_f64()
     );
-    assert!(unit_file(&c.host()).contains("--tp-size 2"));
+    assert!(unit_file(&c.host()).contains("--mem-fraction-static 0.75"));
     std::thread::sleep(Duration::from_secs(4));
     assert_one_unit_write(&a.host_writes_since(w0), "after the cut");
     assert!(a.alive());
@@ -204,13 +205,13 @@ fn a_revoked_token_is_reported_retried_and_recovered_from_the_token_file() {
     set_agent_token(&c, &identity, Some(&fresh));
     std::fs::write(&token_file, &fresh).unwrap();
     let t = Instant::now();
-    c.patch_server(r#"{"spec":{"tensorParallelSize":2}}"#);
+    c.patch_server(r#"{"spec":{"memFractionStatic":0.75}}"#);
     c.wait_converged(Duration::from_secs(180));
     eprintln!(
         "[kube_faults] recovered with the new token {:.1}s after it was written",
         t.elapsed().as_secs_f64()
     );
-    assert!(unit_file(&c.host()).contains("--tp-size 2"));
+    assert!(unit_file(&c.host()).contains("--mem-fraction-static 0.75"));
     a.wait_metric(
         "the agent holds its Lease again",
         "gpuplane_leader",
@@ -390,7 +391,7 @@ fn a_black_holed_leader_lets_go_before_the_standby_takes_over() {
     relay.cut();
     std::thread::sleep(Duration::from_secs(1));
     relay.resume();
-    c.patch_server(r#"{"spec":{"tensorParallelSize":2}}"#);
+    c.patch_server(r#"{"spec":{"memFractionStatic":0.75}}"#);
     c.wait_converged(Duration::from_secs(120));
     std::thread::sleep(Duration::from_secs(4));
     assert_eq!(
@@ -404,7 +405,7 @@ fn a_black_holed_leader_lets_go_before_the_standby_takes_over() {
         wa,
         "agent-a wrote to the host after letting go"
     );
-    assert!(unit_file(&c.host()).contains("--tp-size 2"));
+    assert!(unit_file(&c.host()).contains("--mem-fraction-static 0.75"));
     assert!(a.alive() && b.alive());
     eprintln!(
         "[kube_faults] a_black_holed_leader...: {:.1}s",

@@ -25,6 +25,7 @@
 set -u
 . /usr/local/bin/scenario-lib.sh
 install_standin
+mkmodel /srv/models/tiny   # the agent's preflight reads it before the server is placed
 mkdir -p /etc/pve/lxc /etc/pve/qemu-server /etc/pve/mapping
 printf 'name: snp-guest\nhostpci0: mapping=emu-vm,pcie=1\n' > /etc/pve/qemu-server/300.conf
 # Foreign lines the agent must keep: a comment, a NIC mapping of this node, another node's GPU.
