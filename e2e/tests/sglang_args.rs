@@ -98,6 +98,9 @@ fn render(agent: &Path, dir: &Path) -> Result<Vec<String>, String> {
 }
 
 /// `gpuplane plan -f DIR`: Ok(()) when accepted (exit 0), Err(message) when rejected (exit 2).
+/// A plan blocked only by preflight (exit 1, every blocker `PreflightFailed`: the twin's model
+/// files do not fit this tp, say) accepted the arguments: that is a verdict on the host's model
+/// files, not on the command line this test compares with SGLang's parser.
 fn plan(agent: &Path, dir: &Path) -> Result<(), String> {
     let out = Command::new(agent)
         .args(["plan", "-f"])
@@ -109,8 +112,13 @@ fn plan(agent: &Path, dir: &Path) -> Result<(), String> {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    let only_preflight = text
+        .lines()
+        .filter(|l| l.starts_with("BLOCKED"))
+        .all(|l| l.contains("(PreflightFailed)"));
     match out.status.code() {
         Some(0) => Ok(()),
+        Some(1) if only_preflight && text.contains("(PreflightFailed)") => Ok(()),
         Some(2) => Err(text
             .lines()
             .filter(|l| l.trim_start().starts_with("- "))
