@@ -1,7 +1,8 @@
 #!/bin/bash
 # Binding side by side in the qemu VM (real kernel, vfio-pci, bochs-display stand-in GPUs): two
 # GPUs to vfio-pci and back, ROUNDS times, alternating the bare sysfs writes (the limit), Debian's
-# driverctl and gpuplane (release build, one `converge` each way). Prints each run and the
+# driverctl, gpuplane (release build, one `converge` process each way) and the gpuplane agent
+# (`gpuplane run --manifests`, running: its manifest replaced each way). Prints each run and the
 # medians, spreads and ratios. Not part of CI (figures, not assertions); docs/BENCHMARKS.md.
 #
 #   e2e/bench/binding.sh [ROUNDS]        (default 7; needs e2e/test-all.sh's VM set-up)
@@ -17,6 +18,8 @@ fi
 cargo build --release -q -p gpuplane
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 echo "ROUNDS=$ROUNDS" >"$W/bench.env"
+# AGENT_LOG=gpuplane=debug: print the agent's log of the last move (its timeline)
+[ -n "${AGENT_LOG:-}" ] && echo "AGENT_LOG=$AGENT_LOG" >>"$W/bench.env"
 cp target/release/gpuplane "$W/gpuplane"
 VM_TIMEOUT=${VM_TIMEOUT:-1500} e2e/vm/run.sh e2e/vm/scenarios/bench-binding.sh "$W/gpuplane" \
   e2e/vm/scenario-lib.sh "$CACHE"/debs/driverctl_*.deb "$W/bench.env" | tee "$W/out.txt"
@@ -36,7 +39,7 @@ for k, v in t.items():
     print(show(k, v))
 if "bare" in t:
     b = statistics.median(t["bare"])
-    for k in ("driverctl", "gpuplane"):
+    for k in ("driverctl", "gpuplane", "agent"):
         if k in t:
             print(f"{k} / bare: {statistics.median(t[k]) / b:.2f}x")
 print("\n== gpuplane's parts (one process each)")

@@ -114,6 +114,21 @@ pub fn converge_with(
     opts: &Options,
     progress: &mut BTreeMap<String, Progress>,
 ) -> Report {
+    converge_seeded(desired, door, opts, progress, None)
+}
+
+/// Like [`converge_with`], starting from `seed`, an observation the caller made moments ago
+/// (with the same units and preflight requests watched), instead of observing again.
+///
+/// The seed stands for the loop's first full observation: it must be one (`Host::observe`
+/// under the same watched units and preflight requests), made right before the call.
+pub fn converge_seeded(
+    desired: &Desired,
+    door: &mut Door<'_>,
+    opts: &Options,
+    progress: &mut BTreeMap<String, Progress>,
+    seed: Option<HostState>,
+) -> Report {
     let mut r = Report {
         applied: vec![],
         writes: 0,
@@ -125,8 +140,9 @@ pub fn converge_with(
         notes: vec![],
     };
     let mut steps = 0usize;
-    // The last observation, brought up to date by the backend after a step (`None`: observe).
-    let mut known: Option<HostState> = None;
+    // The caller's full observation, then the last one brought up to date by the backend after
+    // a step (`None`: observe).
+    let mut known: Option<Known> = seed.map(Known::Full);
     while let Some(next) = next_step(desired, door, opts, &mut r, steps, &mut known) {
         steps += 1;
         let at = door.host().now();
@@ -140,7 +156,7 @@ pub fn converge_with(
                     }
                     if let Some(mut st) = r.final_host.clone() {
                         if let Ok(true) = door.host().refresh(step, &mut st) {
-                            known = Some(st);
+                            known = Some(Known::Refreshed(st));
                         }
                     }
                     r.applied.push(Applied {
@@ -168,6 +184,14 @@ pub fn converge_with(
     r
 }
 
+/// What the loop knows of the host without observing it again.
+enum Known {
+    /// A full observation (the caller's seed).
+    Full(HostState),
+    /// The last observation brought up to date by [`crate::host::Host::refresh`] after a step.
+    Refreshed(HostState),
+}
+
 /// Observes, plans and returns the next step to run; `None` (with `r.stop` set when it is not
 /// plain convergence) when the loop ends: converged, blocked, out of steps, or a write that did
 /// not take.
@@ -177,11 +201,15 @@ fn next_step(
     opts: &Options,
     r: &mut Report,
     steps: usize,
-    known: &mut Option<HostState>,
+    known: &mut Option<Known>,
 ) -> Option<PlannedStep> {
     let (host, p) = match known.take() {
+        Some(Known::Full(h)) => {
+            let p = plan(desired, &h);
+            (h, p)
+        }
         // A refreshed state: good for choosing the next write, not for calling it done.
-        Some(h) => {
+        Some(Known::Refreshed(h)) => {
             let p = plan(desired, &h);
             let next_is_write = p.steps.first().is_some_and(|s| s.step.is_write());
             if next_is_write {

@@ -95,3 +95,42 @@ fn refreshing_only_what_a_step_changed_takes_the_same_steps_and_ends_on_a_full_l
     let now = ph.inner.observe().unwrap();
     assert_eq!(part.final_host.as_ref(), Some(&now));
 }
+
+/// The caller's own full observation starts the loop: the same steps, one observation fewer,
+/// and the end is still a full look at the host as it is.
+#[test]
+fn a_seed_observation_takes_the_first_look_and_nothing_else_changes() {
+    let (plain, ph) = run(true);
+    let mut sim = twin();
+    let d = desired(&mut sim, &manifests());
+    let units: Vec<_> = d.servers.iter().map(|s| s.unit.clone()).collect();
+    sim.watch_units(&units);
+    let seed = sim.observe().unwrap();
+    let mut h = Counting {
+        inner: sim,
+        partial: true,
+        observes: 0,
+        refreshes: 0,
+    };
+    let seeded = {
+        let mut door = Door::new(&mut h);
+        converge_seeded(
+            &d,
+            &mut door,
+            &Options::default(),
+            &mut BTreeMap::new(),
+            Some(seed),
+        )
+    };
+    assert!(seeded.converged(), "{:?}", seeded.stop);
+    let steps = |r: &Report| -> Vec<String> {
+        r.applied
+            .iter()
+            .map(|a| a.planned.step.to_string())
+            .collect()
+    };
+    assert_eq!(steps(&plain), steps(&seeded));
+    assert_eq!(h.observes + 1, ph.observes, "the seed is the first look");
+    let now = h.inner.observe().unwrap();
+    assert_eq!(seeded.final_host.as_ref(), Some(&now));
+}

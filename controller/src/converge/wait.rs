@@ -74,6 +74,8 @@ pub struct Progress {
     last_sig: Option<(Option<StartupPhase>, Vec<u64>)>,
     last_progress: u64,
     phases: Vec<(String, u64)>,
+    /// `stall_after` of the last check (for [`Progress::stall_due_in`]).
+    stall_after: Option<u64>,
 }
 
 impl Progress {
@@ -83,7 +85,14 @@ impl Progress {
             last_sig: None,
             last_progress: now,
             phases: vec![],
+            stall_after: None,
         }
+    }
+
+    /// Seconds until a stall would be due by the last check's `stall_after` (`None` before the
+    /// first check): an agent that waits no longer than this sees a stall when it happens.
+    pub fn stall_due_in(&self, now: u64) -> Option<u64> {
+        self.stall_after.map(|s| self.seconds_to_stall(s, now))
     }
 
     /// Seconds until no progress would count as a stall.
@@ -101,6 +110,7 @@ impl Progress {
         deadline: u64,
         now: u64,
     ) -> Option<WaitOutcome> {
+        self.stall_after = Some(stall_after);
         let u = st.unit(unit).cloned().unwrap_or_default();
         if u.active_state == "failed" || (!u.is_active() && now > self.start) {
             return Some(WaitOutcome::Crashed {
@@ -123,8 +133,14 @@ impl Progress {
         }
         let sig = (obs.phase, obs.gpu_memory_mib.clone());
         if self.last_sig.as_ref() != Some(&sig) {
+            let new_phase = self.last_sig.as_ref().map(|(p, _)| *p) != Some(obs.phase);
             self.last_sig = Some(sig);
-            self.last_progress = now;
+            // A new phase counts from the line that began it (the agent may look seconds
+            // later), never from before this wait began; other progress from now.
+            self.last_progress = match obs.phase_since {
+                Some(t) if new_phase => t.max(self.start.max(self.last_progress)).min(now),
+                _ => now,
+            };
         }
         let phase = obs
             .phase

@@ -64,6 +64,12 @@ pub trait Host {
     /// Names the servers to preflight (what to read, where); `observe` then fills
     /// `HostState::preflight` for them. Backends that cannot look ignore it.
     fn watch_preflight(&mut self, _requests: &[model::PreflightRequest]) {}
+    /// A cheap look at whether the server `unit` runs answers `/health_generate` with 200 now,
+    /// to wake a waiting agent early (readiness is still decided by a full observation);
+    /// `None` when the backend cannot tell cheaply (the agent then waits its poll interval).
+    fn probe_ready(&mut self, _unit: &model::UnitRef) -> Option<bool> {
+        None
+    }
     /// The host as a description file that can be loaded again (`--save-host`), if the backend can.
     fn save(&self) -> Option<Result<String, HostError>> {
         None

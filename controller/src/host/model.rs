@@ -315,6 +315,12 @@ pub struct Unit {
     /// Last journal lines.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub log_tail: Vec<String>,
+    /// When each of `log_tail`'s lines was logged (seconds since the epoch), where known.
+    #[serde(skip)]
+    pub log_times: Vec<Option<u64>>,
+    /// When the main process started (seconds since the epoch), where known.
+    #[serde(skip)]
+    pub started_at: Option<u64>,
     /// What the server answers and uses, when the unit runs one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<ServerObservation>,
@@ -345,6 +351,10 @@ pub struct ServerObservation {
     /// The latest startup phase seen in the journal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<StartupPhase>,
+    /// When the running process logged the line that began `phase` (seconds since the epoch),
+    /// where the journal says: the stall clock starts there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_since: Option<u64>,
     pub http: HttpState,
     /// Model names `/v1/models` lists.
     #[serde(default)]

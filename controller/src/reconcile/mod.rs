@@ -23,6 +23,7 @@ mod status;
 mod strays;
 #[cfg(test)]
 mod tests;
+mod wake;
 
 use crate::host::Host;
 use futures::StreamExt;
@@ -89,6 +90,8 @@ pub struct Ctx {
     pub failures: Mutex<HashMap<String, u32>>,
     /// Set once the API server has answered.
     pub api_ok: Arc<AtomicBool>,
+    /// Early reconciles of a partition whose server just became ready.
+    pub wake: wake::Wake,
 }
 
 impl Ctx {
@@ -144,7 +147,9 @@ pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), Str
             instance: Some(opts.identity.clone()),
         },
     );
+    let (wake, woken) = wake::Wake::new();
     let ctx = Arc::new(Ctx {
+        wake,
         client: client.clone(),
         opts: opts.clone(),
         host: Arc::new(Mutex::new(host)),
@@ -208,6 +213,7 @@ pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), Str
         .watches_stream(server_events, |s: InferenceServer| {
             Some(ObjectRef::<GpuPartition>::new(&s.spec.partition_ref.name))
         })
+        .reconcile_on(woken)
         .shutdown_on_signal()
         .run(
             |p, ctx| async move {

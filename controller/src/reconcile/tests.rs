@@ -107,6 +107,7 @@ fn ctx(client: Client, host: SimHost) -> Arc<Ctx> {
         progress: Mutex::new(BTreeMap::new()),
         failures: Mutex::new(HashMap::new()),
         api_ok: Arc::new(AtomicBool::new(false)),
+        wake: Default::default(),
     })
 }
 
@@ -342,6 +343,7 @@ fn clone_ctx(c: &Ctx, client: Client) -> Ctx {
         progress: Mutex::new(BTreeMap::new()),
         failures: Mutex::new(HashMap::new()),
         api_ok: Arc::new(AtomicBool::new(false)),
+        wake: Default::default(),
     }
 }
 
@@ -383,4 +385,50 @@ fn a_stale_cache_finalizer_conflict_is_retried_at_once_not_reported() {
     assert!(!super::is_stale_finalizer_race(&Error::Host(
         "failed to add finalizer 422".into()
     )));
+}
+
+/// A reconcile that leaves a server starting comes back after the poll interval; the probe
+/// reconciles the partition as soon as the server answers, and not before.
+#[tokio::test]
+async fn a_starting_server_that_answers_wakes_its_partition_before_the_poll_interval() {
+    use futures::StreamExt;
+    let (p, s) = reference();
+    let (client, _seen) = mock(&p, vec![s]);
+    let base = ctx(client.clone(), crate::testutil::twin());
+    let action = partition::apply(Arc::new(p.clone()), base.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        action,
+        Action::requeue(Duration::from_secs(5)),
+        "server starting"
+    );
+    let (wake, mut woken) = wake::Wake::new();
+    let c = Arc::new(Ctx {
+        wake,
+        ..clone_ctx(&base, client)
+    });
+    let unit = crate::host::model::UnitRef {
+        location: crate::host::model::Location::Container(129),
+        name: "sglang-qwen.service".into(),
+    };
+    assert_eq!(
+        c.host.lock().unwrap().probe_ready(&unit),
+        Some(false),
+        "the twin's server is still loading"
+    );
+    wake::probe_until_ready(&c, "kpro6", vec![unit.clone()], Duration::from_secs(1));
+    let early = tokio::time::timeout(Duration::from_millis(1500), woken.next()).await;
+    assert!(
+        early.is_err(),
+        "no wake while the server is loading: {early:?}"
+    );
+    // The simulated minutes of loading pass; the next probe sees 200.
+    c.host.lock().unwrap().sleep(900);
+    wake::probe_until_ready(&c, "kpro6", vec![unit], Duration::from_secs(30));
+    let got = tokio::time::timeout(Duration::from_secs(10), woken.next())
+        .await
+        .expect("woken")
+        .expect("a partition to reconcile");
+    assert_eq!(got.name, "kpro6");
 }

@@ -4,8 +4,26 @@ use crate::sglang::StartupPhase;
 
 /// The latest startup phase the log lines show, if any line is recognised.
 pub fn phase(lines: &[String]) -> Option<StartupPhase> {
+    phase_since(lines, &[], None).0
+}
+
+/// [`phase`], and when it began: the time (`times[i]` of line `i`, where known) of the first
+/// line that reached it. Lines logged before `not_before` (an earlier run of the unit, still in
+/// the journal's tail) are left out when their time is known.
+pub fn phase_since(
+    lines: &[String],
+    times: &[Option<u64>],
+    not_before: Option<u64>,
+) -> (Option<StartupPhase>, Option<u64>) {
     let mut phase = None;
-    for l in lines {
+    let mut since = None;
+    for (i, l) in lines.iter().enumerate() {
+        let at = times.get(i).copied().flatten();
+        if let (Some(at), Some(nb)) = (at, not_before) {
+            if at < nb {
+                continue;
+            }
+        }
         let p = if l.contains("The server is fired up and ready to roll!") {
             Some(StartupPhase::Ready)
         } else if l.contains("Uvicorn running on") || l.contains("Application startup complete") {
@@ -25,10 +43,11 @@ pub fn phase(lines: &[String]) -> Option<StartupPhase> {
         if let Some(p) = p {
             if phase.is_none_or(|cur| p > cur) {
                 phase = Some(p);
+                since = at;
             }
         }
     }
-    phase
+    (phase, since)
 }
 
 #[cfg(test)]

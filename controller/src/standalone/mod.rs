@@ -4,8 +4,8 @@
 //! Reads the manifests in DIR (a GitOps checkout: `git pull` into it), validates them exactly as
 //! `gpuplane converge` does, converges the host through the one door, and writes each resource's
 //! status as a YAML file under the state directory (`/var/lib/gpuplane/status/`) and as log lines
-//! (the journal). It looks again when DIR changes (polled every second) and on the drift
-//! interval, and serves the same `/metrics`, `/healthz`, `/readyz` as the Kubernetes agent.
+//! (the journal). It looks again as soon as DIR changes (inotify, and a poll every second), when
+//! a starting server answers `/health_generate` (asked every 250 ms), and on the drift interval, and serves the same `/metrics`, `/healthz`, `/readyz` as the Kubernetes agent.
 //! It tells systemd it is ready (`sd_notify READY=1`) after the first converge, so units
 //! ordered after `gpuplane.service` start with the GPUs already bound.
 //!
@@ -19,7 +19,7 @@ mod status_files;
 mod watch;
 
 use crate::apply::Door;
-use crate::converge::{converge_with, Options};
+use crate::converge::{converge_seeded, Options};
 use crate::desired::select;
 use crate::host::Host;
 use crate::manifests::Manifests;
@@ -58,11 +58,13 @@ pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<()
         ready.clone(),
     ));
     let mut progress = Default::default();
-    let mut seen = watch::Fingerprint::default();
+    let mut watch = watch::Watch::new(&opts.manifests);
+    let mut watched = Default::default();
     let mut rounds = 0u64;
     loop {
         let started = Instant::now();
-        let settled = round(&opts, host.as_mut(), &metrics, &mut progress);
+        watch.mark_seen();
+        let waiting = round(&opts, host.as_mut(), &metrics, &mut progress, &mut watched);
         metrics
             .reconcile_duration
             .with_label_values(&["Manifests"])
@@ -72,35 +74,70 @@ pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<()
             notify::ready();
         }
         rounds += 1;
-        if opts.max_rounds.is_some_and(|m| settled || rounds >= m) {
+        if opts
+            .max_rounds
+            .is_some_and(|m| waiting.is_none() || rounds >= m)
+        {
             return Ok(());
         }
-        // A server still starting is looked at again soon; otherwise at the drift interval,
-        // or as soon as the manifests change.
-        let wait = if settled {
-            opts.drift_interval
-        } else {
-            opts.poll_interval
-        };
-        seen = watch::until_changed(&opts.manifests, seen, wait);
+        // Settled: look again at the drift interval, or as soon as the manifests change. A
+        // server still starting: at the poll interval, or as soon as it answers
+        // /health_generate 200 (asked every 250 ms), so Ready is published within a probe
+        // period plus one pass, not a poll interval, after the server is up.
+        match waiting {
+            None => {
+                let w = watch.wait(opts.drift_interval, None);
+                tracing::debug!("woke: {w:?}");
+            }
+            Some(units) => {
+                // ... and no later than a stall would be due, so StartupStalled is reported
+                // when it happens, not up to a poll interval after.
+                let now = host.now();
+                let due = units
+                    .iter()
+                    .filter_map(|u| progress.get(&u.key()))
+                    .filter_map(|p| p.stall_due_in(now))
+                    .min()
+                    .map(|s| Duration::from_secs(s.max(1)));
+                let wait = due.map_or(opts.poll_interval, |d| d.min(opts.poll_interval));
+                let mut probe = || units.iter().any(|u| host.probe_ready(u) == Some(true));
+                let w = watch.wait(wait, Some(&mut probe));
+                tracing::debug!("woke: {w:?}");
+            }
+        }
     }
 }
 
-/// One pass: read, validate, converge, write status. Whether nothing is left to wait for.
+/// What the host backend was last asked to watch (units, preflight requests): an observation
+/// made under the same is complete for the next converge.
+type Watched = (
+    Vec<crate::host::model::UnitRef>,
+    Vec<crate::host::model::PreflightRequest>,
+);
+
+/// One pass: read, validate, converge, write status. `None` when nothing is left to wait
+/// for; else the units of the servers still starting.
 fn round(
     opts: &StandaloneOptions,
     host: &mut dyn Host,
     metrics: &crate::reconcile::metrics::Metrics,
     progress: &mut std::collections::BTreeMap<String, crate::converge::Progress>,
-) -> bool {
+    watched: &mut Watched,
+) -> Option<Vec<crate::host::model::UnitRef>> {
     let desired = Manifests::load(&opts.manifests)
         .map_err(|e| e.to_string())
         .and_then(|m| {
+            tracing::debug!(
+                "manifests read: {} partitions, {} servers",
+                m.partitions.len(),
+                m.servers.len()
+            );
             let observed = host.observe().map_err(|e| e.to_string())?;
             select::for_host(&m, &observed, &opts.gpu_vendor, &opts.gpu_driver)
+                .map(|d| (d, observed))
                 .map_err(|e| e.to_string())
         });
-    let desired = match desired {
+    let (desired, observed) = match desired {
         Ok(d) => d,
         Err(f) => {
             tracing::warn!(
@@ -109,12 +146,17 @@ fn round(
             );
             metrics.errors.with_label_values(&["InvalidSpec"]).inc();
             status_files::write_invalid(&opts.status_dir, &f);
-            return true;
+            return None;
         }
     };
     let units: Vec<_> = desired.servers.iter().map(|s| s.unit.clone()).collect();
-    host.watch_units(&units);
-    host.watch_preflight(&crate::desired::preflight::requests(&desired));
+    let now_watched = (units.clone(), crate::desired::preflight::requests(&desired));
+    // The observation that selected the GPUs starts the converge loop when it watched the same
+    // units and preflight requests (one full observation fewer per pass).
+    let seed = (*watched == now_watched).then_some(observed);
+    host.watch_units(&now_watched.0);
+    host.watch_preflight(&now_watched.1);
+    *watched = now_watched;
     let report = {
         let mut door = Door::new(host);
         let o = Options {
@@ -122,12 +164,20 @@ fn round(
             block_on_ready: false,
             ..Options::default()
         };
-        converge_with(&desired, &mut door, &o, progress)
+        converge_seeded(&desired, &mut door, &o, progress, seed)
     };
     for (kind, n) in &report.writes_by_kind {
         metrics.host_writes.with_label_values(&[kind]).inc_by(*n);
     }
     let status = crate::status::compute(&desired, &report, &Default::default());
     status_files::write(&opts.status_dir, &status);
-    !matches!(report.stop, Some(crate::converge::Stop::Waiting { .. }))
+    match &report.stop {
+        Some(crate::converge::Stop::Waiting { unit }) => Some(
+            units
+                .into_iter()
+                .filter(|u| u.to_string() == *unit)
+                .collect(),
+        ),
+        _ => None,
+    }
 }

@@ -1,9 +1,26 @@
-//! Waiting for the manifests to change: a cheap fingerprint (names, sizes, modification times)
-//! of the directory, polled every second. Polling needs no inotify limits and works on every
-//! filesystem a `git pull` may write to.
+//! Waiting for something to do: the manifests changed, a starting server turned ready, or the
+//! time to look again came.
+//!
+//! Changes are seen through inotify (`notify`) the moment a file in the directory is written,
+//! and by a cheap fingerprint (names, sizes, modification times) polled every second, which
+//! needs no inotify limits and works on every filesystem a `git pull` may write to (NFS, FUSE):
+//! events only make the agent look sooner, the fingerprint decides whether anything changed.
+//! After an event the agent waits until the directory is quiet for [`SETTLE`] (at most
+//! [`SETTLE_MAX`]), so a `git pull` that writes several files is read once, whole.
 
-use std::path::Path;
+use notify::Watcher as _;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime};
+
+/// Quiet time after a change event before the directory is read.
+pub const SETTLE: Duration = Duration::from_millis(20);
+/// Longest wait for quiet after the first event.
+pub const SETTLE_MAX: Duration = Duration::from_secs(1);
+/// How often the fingerprint is polled when no event comes.
+const POLL: Duration = Duration::from_secs(1);
+/// How often a starting server is asked whether it is ready.
+pub const PROBE_EVERY: Duration = Duration::from_millis(250);
 
 /// What the directory looked like.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -12,7 +29,7 @@ pub struct Fingerprint(Vec<(String, u64, Option<SystemTime>)>);
 /// The fingerprint of `dir` (or of the one file `dir` names) now.
 pub fn fingerprint(dir: &Path) -> Fingerprint {
     let mut v = Vec::new();
-    let entries: Vec<std::path::PathBuf> = if dir.is_dir() {
+    let entries: Vec<PathBuf> = if dir.is_dir() {
         std::fs::read_dir(dir)
             .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
             .unwrap_or_default()
@@ -28,14 +45,164 @@ pub fn fingerprint(dir: &Path) -> Fingerprint {
     Fingerprint(v)
 }
 
-/// Sleeps until `dir` differs from `seen` or `wait` passes; returns the fingerprint now.
-pub fn until_changed(dir: &Path, seen: Fingerprint, wait: Duration) -> Fingerprint {
-    let end = Instant::now() + wait;
-    loop {
-        let now = fingerprint(dir);
-        if now != seen || Instant::now() >= end {
-            return now;
+/// Why [`Watch::wait`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// The manifests differ from what was last read.
+    Changed,
+    /// The readiness probe said yes.
+    Ready,
+    /// `wait` passed.
+    Timeout,
+}
+
+/// The manifests' directory, watched.
+pub struct Watch {
+    dir: PathBuf,
+    seen: Fingerprint,
+    /// Change events; `None` when inotify is not available (then the poll alone).
+    events: Option<(notify::RecommendedWatcher, Receiver<()>)>,
+}
+
+impl Watch {
+    /// Starts watching `dir` (a directory, or one file: then its parent is watched, since
+    /// editors and `git` replace files by renaming). What is there now counts as seen.
+    pub fn new(dir: &Path) -> Watch {
+        let target = if dir.is_dir() {
+            dir.to_path_buf()
+        } else {
+            dir.parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."))
+                .to_path_buf()
+        };
+        let (tx, rx) = channel();
+        let events = notify::recommended_watcher(move |_: notify::Result<notify::Event>| {
+            let _ = tx.send(());
+        })
+        .and_then(|mut w| {
+            w.watch(&target, notify::RecursiveMode::NonRecursive)?;
+            Ok(w)
+        });
+        let events = match events {
+            Ok(w) => Some((w, rx)),
+            Err(e) => {
+                tracing::warn!(
+                    "no change events for {} ({e}); polling it every second",
+                    target.display()
+                );
+                None
+            }
+        };
+        Watch {
+            dir: dir.to_path_buf(),
+            seen: fingerprint(dir),
+            events,
         }
-        std::thread::sleep(Duration::from_secs(1).min(end - Instant::now()));
+    }
+
+    /// Records the manifests as read now (call right before reading them, so a change made
+    /// while they are applied is seen afterwards).
+    pub fn mark_seen(&mut self) {
+        self.seen = fingerprint(&self.dir);
+    }
+
+    /// Sleeps until the manifests change, `probe` (asked every [`PROBE_EVERY`], when given)
+    /// says yes, or `wait` passes.
+    pub fn wait(&mut self, wait: Duration, mut probe: Option<&mut dyn FnMut() -> bool>) -> Wake {
+        let end = Instant::now() + wait;
+        let mut next_probe = Instant::now();
+        loop {
+            if fingerprint(&self.dir) != self.seen {
+                return Wake::Changed;
+            }
+            let now = Instant::now();
+            if now >= end {
+                return Wake::Timeout;
+            }
+            if let Some(p) = probe.as_mut() {
+                if now >= next_probe {
+                    if p() {
+                        return Wake::Ready;
+                    }
+                    next_probe = Instant::now() + PROBE_EVERY;
+                }
+            }
+            let until = if probe.is_some() {
+                next_probe.min(end)
+            } else {
+                (now + POLL).min(end)
+            };
+            let tick = until.saturating_duration_since(Instant::now());
+            match &self.events {
+                Some((_, rx)) => match rx.recv_timeout(tick) {
+                    Ok(()) => settle(rx),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => {
+                        self.events = None;
+                    }
+                },
+                None => std::thread::sleep(tick),
+            }
+        }
+    }
+}
+
+/// Waits until no event came for [`SETTLE`], at most [`SETTLE_MAX`].
+fn settle(rx: &Receiver<()>) {
+    let end = Instant::now() + SETTLE_MAX;
+    while Instant::now() < end && rx.recv_timeout(SETTLE).is_ok() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_wakes_the_wait_long_before_it_times_out() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("a.yaml"), "x: 1\n").unwrap();
+        let mut w = Watch::new(d.path());
+        let p = d.path().join("a.yaml");
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            std::fs::write(p, "x: 22\n").unwrap();
+        });
+        let t = Instant::now();
+        assert_eq!(w.wait(Duration::from_secs(60), None), Wake::Changed);
+        assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+        writer.join().unwrap();
+        w.mark_seen();
+        assert_eq!(w.wait(Duration::from_millis(300), None), Wake::Timeout);
+    }
+
+    #[test]
+    fn the_probe_wakes_the_wait_and_nothing_else_changes() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("a.yaml"), "x: 1\n").unwrap();
+        let mut w = Watch::new(d.path());
+        let mut asked = 0;
+        let mut probe = || {
+            asked += 1;
+            asked == 3
+        };
+        assert_eq!(
+            w.wait(Duration::from_secs(60), Some(&mut probe)),
+            Wake::Ready
+        );
+        assert_eq!(asked, 3);
+    }
+
+    #[test]
+    fn a_single_file_is_watched_through_its_directory() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("only.yaml");
+        std::fs::write(&f, "x: 1\n").unwrap();
+        let mut w = Watch::new(&f);
+        assert_eq!(w.wait(Duration::from_millis(100), None), Wake::Timeout);
+        let tmp = d.path().join("only.yaml.new");
+        std::fs::write(&tmp, "x: 2 # replaced by rename\n").unwrap();
+        std::fs::rename(&tmp, &f).unwrap();
+        assert_eq!(w.wait(Duration::from_secs(60), None), Wake::Changed);
     }
 }

@@ -1,7 +1,10 @@
 #!/bin/bash
 # Runs inside the VM: two stand-in GPUs moved to vfio-pci and back, ROUNDS times, alternating
-# three ways: the bare sysfs writes (driver_override, unbind, drivers_probe: the limit), Debian's
-# driverctl (set-override / unset-override), and gpuplane (one `converge` each way). Prints one
+# four ways: the bare sysfs writes (driver_override, unbind, drivers_probe: the limit), Debian's
+# driverctl (set-override / unset-override), gpuplane (one `converge` process each way), and the
+# gpuplane agent (`gpuplane run --manifests`, as gpuplane.service runs it: the manifest in the
+# directory it watches is replaced; done when the agent has rewritten its status file and both
+# devices are on the target driver). Prints one
 # "TIME <method> <round> <ms>" line per move there and back, and "DRV" lines to show each landed.
 set -u
 . /usr/local/bin/scenario-lib.sh
@@ -11,7 +14,7 @@ ROUNDS=${ROUNDS:-5}
 DEVS="0000:41:00.0 0000:42:00.0"
 dpkg -i /usr/local/bin/driverctl_*.deb >/dev/null 2>&1 || echo "NOTE driverctl not installed"
 modprobe vfio-pci
-ms() { echo $(( $(date +%s%N) / 1000000 )); }
+now() { T=${EPOCHREALTIME/./}; }
 where() { for d in $DEVS; do basename "$(readlink /sys/bus/pci/devices/$d/driver)" 2>/dev/null || echo none; done | tr '\n' ' '; }
 part() { mkdir -p $M/$1; cat > $M/$1/p.yaml <<EOT
 apiVersion: gpuplane.dev/v1alpha1
@@ -34,21 +37,45 @@ dc_there() { for d in $DEVS; do driverctl set-override $d vfio-pci; done; }
 dc_back() { for d in $DEVS; do driverctl unset-override $d; done; }
 gp_there() { $G converge -f $M/there $GP > /dev/null 2>/tmp/gp.err || { echo "NOTE gpuplane there failed"; cat /tmp/gp.err; }; }
 gp_back() { $G converge -f $M/back $GP > /dev/null 2>/tmp/gp.err || { echo "NOTE gpuplane back failed"; cat /tmp/gp.err; }; }
+# The agent: started once, before the rounds, on the "back" manifest.
+mkdir -p $M/live /tmp/st
+cp $M/back/p.yaml $M/live/p.yaml
+THERE=$(cat $M/there/p.yaml); BACK=$(cat $M/back/p.yaml)
+GPUPLANE_LOG=${AGENT_LOG:-warn} NO_COLOR=1 \
+  $G run --manifests $M/live --status-dir /tmp/st --metrics-addr 127.0.0.1:9465 --drift-interval 3600 $GP \
+  > /tmp/agent.log 2>&1 &
+AST=/tmp/st/GpuPartition-vmhost.yaml
+exec 9<> <(:)
+# on DRIVER: both devices on DRIVER (shell builtins only: the wait must not load the VM)
+on() { for d in $DEVS; do [[ /sys/bus/pci/devices/$d/driver -ef /sys/bus/pci/drivers/$1 ]] || return 1; done; }
+# agent_move TEXT DRIVER: replaces the manifest, waits (10 ms steps, at most 60 s) until the agent
+# rewrote its status and both devices are on DRIVER
+agent_move() { : > /tmp/ref; printf '%s\n' "$1" > $M/live/p.yaml; local n=0
+  until [[ $AST -nt /tmp/ref ]] && on "$2"; do read -t 0.01 -u 9; n=$((n + 1)); [ $n -gt 6000 ] && { echo "NOTE agent did not converge to $2"; tail -5 /tmp/agent.log; return; }; done; }
+ag_there() { agent_move "$THERE" vfio-pci; }
+ag_back() { agent_move "$BACK" bochs-drm; }
+until [ -f $AST ]; do sleep 0.2; done
 # Another gpuplane build to compare with (bench.env: OTHER=/usr/local/bin/<file>).
 go_there() { $OTHER converge -f $M/there $GP > /dev/null 2>&1 || echo "NOTE other there failed"; }
 go_back() { $OTHER converge -f $M/back $GP > /dev/null 2>&1 || echo "NOTE other back failed"; }
-METHODS="bare driverctl gpuplane${OTHER:+ other}"
+METHODS="bare driverctl gpuplane agent${OTHER:+ other}"
 # A first gpuplane run each way outside the figures: page cache, the binary's first load.
-gp_there; gp_back
+gp_there; gp_back; ag_there; ag_back
 echo "== rounds: $ROUNDS"
 for r in $(seq 1 $ROUNDS); do
   for m in $METHODS; do
-    case $m in bare) a=bare_there; b=bare_back;; driverctl) a=dc_there; b=dc_back;; gpuplane) a=gp_there; b=gp_back;; other) a=go_there; b=go_back;; esac
-    t0=$(ms); $a; t1=$(ms); w1=$(where); $b; t2=$(ms); w2=$(where)
-    echo "TIME $m $r $(( t2 - t0 )) there=$(( t1 - t0 )) back=$(( t2 - t1 ))"
+    case $m in bare) a=bare_there; b=bare_back;; driverctl) a=dc_there; b=dc_back;; gpuplane) a=gp_there; b=gp_back;; agent) a=ag_there; b=ag_back;; other) a=go_there; b=go_back;; esac
+    # Only the moves are timed (EPOCHREALTIME, no process started), not the look at where
+    # the devices went.
+    t0=${EPOCHREALTIME/./}; $a; t1=${EPOCHREALTIME/./}; w1=$(where)
+    t2=${EPOCHREALTIME/./}; $b; t3=${EPOCHREALTIME/./}; w2=$(where)
+    there=$(( (t1 - t0) / 1000 )); back=$(( (t3 - t2) / 1000 ))
+    echo "TIME $m $r $(( there + back )) there=$there back=$back"
     echo "DRV $m $r there: $w1 back: $w2"
   done
 done
+# bench.env AGENT_LOG=gpuplane=debug: the agent's timeline of the last move back
+[ -n "${AGENT_LOG:-}" ] && { sed 's/^/ALOG /' /tmp/agent.log | tail -60; }
 echo "== full observations and refreshes in one converge each way"
 for dir in there back; do
   GPUPLANE_LOG=gpuplane=debug NO_COLOR=1 $G converge -f $M/$dir $GP 2>&1 >/dev/null \
@@ -56,10 +83,10 @@ for dir in there back; do
 done
 echo "== where gpuplane's time goes (each ROUNDS times)"
 for r in $(seq 1 $ROUNDS); do
-  t0=$(ms); $G --version >/dev/null; t1=$(ms)
-  $G observe $GP --output json >/dev/null; t2=$(ms)
-  $G converge -f $M/back $GP >/dev/null 2>&1; t3=$(ms)
-  echo "PART start $r $(( t1 - t0 ))"
-  echo "PART observe $r $(( t2 - t1 ))"
-  echo "PART converged-converge $r $(( t3 - t2 ))"
+  now; t0=$T; $G --version >/dev/null; now; t1=$T
+  $G observe $GP --output json >/dev/null; now; t2=$T
+  $G converge -f $M/back $GP >/dev/null 2>&1; now; t3=$T
+  echo "PART start $r $(( (t1 - t0) / 1000 ))"
+  echo "PART observe $r $(( (t2 - t1) / 1000 ))"
+  echo "PART converged-converge $r $(( (t3 - t2) / 1000 ))"
 done

@@ -14,3 +14,75 @@ fn a_hostile_log_tail_is_bounded_and_one_line_each() {
         "{last:?}"
     );
 }
+
+use super::{Progress, WaitOutcome};
+use crate::host::model::{HostState, Location, ServerObservation, Unit, UnitRef};
+use crate::sglang::StartupPhase;
+
+fn with_server(unit: &UnitRef, phase: StartupPhase, since: Option<u64>) -> HostState {
+    let mut st = HostState::default();
+    st.units.insert(
+        unit.key(),
+        Unit {
+            active_state: "active".into(),
+            server: Some(ServerObservation {
+                phase: Some(phase),
+                phase_since: since,
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    );
+    st
+}
+
+/// The stall clock starts at the journal line that began the phase, not when the agent looked:
+/// an agent that polls every 5 s still reports a 10 s stall 10 s after the server's last line.
+#[test]
+fn a_stall_counts_from_the_line_that_began_the_phase() {
+    let u = UnitRef {
+        location: Location::Host,
+        name: "gpuplane-sglang-x.service".into(),
+    };
+    let mut p = Progress::new(1000);
+    let launching = with_server(&u, StartupPhase::Launching, Some(1000));
+    assert_eq!(p.check(&launching, &u, "m", 10, 600, 1001), None);
+    // The weights began loading at 1002; the agent looks at 1006.
+    let loading = with_server(&u, StartupPhase::LoadingWeights, Some(1002));
+    assert_eq!(p.check(&loading, &u, "m", 10, 600, 1006), None);
+    assert_eq!(
+        p.stall_due_in(1006),
+        Some(6),
+        "due 10 s after the line, not after the look"
+    );
+    assert_eq!(p.check(&loading, &u, "m", 10, 600, 1011), None);
+    match p.check(&loading, &u, "m", 10, 600, 1012) {
+        Some(WaitOutcome::Stalled {
+            stalled_seconds,
+            phase,
+            ..
+        }) => {
+            assert_eq!((stalled_seconds, phase.as_str()), (10, "LoadingWeights"))
+        }
+        o => panic!("{o:?}"),
+    }
+}
+
+/// A line from before this wait began (an earlier run still in the journal's tail, a clock
+/// that jumped) never makes a stall due sooner than `stall_after` after the wait began; without
+/// a time the clock starts when the agent saw the phase.
+#[test]
+fn a_phase_time_before_the_wait_or_unknown_starts_the_clock_no_earlier_than_the_wait() {
+    let u = UnitRef {
+        location: Location::Host,
+        name: "gpuplane-sglang-x.service".into(),
+    };
+    let mut p = Progress::new(1000);
+    let old = with_server(&u, StartupPhase::LoadingWeights, Some(10));
+    assert_eq!(p.check(&old, &u, "m", 10, 600, 1003), None);
+    assert_eq!(p.stall_due_in(1003), Some(7));
+    let mut q = Progress::new(1000);
+    let unknown = with_server(&u, StartupPhase::LoadingWeights, None);
+    assert_eq!(q.check(&unknown, &u, "m", 10, 600, 1004), None);
+    assert_eq!(q.stall_due_in(1004), Some(10));
+}

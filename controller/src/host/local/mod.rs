@@ -116,6 +116,10 @@ pub struct LocalHost {
     preflight_cache: crate::host::preflight::Cache,
     /// Smoke test results by unit and test, kept while the unit is the one tested.
     smoke_cache: std::cell::RefCell<std::collections::BTreeMap<String, SmokeResult>>,
+    /// Where each watched server answered at the last observation (`probe_ready`).
+    endpoints: std::cell::RefCell<std::collections::BTreeMap<String, (String, u16)>>,
+    /// When `probe_ready` last got 200 from a unit's server (the next observation uses it).
+    probed_healthy: std::cell::RefCell<std::collections::BTreeMap<String, std::time::Instant>>,
 }
 
 impl LocalHost {
@@ -136,6 +140,8 @@ impl LocalHost {
             preflight: vec![],
             preflight_cache: Default::default(),
             smoke_cache: Default::default(),
+            endpoints: Default::default(),
+            probed_healthy: Default::default(),
         }
     }
 
@@ -472,6 +478,10 @@ impl Host for LocalHost {
 
     fn watch_units(&mut self, units: &[UnitRef]) {
         self.units = units.to_vec();
+    }
+
+    fn probe_ready(&mut self, unit: &UnitRef) -> Option<bool> {
+        self.probe_health(unit, Duration::from_secs(2))
     }
 
     fn watch_preflight(&mut self, requests: &[PreflightRequest]) {

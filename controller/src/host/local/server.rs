@@ -5,6 +5,9 @@ use crate::host::model::{HttpState, Location, ServerObservation, Unit, UnitRef};
 use crate::systemd::unit;
 use std::time::Duration;
 
+/// How long a probe's 200 stands for the next observation's `/health_generate`.
+const PROBE_FRESH: Duration = Duration::from_secs(2);
+
 /// GET from a server through the bounded client (deadline for the whole request, 1 MiB body).
 fn http_get(
     host: &str,
@@ -56,8 +59,11 @@ impl LocalHost {
         if !argv.iter().any(|a| a == "sglang.launch_server") {
             return None;
         }
+        let (phase, phase_since) =
+            crate::sglang::log::phase_since(&u.log_tail, &u.log_times, u.started_at);
         let mut obs = ServerObservation {
-            phase: crate::sglang::log::phase(&u.log_tail),
+            phase,
+            phase_since,
             ..Default::default()
         };
         obs.gpu_memory_mib = self.gpu_memory(&parsed);
@@ -72,11 +78,25 @@ impl LocalHost {
             r.location,
             &parsed.arg("--host").unwrap_or_else(|| "127.0.0.1".into()),
         )?;
+        self.endpoints
+            .borrow_mut()
+            .insert(r.key(), (host.clone(), port));
         let t = Duration::from_secs(3);
-        obs.http = match http_get(&host, port, "/health_generate", Duration::from_secs(25)) {
-            Err(_) => HttpState::Refused,
-            Ok((200, _)) => HttpState::Healthy,
-            Ok(_) => HttpState::Starting,
+        // A probe that got 200 moments ago is this observation's answer: asking again would
+        // cost the server another generation (about a second on a real one) before Ready.
+        let probed = self
+            .probed_healthy
+            .borrow_mut()
+            .remove(&r.key())
+            .is_some_and(|t| t.elapsed() < PROBE_FRESH);
+        obs.http = if probed {
+            HttpState::Healthy
+        } else {
+            match http_get(&host, port, "/health_generate", Duration::from_secs(25)) {
+                Err(_) => HttpState::Refused,
+                Ok((200, _)) => HttpState::Healthy,
+                Ok(_) => HttpState::Starting,
+            }
         };
         if obs.http == HttpState::Healthy {
             if let Ok((200, body)) = http_get(&host, port, "/v1/models", t) {
@@ -123,6 +143,23 @@ impl LocalHost {
             obs.smoke = self.smoke_test(r, u, &host, port, &obs.models);
         }
         Some(obs)
+    }
+
+    /// Whether the server of `r` answers `/health_generate` 200 now, at the address and port
+    /// the last full observation found for it (one GET with `deadline`, no command run, so a
+    /// container's server costs no `pct exec`). `None` when no observation reached it yet.
+    pub(super) fn probe_health(&self, r: &UnitRef, deadline: Duration) -> Option<bool> {
+        let (host, port) = self.endpoints.borrow().get(&r.key()).cloned()?;
+        let ok = matches!(
+            http_get(&host, port, "/health_generate", deadline),
+            Ok((200, _))
+        );
+        if ok {
+            self.probed_healthy
+                .borrow_mut()
+                .insert(r.key(), std::time::Instant::now());
+        }
+        Some(ok)
     }
 
     /// The smoke test of the server a Ready unit runs: from the cache while the unit is the one

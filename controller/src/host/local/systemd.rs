@@ -116,18 +116,26 @@ impl LocalHost {
                 &format!("_SYSTEMD_UNIT={}", r.name),
                 "-n",
                 "30",
+                // Each line with its time (the stall clock starts at the line that began the
+                // phase, not when the agent happened to look); MESSAGE alone besides the
+                // journal's own fields.
                 "-o",
-                "cat",
+                "json",
+                "--output-fields=MESSAGE",
                 "--no-pager",
             ],
         ) {
             // The server's own output: one line each, capped, at most 30 lines.
             let lines: Vec<&str> = o.stdout.lines().collect();
-            u.log_tail = lines[lines.len().saturating_sub(30)..]
+            let (tail, times) = lines[lines.len().saturating_sub(30)..]
                 .iter()
-                .map(|l| crate::text::sanitize(l, LOG_LINE_MAX))
-                .collect();
+                .map(|l| journal_line(l))
+                .map(|(m, t)| (crate::text::sanitize(&m, LOG_LINE_MAX), t))
+                .unzip();
+            u.log_tail = tail;
+            u.log_times = times;
         }
+        u.started_at = started.filter(|s| *s > 0).map(|s| s as u64);
         u
     }
 
@@ -268,4 +276,29 @@ impl LocalHost {
     pub(super) fn daemon_reload(&self, loc: Location) -> Result<(), LocalError> {
         self.systemctl(loc, &["daemon-reload"]).map(|_| ())
     }
+}
+
+/// One line of `journalctl -o json`: its message and its time (seconds since the epoch). A
+/// line that is not such an object (another journalctl, a test's stand-in) is the message
+/// itself, without a time. A MESSAGE that is not UTF-8 comes as an array of bytes.
+pub(super) fn journal_line(line: &str) -> (String, Option<u64>) {
+    let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(line) else {
+        return (line.to_string(), None);
+    };
+    let msg = match m.get("MESSAGE") {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Array(b)) => String::from_utf8_lossy(
+            &b.iter()
+                .filter_map(|x| x.as_u64().and_then(|x| u8::try_from(x).ok()))
+                .collect::<Vec<u8>>(),
+        )
+        .into_owned(),
+        _ => String::new(),
+    };
+    let at = m
+        .get("__REALTIME_TIMESTAMP")
+        .and_then(|t| t.as_str())
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(|us| us / 1_000_000);
+    (msg, at)
 }

@@ -438,3 +438,73 @@ fn a_unit_file_the_agent_did_not_write_is_never_removed() {
     assert!(e.to_string().contains("not written by gpuplane"), "{e}");
     assert!(dir.join("ssh.service").exists());
 }
+
+/// The agent's early wake-up: one GET of /health_generate at the address the last observation
+/// found; 503 is "not yet", 200 "ready", a unit never reached "cannot tell".
+#[test]
+fn probe_ready_asks_health_generate_where_the_last_observation_found_the_server() {
+    use std::io::{Read, Write};
+    let t = fake_root();
+    let mut h = host(&t);
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let mut paths = vec![];
+        for answer in ["503 Service Unavailable", "200 OK"] {
+            let (mut s, _) = l.accept().unwrap();
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).unwrap();
+                head.extend_from_slice(&buf[..n]);
+            }
+            paths.push(
+                String::from_utf8_lossy(&head)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string(),
+            );
+            let _ = write!(
+                s,
+                "HTTP/1.1 {answer}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+        paths
+    });
+    let unit = UnitRef {
+        location: Location::Host,
+        name: "sglang-e2e.service".into(),
+    };
+    assert_eq!(h.probe_ready(&unit), None, "never observed: cannot tell");
+    h.endpoints
+        .borrow_mut()
+        .insert(unit.key(), ("127.0.0.1".into(), port));
+    assert_eq!(h.probe_ready(&unit), Some(false));
+    assert_eq!(h.probe_ready(&unit), Some(true));
+    let paths = server.join().unwrap();
+    assert!(
+        paths.iter().all(|p| p.starts_with("GET /health_generate ")),
+        "{paths:?}"
+    );
+}
+
+/// `journalctl -o json` lines: the message (a string, or bytes when not UTF-8) and the time in
+/// seconds; anything else is a plain line without a time.
+#[test]
+fn journal_lines_give_their_message_and_time() {
+    use super::systemd::journal_line;
+    assert_eq!(
+        journal_line(
+            r#"{"__REALTIME_TIMESTAMP":"1764590400123456","MESSAGE":"Load weight begin."}"#
+        ),
+        ("Load weight begin.".to_string(), Some(1764590400))
+    );
+    assert_eq!(
+        journal_line(r#"{"__REALTIME_TIMESTAMP":"5000000","MESSAGE":[104,105,255]}"#),
+        ("hi\u{fffd}".to_string(), Some(5))
+    );
+    assert_eq!(journal_line("plain text"), ("plain text".to_string(), None));
+    assert_eq!(journal_line("[1, 2]"), ("[1, 2]".to_string(), None));
+    assert_eq!(journal_line(r#"{"MESSAGE":7}"#), (String::new(), None));
+}

@@ -145,6 +145,13 @@ impl Host for SimHost {
         self.preflight = requests.to_vec();
     }
 
+    fn probe_ready(&mut self, unit: &crate::host::model::UnitRef) -> Option<bool> {
+        self.refresh().ok()?;
+        let st = self.observe_inner();
+        let server = st.unit(unit)?.server.as_ref()?;
+        Some(server.http == crate::host::model::HttpState::Healthy)
+    }
+
     fn save(&self) -> Option<Result<String, HostError>> {
         Some(
             serde_yaml::to_string(&self.file)

@@ -80,3 +80,30 @@ proptest::proptest! {
         proptest::prop_assert_eq!(p, one_by_one);
     }
 }
+
+/// The phase's start is the first line that reached it; lines of an earlier run (logged before
+/// the process started) do not count.
+#[test]
+fn phase_since_is_the_first_line_of_the_phase_in_this_run() {
+    let lines = v(&[
+        "[2026-01-01 11:00:00] The server is fired up and ready to roll!",
+        "[2026-01-01 12:00:00 TP0] Init parallel begin.",
+        "[2026-01-01 12:00:05 TP0] Load weight begin. avail mem=94.30 GB",
+        "[2026-01-01 12:00:06 TP1] Load weight begin. avail mem=94.30 GB",
+        "Loading safetensors checkpoint shards:  50% Completed | 1/2",
+    ]);
+    let times = [Some(100), Some(200), Some(205), Some(206), Some(230)];
+    assert_eq!(
+        phase_since(&lines, &times, Some(150)),
+        (Some(StartupPhase::LoadingWeights), Some(205))
+    );
+    // Without the start time the earlier run's "fired up" line wins, as `phase` always did.
+    assert_eq!(
+        phase_since(&lines, &times, None).0,
+        Some(StartupPhase::Ready)
+    );
+    assert_eq!(
+        phase_since(&lines, &[], Some(150)),
+        (Some(StartupPhase::Ready), None)
+    );
+}

@@ -1,0 +1,90 @@
+//! Waking a partition's reconcile the moment a starting server is ready.
+//!
+//! A reconcile that leaves a server starting comes back after the poll interval (5 s by
+//! default). Meanwhile a probe asks the server's `/health_generate` every 250 ms
+//! ([`crate::host::Host::probe_ready`]: one GET where the last observation reached the server)
+//! and, when it answers 200, asks the controller to reconcile the partition now, so `Ready`
+//! is published within a probe period plus one reconcile of the server coming up.
+//!
+//! # Guarantees
+//! - Readiness is still decided by a full observation in the reconcile; a probe only makes it
+//!   come sooner.
+//! - One probe per partition at a time; it ends at the poll interval, or when the server
+//!   answers. It never waits for the host: while a converge holds the host, it skips a turn.
+
+use super::Ctx;
+use crate::host::model::UnitRef;
+use futures::channel::mpsc::{unbounded, UnboundedReceiver, UnboundedSender};
+use gpuplane_crds::GpuPartition;
+use kube::runtime::reflector::ObjectRef;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often a starting server is asked.
+pub const PROBE_EVERY: Duration = Duration::from_millis(250);
+
+/// The controller's early triggers; `Wake::default()` triggers nothing (tests).
+#[derive(Default)]
+pub struct Wake {
+    tx: Option<UnboundedSender<ObjectRef<GpuPartition>>>,
+    probing: Mutex<HashSet<String>>,
+}
+
+impl Wake {
+    /// A trigger and the stream the controller reconciles on.
+    pub fn new() -> (Wake, UnboundedReceiver<ObjectRef<GpuPartition>>) {
+        let (tx, rx) = unbounded();
+        (
+            Wake {
+                tx: Some(tx),
+                probing: Default::default(),
+            },
+            rx,
+        )
+    }
+}
+
+/// Starts probing `units` for partition `name` until one answers `/health_generate` 200 (then
+/// reconciles the partition) or `within` passes. Does nothing while a probe for `name` runs.
+pub fn probe_until_ready(ctx: &Arc<Ctx>, name: &str, units: Vec<UnitRef>, within: Duration) {
+    let Some(tx) = ctx.wake.tx.clone() else {
+        return;
+    };
+    if units.is_empty()
+        || !ctx
+            .wake
+            .probing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string())
+    {
+        return;
+    }
+    let ctx = ctx.clone();
+    let name = name.to_string();
+    tokio::spawn(async move {
+        let end = Instant::now() + within;
+        while Instant::now() + PROBE_EVERY < end {
+            tokio::time::sleep(PROBE_EVERY).await;
+            let host = ctx.host.clone();
+            let units = units.clone();
+            let ready = tokio::task::spawn_blocking(move || match host.try_lock() {
+                Ok(mut h) => units.iter().any(|u| h.probe_ready(u) == Some(true)),
+                Err(_) => false,
+            })
+            .await
+            .unwrap_or(false);
+            if ready {
+                tracing::debug!(partition = %name, "a starting server answers: reconciling now");
+                let _ = tx.unbounded_send(ObjectRef::new(&name));
+                break;
+            }
+        }
+        ctx.wake
+            .probing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&name);
+    });
+}
