@@ -278,7 +278,8 @@ impl LocalHost {
     }
 }
 
-/// One line of `journalctl -o json`: its message and its time (seconds since the epoch). A
+/// One line of `journalctl -o json`: its message and its time (seconds since the epoch,
+/// rounded up). A
 /// line that is not such an object (another journalctl, a test's stand-in) is the message
 /// itself, without a time. A MESSAGE that is not UTF-8 comes as an array of bytes.
 pub(super) fn journal_line(line: &str) -> (String, Option<u64>) {
@@ -299,6 +300,7 @@ pub(super) fn journal_line(line: &str) -> (String, Option<u64>) {
         .get("__REALTIME_TIMESTAMP")
         .and_then(|t| t.as_str())
         .and_then(|t| t.parse::<u64>().ok())
-        .map(|us| us / 1_000_000);
+        // Rounded up: a stall counted from this second is never reported early.
+        .map(|us| us.div_ceil(1_000_000));
     (msg, at)
 }

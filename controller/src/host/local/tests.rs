@@ -490,7 +490,7 @@ fn probe_ready_asks_health_generate_where_the_last_observation_found_the_server(
 }
 
 /// `journalctl -o json` lines: the message (a string, or bytes when not UTF-8) and the time in
-/// seconds; anything else is a plain line without a time.
+/// seconds, rounded up (a stall is never reported before its time); anything else is a plain line without a time.
 #[test]
 fn journal_lines_give_their_message_and_time() {
     use super::systemd::journal_line;
@@ -498,7 +498,7 @@ fn journal_lines_give_their_message_and_time() {
         journal_line(
             r#"{"__REALTIME_TIMESTAMP":"1764590400123456","MESSAGE":"Load weight begin."}"#
         ),
-        ("Load weight begin.".to_string(), Some(1764590400))
+        ("Load weight begin.".to_string(), Some(1764590401))
     );
     assert_eq!(
         journal_line(r#"{"__REALTIME_TIMESTAMP":"5000000","MESSAGE":[104,105,255]}"#),
