@@ -80,32 +80,36 @@ pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<()
         {
             return Ok(());
         }
-        // Settled: look again at the drift interval, or as soon as the manifests change. A
-        // server still starting: at the poll interval, or as soon as it answers
-        // /health_generate 200 (asked every 250 ms), so Ready is published within a probe
-        // period plus one pass, not a poll interval, after the server is up.
-        match waiting {
-            None => {
-                let w = watch.wait(opts.drift_interval, None);
-                tracing::debug!("woke: {w:?}");
-            }
-            Some(units) => {
-                // ... and no later than a stall would be due, so StartupStalled is reported
-                // when it happens, not up to a poll interval after.
-                let now = host.now();
-                let due = units
-                    .iter()
-                    .filter_map(|u| progress.get(&u.key()))
-                    .filter_map(|p| p.stall_due_in(now))
-                    .min()
-                    .map(|s| Duration::from_secs(s.max(1)));
-                let wait = due.map_or(opts.poll_interval, |d| d.min(opts.poll_interval));
-                let mut probe = || units.iter().any(|u| host.probe_ready(u) == Some(true));
-                let w = watch.wait(wait, Some(&mut probe));
-                tracing::debug!("woke: {w:?}");
-            }
-        }
+        let woke = until_next(&opts, host.as_mut(), &progress, &mut watch, waiting);
+        tracing::debug!("woke: {woke:?}");
     }
+}
+
+/// Waits for the next pass. Settled: until the drift interval, or as soon as the manifests
+/// change. A server still starting: until the poll interval, as soon as it answers
+/// `/health_generate` 200 (asked every 250 ms: Ready is published within a probe period plus
+/// one pass of the server coming up, not a poll interval), and no later than a stall would be
+/// due (StartupStalled is reported when it happens, not up to a poll interval after).
+fn until_next(
+    opts: &StandaloneOptions,
+    host: &mut dyn Host,
+    progress: &std::collections::BTreeMap<String, crate::converge::Progress>,
+    watch: &mut watch::Watch,
+    waiting: Option<Vec<crate::host::model::UnitRef>>,
+) -> watch::Wake {
+    let Some(units) = waiting else {
+        return watch.wait(opts.drift_interval, None);
+    };
+    let now = host.now();
+    let due = units
+        .iter()
+        .filter_map(|u| progress.get(&u.key()))
+        .filter_map(|p| p.stall_due_in(now))
+        .min()
+        .map(|s| Duration::from_secs(s.max(1)));
+    let wait = due.map_or(opts.poll_interval, |d| d.min(opts.poll_interval));
+    let mut probe = || units.iter().any(|u| host.probe_ready(u) == Some(true));
+    watch.wait(wait, Some(&mut probe))
 }
 
 /// What the host backend was last asked to watch (units, preflight requests): an observation
