@@ -2,7 +2,7 @@
 
 use super::args::{Format, HostArgs, InputArgs, ObserveFormat};
 use super::failure::Failure;
-use super::input::{load_desired, open_host};
+use super::input::{load_desired, load_desired_seeded, open_host};
 use super::output;
 use crate::apply::Door;
 use crate::converge::Options;
@@ -207,12 +207,18 @@ pub fn converge(
     dry_run: bool,
 ) -> Result<i32, Failure> {
     let mut h = open_host(&input.host)?;
-    let desired = load_desired(input, h.as_mut())?;
+    let (desired, seed) = load_desired_seeded(input, h.as_mut())?;
     let report = {
         let mut door = Door::new(h.as_mut())
             .dry_run(dry_run)
             .kill_after(kill_after_write()?);
-        crate::converge::converge(&desired, &mut door, &Options::default())
+        crate::converge::converge_seeded(
+            &desired,
+            &mut door,
+            &Options::default(),
+            &mut Default::default(),
+            seed,
+        )
     };
     let status = crate::status::compute(&desired, &report, &Default::default());
     output::print_converge(&desired, &report, &status, format);

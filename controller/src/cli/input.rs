@@ -3,6 +3,7 @@
 use super::args::{HostArgs, InputArgs};
 use super::failure::Failure;
 use crate::desired::Desired;
+use crate::host::model::HostState;
 use crate::host::sim::SimHost;
 use crate::host::Host;
 use crate::manifests::Manifests;
@@ -32,6 +33,15 @@ pub fn open_host(args: &HostArgs) -> Result<Box<dyn Host + Send>, Failure> {
 
 /// Reads the manifests, picks the partition for the host's node and validates everything.
 pub fn load_desired(input: &InputArgs, host: &mut dyn Host) -> Result<Desired, Failure> {
+    load_desired_seeded(input, host).map(|(d, _)| d)
+}
+
+/// [`load_desired`], and the observation it chose the GPUs on when that is complete for the
+/// converge loop (nothing else to watch: no server): the loop's first look.
+pub fn load_desired_seeded(
+    input: &InputArgs,
+    host: &mut dyn Host,
+) -> Result<(Desired, Option<HostState>), Failure> {
     let manifests = match &input.file {
         Some(p) => Manifests::load(p).map_err(|e| Failure::input(e.to_string()))?,
         None => {
@@ -43,7 +53,7 @@ pub fn load_desired(input: &InputArgs, host: &mut dyn Host) -> Result<Desired, F
             m
         }
     };
-    desired_for_host(
+    desired_seeded(
         &manifests,
         host,
         &input.host.gpu_vendor,
@@ -59,11 +69,24 @@ pub fn desired_for_host(
     gpu_vendor: &str,
     gpu_driver: &str,
 ) -> Result<Desired, Failure> {
+    desired_seeded(manifests, host, gpu_vendor, gpu_driver).map(|(d, _)| d)
+}
+
+/// [`desired_for_host`], and its observation when nothing was added to watch since (no server:
+/// no unit, no preflight), so that it is complete for the converge loop's first look.
+fn desired_seeded(
+    manifests: &Manifests,
+    host: &mut dyn Host,
+    gpu_vendor: &str,
+    gpu_driver: &str,
+) -> Result<(Desired, Option<HostState>), Failure> {
     let observed = host.observe()?;
     let desired = crate::desired::select::for_host(manifests, &observed, gpu_vendor, gpu_driver)
         .map_err(|e| Failure::input(e.to_string()))?;
     let units: Vec<_> = desired.servers.iter().map(|s| s.unit.clone()).collect();
+    let preflight = crate::desired::preflight::requests(&desired);
+    let complete = units.is_empty() && preflight.is_empty() && desired.removed_units.is_empty();
     host.watch_units(&units);
-    host.watch_preflight(&crate::desired::preflight::requests(&desired));
-    Ok(desired)
+    host.watch_preflight(&preflight);
+    Ok((desired, complete.then_some(observed)))
 }
