@@ -95,6 +95,9 @@ impl Tools {
     }
 }
 
+/// A `/health_generate` 200: when, and from which address and port.
+type Probed = (std::time::Instant, (String, u16));
+
 /// The real host.
 pub struct LocalHost {
     pub root: Root,
@@ -118,8 +121,9 @@ pub struct LocalHost {
     smoke_cache: std::cell::RefCell<std::collections::BTreeMap<String, SmokeResult>>,
     /// Where each watched server answered at the last observation (`probe_ready`).
     endpoints: std::cell::RefCell<std::collections::BTreeMap<String, (String, u16)>>,
-    /// When `probe_ready` last got 200 from a unit's server (the next observation uses it).
-    probed_healthy: std::cell::RefCell<std::collections::BTreeMap<String, std::time::Instant>>,
+    /// When and where `probe_ready` last got 200 from a unit's server (the next observation
+    /// uses it when the server is still at that address).
+    probed_healthy: std::cell::RefCell<std::collections::BTreeMap<String, Probed>>,
 }
 
 impl LocalHost {

@@ -82,13 +82,14 @@ impl LocalHost {
             .borrow_mut()
             .insert(r.key(), (host.clone(), port));
         let t = Duration::from_secs(3);
-        // A probe that got 200 moments ago is this observation's answer: asking again would
-        // cost the server another generation (about a second on a real one) before Ready.
+        // A probe that got 200 moments ago from this same address is this observation's
+        // answer: asking again would cost the server another generation (about a second on a
+        // real one) before Ready.
         let probed = self
             .probed_healthy
             .borrow_mut()
             .remove(&r.key())
-            .is_some_and(|t| t.elapsed() < PROBE_FRESH);
+            .is_some_and(|(t, at)| t.elapsed() < PROBE_FRESH && at == (host.clone(), port));
         obs.http = if probed {
             HttpState::Healthy
         } else {
@@ -157,7 +158,7 @@ impl LocalHost {
         if ok {
             self.probed_healthy
                 .borrow_mut()
-                .insert(r.key(), std::time::Instant::now());
+                .insert(r.key(), (std::time::Instant::now(), (host, port)));
         }
         Some(ok)
     }

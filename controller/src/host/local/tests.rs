@@ -482,6 +482,11 @@ fn probe_ready_asks_health_generate_where_the_last_observation_found_the_server(
         .insert(unit.key(), ("127.0.0.1".into(), port));
     assert_eq!(h.probe_ready(&unit), Some(false));
     assert_eq!(h.probe_ready(&unit), Some(true));
+    // The next observation takes the 200 as its answer only from that same address.
+    assert_eq!(
+        h.probed_healthy.borrow()[&unit.key()].1,
+        ("127.0.0.1".to_string(), port)
+    );
     let paths = server.join().unwrap();
     assert!(
         paths.iter().all(|p| p.starts_with("GET /health_generate ")),
