@@ -100,7 +100,7 @@ echo "== 4. kubectl apply of a GpuPartition"
 cat >/root/partition.yaml <<'YAML'
 apiVersion: gpuplane.dev/v1alpha1
 kind: GpuPartition
-metadata: {name: gpuhost}
+metadata: {name: gpuhost, labels: {gpuplane.dev/node: gpuhost}}
 spec:
   nodeName: gpuhost
   deletionPolicy: Restore
