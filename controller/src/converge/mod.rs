@@ -100,6 +100,22 @@ impl Report {
     pub fn converged(&self) -> bool {
         self.stop.is_none() && self.final_plan.is_empty()
     }
+
+    /// The units of `desired`'s servers the run left starting (`Stop::Waiting`); `None` when it
+    /// waits for nothing.
+    pub fn waiting_units(&self, desired: &Desired) -> Option<Vec<crate::host::model::UnitRef>> {
+        let Some(Stop::Waiting { unit }) = &self.stop else {
+            return None;
+        };
+        Some(
+            desired
+                .servers
+                .iter()
+                .map(|s| s.unit.clone())
+                .filter(|u| u.to_string() == *unit)
+                .collect(),
+        )
+    }
 }
 
 /// Runs the loop until converged or stopped.

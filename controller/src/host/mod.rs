@@ -42,6 +42,9 @@ pub struct StepOutcome {
     pub detail: Option<String>,
 }
 
+/// How often an agent asks a starting server whether it is ready ([`Host::probe_ready`]).
+pub const PROBE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// A host: real, or simulated.
 pub trait Host {
     /// Reads the whole host state. Never changes anything.
@@ -64,7 +67,8 @@ pub trait Host {
     /// Names the servers to preflight (what to read, where); `observe` then fills
     /// `HostState::preflight` for them. Backends that cannot look ignore it.
     fn watch_preflight(&mut self, _requests: &[model::PreflightRequest]) {}
-    /// A cheap look at whether the server `unit` runs answers `/health_generate` with 200 now,
+    /// A cheap look at whether the server `unit` runs answers `/health_generate` with 200 now
+    /// (both agents ask every [`PROBE_EVERY`] while a server starts),
     /// to wake a waiting agent early (readiness is still decided by a full observation);
     /// `None` when the backend cannot tell cheaply (the agent then waits its poll interval).
     fn probe_ready(&mut self, _unit: &model::UnitRef) -> Option<bool> {

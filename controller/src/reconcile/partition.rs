@@ -133,14 +133,7 @@ pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action,
     let old = p.status.clone().unwrap_or_default();
     publish_events(&ctx, &p, &r, &report, was_ready, &old.conditions).await;
     record_metrics(&ctx, &r, &report, ready, was_ready);
-    if let Some(Stop::Waiting { unit }) = &report.stop {
-        let starting = r
-            .desired
-            .servers
-            .iter()
-            .map(|s| s.unit.clone())
-            .filter(|u| u.to_string() == *unit)
-            .collect();
+    if let Some(starting) = report.waiting_units(&r.desired) {
         super::wake::probe_until_ready(&ctx, &p.name_any(), starting, ctx.opts.poll_interval);
     }
     Ok(next_action(&ctx, &p.name_any(), &report))

@@ -14,15 +14,13 @@
 
 use super::Ctx;
 use crate::host::model::UnitRef;
+use crate::host::PROBE_EVERY;
 use futures::channel::mpsc::{unbounded, UnboundedReceiver, UnboundedSender};
 use gpuplane_crds::GpuPartition;
 use kube::runtime::reflector::ObjectRef;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// How often a starting server is asked.
-pub const PROBE_EVERY: Duration = Duration::from_millis(250);
 
 /// The controller's early triggers; `Wake::default()` triggers nothing (tests).
 #[derive(Default)]

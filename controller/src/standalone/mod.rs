@@ -153,8 +153,10 @@ fn round(
             return None;
         }
     };
-    let units: Vec<_> = desired.servers.iter().map(|s| s.unit.clone()).collect();
-    let now_watched = (units.clone(), crate::desired::preflight::requests(&desired));
+    let now_watched = (
+        desired.servers.iter().map(|s| s.unit.clone()).collect(),
+        crate::desired::preflight::requests(&desired),
+    );
     // The observation that selected the GPUs starts the converge loop when it watched the same
     // units and preflight requests (one full observation fewer per pass).
     let seed = (*watched == now_watched).then_some(observed);
@@ -175,13 +177,5 @@ fn round(
     }
     let status = crate::status::compute(&desired, &report, &Default::default());
     status_files::write(&opts.status_dir, &status);
-    match &report.stop {
-        Some(crate::converge::Stop::Waiting { unit }) => Some(
-            units
-                .into_iter()
-                .filter(|u| u.to_string() == *unit)
-                .collect(),
-        ),
-        _ => None,
-    }
+    report.waiting_units(&desired)
 }

@@ -8,6 +8,7 @@
 //! After an event the agent waits until the directory is quiet for [`SETTLE`] (at most
 //! [`SETTLE_MAX`]), so a `git pull` that writes several files is read once, whole.
 
+use crate::host::PROBE_EVERY;
 use notify::Watcher as _;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
@@ -19,8 +20,6 @@ pub const SETTLE: Duration = Duration::from_millis(20);
 pub const SETTLE_MAX: Duration = Duration::from_secs(1);
 /// How often the fingerprint is polled when no event comes.
 const POLL: Duration = Duration::from_secs(1);
-/// How often a starting server is asked whether it is ready.
-pub const PROBE_EVERY: Duration = Duration::from_millis(250);
 
 /// What the directory looked like.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
