@@ -53,17 +53,9 @@ pub fn get(
     path: &str,
     deadline: Duration,
 ) -> Result<(u16, String), GetError> {
-    let url = url(host, port, path);
-    let err = |source| GetError::Request {
-        url: url.clone(),
-        source,
-    };
-    let resp = agent(deadline)
-        .get(&url)
-        .header("Accept", "application/json")
-        .call()
-        .map_err(err)?;
-    read_body(resp).map_err(err)
+    request(host, port, path, deadline, |agent, url| {
+        agent.get(url).header("Accept", "application/json").call()
+    })
 }
 
 /// `POST http://host:port/path` with a JSON body, within `deadline`: (status, body). The same
@@ -75,18 +67,28 @@ pub fn post_json(
     body: &str,
     deadline: Duration,
 ) -> Result<(u16, String), GetError> {
+    request(host, port, path, deadline, |agent, url| {
+        agent
+            .post(url)
+            .header("Accept", "application/json")
+            .header("Content-Type", "application/json")
+            .send(body)
+    })
+}
+
+/// One request to `http://host:port/path` made by `send` on a bounded agent, its body read
+/// within the bounds; an error names the URL.
+fn request(
+    host: &str,
+    port: u16,
+    path: &str,
+    deadline: Duration,
+    send: impl FnOnce(&ureq::Agent, &str) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+) -> Result<(u16, String), GetError> {
     let url = url(host, port, path);
-    let err = |source| GetError::Request {
-        url: url.clone(),
-        source,
-    };
-    let resp = agent(deadline)
-        .post(&url)
-        .header("Accept", "application/json")
-        .header("Content-Type", "application/json")
-        .send(body)
-        .map_err(err)?;
-    read_body(resp).map_err(err)
+    send(&agent(deadline), &url)
+        .and_then(read_body)
+        .map_err(|source| GetError::Request { url, source })
 }
 
 /// The status and at most [`MAX_BODY`] bytes of body.
