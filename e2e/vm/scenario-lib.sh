@@ -29,3 +29,24 @@ for i, n in ((1, 3000), (2, 5000)):
 json.dump({"metadata": {"total_size": total}, "weight_map": wm}, open(d + "/model.safetensors.index.json", "w"))
 PY
 }
+# partition DIR HOST-SELECTOR VM-SELECTOR VM-DRIVER [VM-CONSUMER]: $M/DIR/partition.yaml, node
+# vmhost, a host slice (the stand-in SGLang servers' rules) and a vm slice
+partition() { mkdir -p $M/$1; cat > $M/$1/partition.yaml <<EOF
+apiVersion: gpuplane.dev/v1alpha1
+kind: GpuPartition
+metadata: {name: vmhost}
+spec:
+  nodeName: vmhost
+  slices:
+    - name: host
+      gpus: $2
+      driver: nvidia
+      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, adoptUnits: [sglang-e2e]}
+    - name: vm
+      gpus: $3
+      driver: $4
+${5:-}
+EOF
+}
+# The vm slice's consumer: VM 300 through the PCI mapping emu-vm.
+VMC='      consumer: {vm: {vmid: 300, pciMapping: emu-vm}}'

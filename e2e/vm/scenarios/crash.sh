@@ -33,25 +33,6 @@ printf '# mappings kept by hand\nnic\n\tmap id=8086:100e,node=vmhost,path=0000:4
 ONLY=$(sed -n 's/.*gpuplane\.crash=\([a-z,]*\).*/\1/p' /proc/cmdline | tr , ' ')
 ONLY=${ONLY:-split back server move}
 
-# partition DIR VM-SELECTOR VM-DRIVER [VM-CONSUMER]: the host slice has the rest of NUMA 0
-partition() { mkdir -p $M/$1; cat > $M/$1/partition.yaml <<EOF
-apiVersion: gpuplane.dev/v1alpha1
-kind: GpuPartition
-metadata: {name: vmhost}
-spec:
-  nodeName: vmhost
-  slices:
-    - name: host
-      gpus: $2
-      driver: nvidia
-      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, adoptUnits: [sglang-e2e]}
-    - name: vm
-      gpus: $3
-      driver: $4
-${5:-}
-EOF
-}
-VMC='      consumer: {vm: {vmid: 300, pciMapping: emu-vm}}'
 # server DIR CARD: the stand-in keeps /dev/dri/CARD open, as SGLang keeps /dev/nvidiaN open
 server() { cat > $M/$1/server.yaml <<EOF
 apiVersion: gpuplane.dev/v1alpha1

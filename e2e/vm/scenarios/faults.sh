@@ -17,24 +17,6 @@ mkdir -p /etc/pve/lxc /etc/pve/qemu-server /etc/pve/mapping
 printf 'name: snp-guest\nhostpci0: mapping=emu-vm,pcie=1\n' > /etc/pve/qemu-server/300.conf
 printf '# mappings kept by hand\nnic\n\tmap id=8086:100e,node=vmhost,path=0000:44:02.0\n' > /etc/pve/mapping/pci.cfg
 
-partition() { mkdir -p $M/$1; cat > $M/$1/partition.yaml <<EOF
-apiVersion: gpuplane.dev/v1alpha1
-kind: GpuPartition
-metadata: {name: vmhost}
-spec:
-  nodeName: vmhost
-  slices:
-    - name: host
-      gpus: {numaNode: 0}
-      driver: nvidia
-      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, adoptUnits: [sglang-e2e]}
-    - name: vm
-      gpus: {numaNode: 1}
-      driver: $2
-${3:-}
-EOF
-}
-VMC='      consumer: {vm: {vmid: 300, pciMapping: emu-vm}}'
 # server DIR [EXTRA-ENV-LINE]
 server() { cat > $M/$1/server.yaml <<EOF
 apiVersion: gpuplane.dev/v1alpha1
@@ -62,8 +44,8 @@ after() {  # NAME: what the host looks like after step NAME
     echo "DRV $1 $d $(basename "$(readlink /sys/bus/pci/devices/$d/driver)" 2>/dev/null || echo none) $(cat /sys/bus/pci/devices/$d/driver_override)"; done
 }
 run() { mkdir -p $M/$1; cp $M/$2/*.yaml $M/$1/; converge $1; after $1; }
-partition split vfio-pci "$VMC"
-partition back nvidia
+partition split '{numaNode: 0}' '{numaNode: 1}' vfio-pci "$VMC"
+partition back '{numaNode: 0}' '{numaNode: 1}' nvidia
 
 echo "== read-only /etc/pve/mapping (no quorum)"
 mount --bind /etc/pve/mapping /etc/pve/mapping && mount -o remount,bind,ro /etc/pve/mapping
@@ -90,9 +72,9 @@ run full-reset back
 
 echo "== a server that fails while starting (out of KV-cache memory)"
 mkdir -p $M/fail $M/fixed
-partition fail nvidia; server fail '    - {name: STANDIN_KV_MIB, value: "-1"}'
+partition fail '{numaNode: 0}' '{numaNode: 1}' nvidia; server fail '    - {name: STANDIN_KV_MIB, value: "-1"}'
 converge fail; echo "ACTIVE fail $(systemctl show -p ActiveState --value sglang-e2e.service)"
-partition fixed nvidia; server fixed
+partition fixed '{numaNode: 0}' '{numaNode: 1}' nvidia; server fixed
 converge fixed; echo "ACTIVE fixed $(systemctl show -p ActiveState --value sglang-e2e.service)"
 mkdir -p $M/fixed-again && cp $M/fixed/*.yaml $M/fixed-again/; converge fixed-again
 systemctl stop sglang-e2e.service

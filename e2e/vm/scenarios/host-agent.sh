@@ -9,25 +9,6 @@ printf 'name: snp-guest\nhostpci0: mapping=emu-vm,pcie=1\n' > /etc/pve/qemu-serv
 printf '# mappings kept by hand\nnic\n\tmap id=8086:100e,node=vmhost,path=0000:44:02.0\n\n' > /etc/pve/mapping/pci.cfg
 drv() { for d in 0000:41:00.0 0000:42:00.0 0000:44:01.0 0000:81:00.0 0000:82:00.0; do
   echo "DRV $1 $d $(basename "$(readlink /sys/bus/pci/devices/$d/driver)" 2>/dev/null || echo none) $(cat /sys/bus/pci/devices/$d/driver_override)"; done; }
-# partition DIR HOST-SELECTOR VM-SELECTOR VM-DRIVER [VM-CONSUMER]
-partition() { mkdir -p $M/$1; cat > $M/$1/partition.yaml <<EOF
-apiVersion: gpuplane.dev/v1alpha1
-kind: GpuPartition
-metadata: {name: vmhost}
-spec:
-  nodeName: vmhost
-  slices:
-    - name: host
-      gpus: $2
-      driver: nvidia
-      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, adoptUnits: [sglang-e2e]}
-    - name: vm
-      gpus: $3
-      driver: $4
-${5:-}
-EOF
-}
-VMC='      consumer: {vm: {vmid: 300, pciMapping: emu-vm}}'
 
 echo "== observe"
 $G observe $GP --output json | json | sed 's/^/OBSERVE /'
