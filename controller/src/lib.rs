@@ -29,6 +29,7 @@
 pub mod apply;
 pub mod cli;
 pub mod converge;
+pub mod crashpoint;
 pub mod desired;
 pub mod host;
 pub mod http;

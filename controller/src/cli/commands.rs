@@ -206,6 +206,7 @@ pub fn converge(
     save_host: Option<&Path>,
     dry_run: bool,
 ) -> Result<i32, Failure> {
+    crate::crashpoint::arm_from_env().map_err(Failure::input)?;
     let mut h = open_host(&input.host)?;
     let (desired, seed) = load_desired_seeded(input, h.as_mut())?;
     let report = {

@@ -80,6 +80,9 @@ pub fn print_converge(
                 if let Some(d) = &a.detail {
                     println!("       result: {d}");
                 }
+                for l in &a.leftovers {
+                    println!("       healed: {l}");
+                }
                 // Decisions made after this step (e.g. P2P disabled after the probe).
                 while noted < r.notes.len()
                     && matches!(a.planned.step, crate::plan::Step::ProbeP2p { .. })
@@ -105,6 +108,9 @@ pub fn print_converge(
                 }
                 Some(Stop::NotReady { unit }) => println!("STOPPED: {unit} did not become ready."),
                 Some(Stop::Waiting { unit }) => println!("{unit} is still starting."),
+                Some(Stop::WaitingForLock { step, message, .. }) => println!(
+                    "WAITING: {step}: {message}. Nothing more was changed; run again later (the agent retries by itself)."
+                ),
                 Some(Stop::NoProgress { steps }) => {
                     println!("STOPPED: no convergence after {steps} steps.")
                 }

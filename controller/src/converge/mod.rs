@@ -19,6 +19,7 @@ pub use wait::{wait_ready, Progress, WaitOutcome};
 use crate::apply::Door;
 use crate::desired::Desired;
 use crate::host::model::HostState;
+use crate::host::HostError;
 use crate::plan::{plan, Blocker, Note, Plan, PlannedStep, Step};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -53,6 +54,9 @@ pub struct Applied {
     /// What it reported (probe results, readiness).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// What a killed writer had left (a stale lock, a temporary file) and this step removed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub leftovers: Vec<String>,
     /// Host clock when it was applied.
     pub at: u64,
 }
@@ -78,6 +82,13 @@ pub enum Stop {
     Waiting {
         unit: String,
     },
+    /// Another writer holds a lock the step needs (a Proxmox file lock): nothing was done for
+    /// the step; look again soon. A dead writer's lock expires by itself.
+    WaitingForLock {
+        step: String,
+        lock: String,
+        message: String,
+    },
 }
 
 /// What a converge run did.
@@ -99,6 +110,12 @@ pub struct Report {
 impl Report {
     pub fn converged(&self) -> bool {
         self.stop.is_none() && self.final_plan.is_empty()
+    }
+
+    /// Whether the run stopped on another writer's lock: retry after a poll interval, not the
+    /// drift interval.
+    pub fn waits_for_lock(&self) -> bool {
+        matches!(self.stop, Some(Stop::WaitingForLock { .. }))
     }
 
     /// The units of `desired`'s servers the run left starting (`Stop::Waiting`); `None` when it
@@ -178,9 +195,22 @@ pub fn converge_seeded(
                     r.applied.push(Applied {
                         planned: next.clone(),
                         detail: out.detail,
+                        leftovers: out.leftovers,
                         at,
                     });
                     true
+                }
+                Err(HostError::LockHeld {
+                    step,
+                    lock,
+                    message,
+                }) => {
+                    r.stop = Some(Stop::WaitingForLock {
+                        step,
+                        lock,
+                        message,
+                    });
+                    false
                 }
                 Err(e) => {
                     r.stop = Some(Stop::StepFailed {
@@ -353,6 +383,7 @@ fn wait_step(
     r.applied.push(Applied {
         planned: next.clone(),
         detail: Some(outcome.summary()),
+        leftovers: vec![],
         at,
     });
     r.waits.insert(unit.key(), outcome);

@@ -31,6 +31,14 @@ pub enum HostError {
         address: String,
         holders: Vec<String>,
     },
+    /// Another writer holds a lock the step needs (Proxmox's file locks): the step was not
+    /// done; retry later.
+    #[error("{step} waits: {message}")]
+    LockHeld {
+        step: String,
+        lock: String,
+        message: String,
+    },
     #[error("{0}")]
     Other(String),
 }
@@ -40,6 +48,8 @@ pub enum HostError {
 pub struct StepOutcome {
     /// A line for the user, e.g. the P2P probe's result.
     pub detail: Option<String>,
+    /// What a killed writer had left (a stale lock, a temporary file) and this step removed.
+    pub leftovers: Vec<String>,
 }
 
 /// How often an agent asks a starting server whether it is ready ([`Host::probe_ready`]).

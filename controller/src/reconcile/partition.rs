@@ -442,6 +442,17 @@ async fn publish_events(
             note,
         )
         .await;
+        for l in &a.leftovers {
+            publish(
+                ctx,
+                &target,
+                EventType::Warning,
+                "LeftoverRemoved",
+                &action,
+                l.clone(),
+            )
+            .await;
+        }
     }
     if !report.applied.is_empty() {
         for n in &report.notes {
@@ -509,6 +520,23 @@ async fn publish_events(
             )
             .await;
         }
+        Some(Stop::WaitingForLock { step, message, .. }) => {
+            // Once while it lasts: not again while Ready already says so.
+            let known = old_conditions
+                .iter()
+                .any(|c| c.type_ == types::READY && c.reason == "WaitingForLock");
+            if !known {
+                publish(
+                    ctx,
+                    &p_ref,
+                    EventType::Normal,
+                    "WaitingForLock",
+                    "Converge",
+                    format!("{step}: {message}"),
+                )
+                .await;
+            }
+        }
         _ => {}
     }
 }
@@ -560,7 +588,9 @@ fn next_action(ctx: &Ctx, name: &str, report: &Report) -> Action {
             ctx.succeeded(name);
             Action::requeue(ctx.opts.drift_interval)
         }
-        Some(Stop::Waiting { .. }) => Action::requeue(ctx.opts.poll_interval),
+        Some(Stop::Waiting { .. }) | Some(Stop::WaitingForLock { .. }) => {
+            Action::requeue(ctx.opts.poll_interval)
+        }
         Some(Stop::Blocked { .. }) => {
             Action::requeue(ctx.backoff(name).min(ctx.opts.drift_interval))
         }

@@ -120,7 +120,7 @@ type Watched = (
 );
 
 /// One pass: read, validate, converge, write status. `None` when nothing is left to wait
-/// for; else the units of the servers still starting.
+/// for; else the units of the servers still starting (none when it waits for a lock).
 fn round(
     opts: &StandaloneOptions,
     host: &mut dyn Host,
@@ -177,5 +177,14 @@ fn round(
     }
     let status = crate::status::compute(&desired, &report, &Default::default());
     status_files::write(&opts.status_dir, &status);
+    for a in &report.applied {
+        for l in &a.leftovers {
+            tracing::warn!("{}: {l}", a.planned.step);
+        }
+    }
+    // A held lock: look again after a poll interval (no unit to probe meanwhile).
+    if report.waits_for_lock() {
+        return Some(report.waiting_units(&desired).unwrap_or_default());
+    }
     report.waiting_units(&desired)
 }

@@ -177,6 +177,24 @@ fn partition_status(
             now,
             g,
         );
+    } else if let Some(Stop::WaitingForLock { .. }) = &r.stop {
+        // Another writer holds a Proxmox lock: a wait that ends by itself (a dead writer's lock
+        // expires), so Reconciling, not Stalled; the agent retries.
+        let msg = format!(
+            "{}; {} host steps left, retried shortly",
+            stop_lock_message(r),
+            part_steps.len()
+        );
+        ps.set(types::READY, false, "WaitingForLock", msg.clone(), now, g);
+        ps.set(
+            types::PROGRESSING,
+            true,
+            "WaitingForLock",
+            "waiting for another writer's lock".into(),
+            now,
+            g,
+        );
+        ps.progress(Progress::Working("WaitingForLock".into(), msg), now, g);
     } else if !part_steps.is_empty() {
         let next: Vec<String> = part_steps
             .iter()
@@ -238,6 +256,16 @@ fn partition_status(
     }
     iommu_condition(&mut ps, desired, host, g, now);
     ps
+}
+
+/// "STEP waits for Proxmox's lock: MESSAGE" of a run stopped by a held lock ("" otherwise).
+fn stop_lock_message(r: &Report) -> String {
+    match &r.stop {
+        Some(Stop::WaitingForLock { step, message, .. }) => {
+            format!("{step} waits for Proxmox's lock: {message}")
+        }
+        _ => String::new(),
+    }
 }
 
 /// The partition's `Degraded`: whether the IOMMU mode is what the spec expects.
@@ -341,6 +369,10 @@ fn server_readiness(
             }
             (_, Some(b)) if b.resource == res => (b.reason.as_str(), b.message.clone()),
             (_, Some(b)) => ("WaitingForGpus", format!("the partition is blocked: {}", b.message)),
+            _ if matches!(r.stop, Some(Stop::WaitingForLock { .. })) => (
+                "WaitingForLock",
+                format!("the host change it needs waits for a lock: {}", stop_lock_message(r)),
+            ),
             _ => ("Starting", format!("phase {}", obs.and_then(|o| o.phase).map(|p| p.reason()).unwrap_or("NotStarted"))),
         };
         st.set(types::READY, false, reason, msg.clone(), now, g);
@@ -348,15 +380,19 @@ fn server_readiness(
             .and_then(|o| o.phase)
             .map(|p| p.reason())
             .unwrap_or("NotStarted");
+        // Starting, or waiting for a lock that expires by itself: work in progress, not stuck.
+        let working = reason == "Starting" || reason == "WaitingForLock";
         st.set(
             types::PROGRESSING,
-            reason == "Starting",
+            working,
             phase,
             format!("startup phase {phase}"),
             now,
             g,
         );
-        let p = if reason == "Starting" {
+        let p = if reason == "WaitingForLock" {
+            Progress::Working(reason.to_string(), msg)
+        } else if working {
             Progress::Working(phase.to_string(), format!("the server is starting: {msg}"))
         } else {
             Progress::Stuck(reason.to_string(), msg)

@@ -48,3 +48,46 @@ fn container_userspace_older_than_the_kernel_module_is_driver_mismatch() {
         c.message
     );
 }
+
+/// A run stopped by another writer's Proxmox lock reads Reconciling (the lock expires by
+/// itself), never Stalled, and says which lock.
+#[test]
+fn a_held_lock_is_reconciling_with_the_lock_named_not_stalled() {
+    let mut host = crate::testutil::twin();
+    let desired = crate::testutil::desired(&mut host, &crate::testutil::manifests());
+    let report = Report {
+        applied: vec![],
+        writes: 0,
+        writes_by_kind: Default::default(),
+        final_plan: Default::default(),
+        final_host: None,
+        stop: Some(Stop::WaitingForLock {
+            step: "set PCI mapping pro6000-vm".into(),
+            lock: "/etc/pve/priv/lock/file-mapping_pci_cfg".into(),
+            message: "/etc/pve/priv/lock/file-mapping_pci_cfg is held (taken 5 s ago)".into(),
+        }),
+        waits: Default::default(),
+        notes: vec![],
+    };
+    let st = compute(&desired, &report, &Default::default());
+    let p = &st["GpuPartition/kpro6"];
+    let c = |t: &str| p.condition(t).unwrap();
+    assert_eq!(
+        (c("Ready").status.as_str(), c("Ready").reason.as_str()),
+        ("False", "WaitingForLock")
+    );
+    assert!(
+        c("Ready").message.contains("file-mapping_pci_cfg"),
+        "{}",
+        c("Ready").message
+    );
+    assert_eq!(c("Reconciling").status, "True");
+    assert_eq!(c("Stalled").status, "False");
+    for (res, s) in &st {
+        assert_ne!(
+            s.condition("Stalled").map(|c| c.status.as_str()),
+            Some("True"),
+            "{res}"
+        );
+    }
+}

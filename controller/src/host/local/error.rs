@@ -46,6 +46,14 @@ pub enum LocalError {
     /// A Proxmox lock could not be taken (the texts are Proxmox's own).
     #[error("{0}")]
     Lock(String),
+    /// Another writer holds a Proxmox lock past the acquire timeout: a wait, not a failure (a
+    /// dead writer's cfs lock expires after 120 s; a flock goes with its holder).
+    #[error("{} is held{}; waited {waited_secs} s", lock.display(), held_secs.map(|s| format!(" (taken {s} s ago; a dead writer's lock expires after 120 s)")).unwrap_or_default())]
+    LockHeld {
+        lock: PathBuf,
+        held_secs: Option<u64>,
+        waited_secs: u64,
+    },
     /// An empty command line (a bug in the caller).
     #[error("empty command")]
     EmptyCommand,
@@ -81,6 +89,20 @@ impl LocalError {
                 step: step.to_string(),
                 address,
                 holders,
+            },
+            LocalError::LockHeld {
+                lock,
+                held_secs,
+                waited_secs,
+            } => HostError::LockHeld {
+                step: step.to_string(),
+                lock: lock.display().to_string(),
+                message: LocalError::LockHeld {
+                    lock,
+                    held_secs,
+                    waited_secs,
+                }
+                .to_string(),
             },
             e => HostError::Step {
                 step: step.to_string(),

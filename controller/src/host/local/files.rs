@@ -13,15 +13,63 @@
 //!   the old file or the new one, never an empty one. A file system that does not implement
 //!   fsync (`EINVAL`, `ENOSYS`, `EOPNOTSUPP`) is not an error; any other failure (`EIO`,
 //!   `ENOSPC`) is, and the target is left as it was.
+//! - A temporary file `<file>.tmp.<pid>` that a writer killed before its rename left beside the
+//!   target (its pid no longer runs) is removed by the next write of that file, and reported.
+//!
+//! # What a kill leaves, and who heals it
+//! - A flock dies with its process (the kernel releases it): nothing to heal.
+//! - A cfs lock directory outlives its writer. Proxmox's rule (pve-cluster `PVE::Cluster`,
+//!   `$cfs_lock`): a writer that finds the lock taken sends pmxcfs an unlock request
+//!   (`utime(0, 0, lock)`), sleeps and retries until its acquire timeout (10 s); pmxcfs removes a
+//!   lock older than 120 s on such a request. [`with_cfs_lock`] does the same on pmxcfs; where
+//!   `/etc/pve` is a plain directory (no pmxcfs: tests, hosts without the cluster file system)
+//!   it applies pmxcfs's rule itself: a lock directory whose mtime is 120 s old or more is
+//!   removed (logged, and reported to the caller for an event), a younger one never.
+//! - A lock still held at the acquire timeout is [`LocalError::LockHeld`]: a wait, not a
+//!   failure. The caller retries later; the lock expires by itself if its writer is gone.
 
 use super::error::LocalError;
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
 
-/// Writes `content` to `path` atomically (temp file in the same directory + rename).
-pub fn write_atomic(path: &Path, content: &str) -> Result<(), LocalError> {
+/// pmxcfs removes a cfs lock this old on the next unlock request ("cfs locks have a timeout of
+/// 120"), so a lock younger than this may still belong to a live writer.
+pub const CFS_LOCK_EXPIRY: Duration = Duration::from_secs(120);
+/// How long a writer waits for a lock before it gives up for now (Proxmox's default).
+pub const LOCK_ACQUIRE: Duration = Duration::from_secs(10);
+
+/// Something a killed writer left behind, removed by a later write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leftover {
+    /// A cfs lock directory at least [`CFS_LOCK_EXPIRY`] old on a plain `/etc/pve`.
+    StaleLock { path: PathBuf, age_secs: u64 },
+    /// `<file>.tmp.<pid>` of a writer that no longer runs.
+    TempFile { path: PathBuf },
+}
+
+impl std::fmt::Display for Leftover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Leftover::StaleLock { path, age_secs } => write!(
+                f,
+                "removed the stale lock {} ({age_secs} s old; a lock older than {} s belongs to a writer that is gone)",
+                path.display(),
+                CFS_LOCK_EXPIRY.as_secs()
+            ),
+            Leftover::TempFile { path } => write!(
+                f,
+                "removed {}, left by a writer killed before its rename",
+                path.display()
+            ),
+        }
+    }
+}
+
+/// Writes `content` to `path` atomically (temp file in the same directory + rename); returns
+/// what dead writers had left beside it and was removed.
+pub fn write_atomic(path: &Path, content: &str) -> Result<Vec<Leftover>, LocalError> {
     if content.len() > 1024 * 1024 {
         return Err(LocalError::TooLarge {
             path: path.to_path_buf(),
@@ -35,6 +83,7 @@ pub fn write_atomic(path: &Path, content: &str) -> Result<(), LocalError> {
         std::process::id()
     ));
     let _ = std::fs::remove_file(&tmp);
+    let leftovers = remove_dead_temps(path);
     let mode = std::fs::metadata(path)
         .map(|m| m.permissions().mode() & 0o777)
         .unwrap_or(if path.to_string_lossy().contains("/etc/pve/") {
@@ -62,6 +111,7 @@ pub fn write_atomic(path: &Path, content: &str) -> Result<(), LocalError> {
         let _ = std::fs::remove_file(&tmp);
         return Err(LocalError::io("cannot write", &tmp, e));
     }
+    crate::crashpoint::temp_written();
     std::fs::rename(&tmp, path).map_err(|source| {
         let _ = std::fs::remove_file(&tmp);
         LocalError::Rename {
@@ -76,7 +126,40 @@ pub fn write_atomic(path: &Path, content: &str) -> Result<(), LocalError> {
             let _ = d.sync_all();
         }
     }
-    Ok(())
+    Ok(leftovers)
+}
+
+/// Removes `<name>.tmp.<pid>` files beside `path` whose pid no longer runs: a writer killed
+/// between its temporary write and its rename. A live pid's file is another writer's work in
+/// progress and is left alone.
+fn remove_dead_temps(path: &Path) -> Vec<Leftover> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return vec![];
+    };
+    let prefix = format!("{}.tmp.", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return vec![];
+    };
+    let mut out = vec![];
+    // Bounded: a directory of other files costs one name comparison each.
+    for e in entries.flatten().take(100_000) {
+        let n = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = n.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let p = e.path();
+        if std::fs::remove_file(&p).is_ok() {
+            tracing::warn!(
+                "removed {}, left by pid {pid}, which no longer runs",
+                p.display()
+            );
+            out.push(Leftover::TempFile { path: p });
+        }
+    }
+    out
 }
 
 /// An fsync (or chmod) result, where "not supported here" counts as done: pmxcfs and some FUSE
@@ -116,6 +199,14 @@ pub fn with_flock<T>(
             Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < timeout => {
                 std::thread::sleep(Duration::from_millis(100))
             }
+            // A live process holds it (a flock dies with its holder): wait and retry later.
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(LocalError::LockHeld {
+                    lock: lock_path.to_path_buf(),
+                    held_secs: None,
+                    waited_secs: start.elapsed().as_secs(),
+                })
+            }
             Err(e) => {
                 return Err(LocalError::Lock(format!(
                     "can't lock file '{}' - {e}",
@@ -124,28 +215,62 @@ pub fn with_flock<T>(
             }
         }
     }
+    crate::crashpoint::lock_taken();
     let r = f();
+    crate::crashpoint::lock_releasing();
     let _ = file.unlock();
     r
 }
 
-/// Holds a pmxcfs cluster lock (`mkdir <lock_dir>`) while `f` runs.
+/// Holds a pmxcfs cluster lock (`mkdir <lock_dir>`) while `f` runs, following Proxmox's
+/// protocol (module docs): on pmxcfs an unlock request per retry, elsewhere pmxcfs's expiry rule
+/// applied here. Returns `f`'s value and the stale lock removed on the way, if any.
+///
+/// # Caveats
+/// On a plain directory a lock is judged by its mtime, so a clock set back by more than 120 s
+/// makes a dead writer's lock wait longer, never a live one's go early.
 pub fn with_cfs_lock<T>(
     lock_dir: &Path,
     timeout: Duration,
     f: impl FnOnce() -> Result<T, LocalError>,
-) -> Result<T, LocalError> {
+) -> Result<(T, Option<Leftover>), LocalError> {
     if let Some(parent) = lock_dir.parent() {
         let _ = std::fs::create_dir_all(parent);
     }
+    let pmxcfs = std::fs::read_to_string("/proc/self/mounts")
+        .map(|m| on_pmxcfs(&m, lock_dir))
+        .unwrap_or(false);
     let start = Instant::now();
+    let mut removed = None;
     loop {
         match std::fs::create_dir(lock_dir) {
             Ok(()) => break,
-            Err(e)
-                if e.kind() == std::io::ErrorKind::AlreadyExists && start.elapsed() < timeout =>
-            {
-                std::thread::sleep(Duration::from_millis(200))
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let age = age_of(lock_dir);
+                if pmxcfs {
+                    unlock_request(lock_dir);
+                } else if let Some(age) = age.filter(|a| *a >= CFS_LOCK_EXPIRY) {
+                    if std::fs::remove_dir(lock_dir).is_ok() {
+                        tracing::warn!(
+                            "removed the stale cfs lock {} ({} s old; its writer is gone)",
+                            lock_dir.display(),
+                            age.as_secs()
+                        );
+                        removed = Some(Leftover::StaleLock {
+                            path: lock_dir.to_path_buf(),
+                            age_secs: age.as_secs(),
+                        });
+                        continue;
+                    }
+                }
+                if start.elapsed() >= timeout {
+                    return Err(LocalError::LockHeld {
+                        lock: lock_dir.to_path_buf(),
+                        held_secs: age.map(|a| a.as_secs()),
+                        waited_secs: start.elapsed().as_secs(),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(250))
             }
             Err(e) => {
                 return Err(LocalError::Lock(format!(
@@ -155,9 +280,45 @@ pub fn with_cfs_lock<T>(
             }
         }
     }
+    crate::crashpoint::lock_taken();
     let r = f();
+    crate::crashpoint::lock_releasing();
     let _ = std::fs::remove_dir(lock_dir);
-    r
+    r.map(|v| (v, removed))
+}
+
+/// How long ago the lock directory was made (its mtime); `None` when it cannot be read or lies
+/// in the future.
+fn age_of(lock_dir: &Path) -> Option<Duration> {
+    let m = std::fs::metadata(lock_dir).ok()?.modified().ok()?;
+    SystemTime::now().duration_since(m).ok()
+}
+
+/// pmxcfs's unlock request: `utime(0, 0)` on the lock; pmxcfs removes the lock if it expired.
+fn unlock_request(lock_dir: &Path) {
+    let epoch = std::fs::FileTimes::new()
+        .set_accessed(SystemTime::UNIX_EPOCH)
+        .set_modified(SystemTime::UNIX_EPOCH);
+    if let Ok(d) = std::fs::File::open(lock_dir) {
+        let _ = d.set_times(epoch);
+    }
+}
+
+/// Whether `path` lies on pmxcfs, from `/proc/self/mounts` text: the longest mount point that
+/// contains it is a FUSE mount of `/dev/fuse` (how pmxcfs mounts `/etc/pve`).
+pub fn on_pmxcfs(mounts: &str, path: &Path) -> bool {
+    let mut best: Option<(usize, bool)> = None;
+    for l in mounts.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let [src, mnt, fstype, ..] = w[..] else {
+            continue;
+        };
+        let mnt = mnt.replace("\\040", " ");
+        if path.starts_with(&mnt) && best.is_none_or(|(n, _)| mnt.len() >= n) {
+            best = Some((mnt.len(), fstype == "fuse" && src == "/dev/fuse"));
+        }
+    }
+    best.is_some_and(|(_, fuse)| fuse)
 }
 
 #[cfg(test)]

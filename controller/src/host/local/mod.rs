@@ -109,6 +109,9 @@ pub struct LocalHost {
     pub write_timeout: Duration,
     /// Deadline of each command.
     pub command_timeout: Duration,
+    /// How long a write waits for a Proxmox lock before it reports a wait
+    /// ([`files::LOCK_ACQUIRE`], Proxmox's own default).
+    pub lock_timeout: Duration,
     /// Units to observe (the agent's servers).
     pub units: Vec<UnitRef>,
     /// Node name, from `/etc/hostname` unless given.
@@ -138,6 +141,7 @@ impl LocalHost {
             },
             tools: Tools::from_env(),
             write_timeout: Duration::from_secs(30),
+            lock_timeout: files::LOCK_ACQUIRE,
             command_timeout: Duration::from_secs(120),
             units: vec![],
             node_name: None,
@@ -262,14 +266,15 @@ impl LocalHost {
     }
 
     /// Applies one step: the one place this backend writes to the host.
-    fn step(&mut self, step: &Step) -> Result<Option<String>, LocalError> {
+    fn step(&mut self, step: &Step) -> Result<StepOutcome, LocalError> {
+        let mut leftovers: Vec<files::Leftover> = vec![];
         match step {
             Step::StopUnit { unit } => self.unit_action(unit, "stop")?,
             Step::StartUnit { unit, restart } => {
                 self.unit_action(unit, if *restart { "restart" } else { "start" })?
             }
             Step::DaemonReload { location } => self.daemon_reload(*location)?,
-            Step::WriteUnit { unit, content } => self.write_unit(unit, content)?,
+            Step::WriteUnit { unit, content } => leftovers = self.write_unit(unit, content)?,
             Step::StopContainer { vmid } => self.pct_simple("stop", *vmid)?,
             Step::StartContainer { vmid } => self.pct_simple("start", *vmid)?,
             Step::LoadDriver { driver } => {
@@ -295,8 +300,12 @@ impl LocalHost {
                 self.sysfs("/sys/bus/pci/drivers_probe", address)?;
             }
             Step::Probe { address } => self.probe(address)?,
-            Step::SetContainerGpus { vmid, minors } => self.set_container_gpus(*vmid, minors)?,
-            Step::SetPciMapping { mapping, entries } => self.set_pci_mapping(mapping, entries)?,
+            Step::SetContainerGpus { vmid, minors } => {
+                leftovers = self.set_container_gpus(*vmid, minors)?
+            }
+            Step::SetPciMapping { mapping, entries } => {
+                leftovers = self.set_pci_mapping(mapping, entries)?
+            }
             Step::ProbeP2p {
                 location,
                 python,
@@ -305,14 +314,24 @@ impl LocalHost {
             } => {
                 return self
                     .run_probe(*location, python, gpus, cuda_indices)
-                    .map(Some);
+                    .map(|d| StepOutcome {
+                        detail: Some(d),
+                        leftovers: vec![],
+                    });
             }
-            Step::SaveReadyUnit { unit, content } => self.write_state(unit, "ready", content)?,
-            Step::MarkUnitFailed { unit, hash } => self.write_state(unit, "failed", hash)?,
+            Step::SaveReadyUnit { unit, content } => {
+                leftovers = self.write_state(unit, "ready", content)?
+            }
+            Step::MarkUnitFailed { unit, hash } => {
+                leftovers = self.write_state(unit, "failed", hash)?
+            }
             Step::RemoveUnit { unit } => self.remove_unit(unit)?,
             Step::WaitReady { .. } => {}
         }
-        Ok(None)
+        Ok(StepOutcome {
+            detail: None,
+            leftovers: leftovers.iter().map(|l| l.to_string()).collect(),
+        })
     }
 
     /// Unbinds a GPU from `driver`, unless a process holds it (checked right before the write).
@@ -364,7 +383,7 @@ impl LocalHost {
         &self,
         vmid: u32,
         minors: &std::collections::BTreeSet<u32>,
-    ) -> Result<(), LocalError> {
+    ) -> Result<Vec<files::Leftover>, LocalError> {
         let uvm = self
             .root
             .read("/proc/devices")
@@ -374,7 +393,7 @@ impl LocalHost {
         let lock = self
             .root
             .path(&format!("/run/lock/lxc/pve-config-{vmid}.lock"));
-        files::with_flock(&lock, Duration::from_secs(10), || {
+        files::with_flock(&lock, self.lock_timeout, || {
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| LocalError::io("cannot read", &path, e))?;
             let mut cfg = LxcConfig::parse(&text);
@@ -384,9 +403,9 @@ impl LocalHost {
                 default_style: MountStyle::MountEntry,
             };
             if cfg.set_gpu_mounts(&desired) {
-                files::write_atomic(&path, &cfg.render())?;
+                return files::write_atomic(&path, &cfg.render());
             }
-            Ok(())
+            Ok(vec![])
         })
     }
 
@@ -396,11 +415,11 @@ impl LocalHost {
         &self,
         mapping: &str,
         entries: &[crate::proxmox::pci_cfg::MapEntry],
-    ) -> Result<(), LocalError> {
+    ) -> Result<Vec<files::Leftover>, LocalError> {
         let node = self.node();
         let path = self.root.path("/etc/pve/mapping/pci.cfg");
         let lock = self.root.path("/etc/pve/priv/lock/file-mapping_pci_cfg");
-        files::with_cfs_lock(&lock, Duration::from_secs(10), || {
+        let (mut left, stale) = files::with_cfs_lock(&lock, self.lock_timeout, || {
             let text = std::fs::read_to_string(&path).unwrap_or_default();
             let mut cfg = PciCfg::parse(&text);
             if cfg
@@ -411,10 +430,12 @@ impl LocalHost {
                     std::fs::create_dir_all(dir)
                         .map_err(|e| LocalError::io("cannot create", dir, e))?;
                 }
-                files::write_atomic(&path, &cfg.render())?;
+                return files::write_atomic(&path, &cfg.render());
             }
-            Ok(())
-        })
+            Ok(vec![])
+        })?;
+        left.extend(stale);
+        Ok(left)
     }
 
     fn pct_simple(&self, action: &str, vmid: u32) -> Result<(), LocalError> {
@@ -458,9 +479,7 @@ impl Host for LocalHost {
     }
 
     fn apply(&mut self, step: &Step) -> Result<StepOutcome, HostError> {
-        self.step(step)
-            .map(|detail| StepOutcome { detail })
-            .map_err(|e| e.into_host_error(step))
+        self.step(step).map_err(|e| e.into_host_error(step))
     }
 
     fn refresh(&mut self, step: &Step, st: &mut HostState) -> Result<bool, HostError> {

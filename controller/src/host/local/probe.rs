@@ -32,7 +32,7 @@ fn store(state_dir: &Path, probe: P2pProbe) -> Result<(), LocalError> {
     std::fs::create_dir_all(state_dir)
         .map_err(|e| LocalError::io("cannot create", state_dir, e))?;
     let text = serde_json::to_string_pretty(&all).map_err(|e| LocalError::Probe(e.to_string()))?;
-    super::files::write_atomic(&state_dir.join(CACHE), &text)
+    super::files::write_atomic(&state_dir.join(CACHE), &text).map(|_| ())
 }
 
 /// Interprets the probe's JSON: the failing pairs as `a<->b` of PCI addresses (or an error).

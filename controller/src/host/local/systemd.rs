@@ -162,7 +162,7 @@ impl LocalHost {
         r: &UnitRef,
         kind: &str,
         content: &str,
-    ) -> Result<(), LocalError> {
+    ) -> Result<Vec<super::files::Leftover>, LocalError> {
         let path = format!("{STATE_DIR}/{}.{kind}", r.name);
         match r.location {
             Location::Host => {
@@ -186,12 +186,16 @@ impl LocalHost {
                 if !o.ok() || !o.stderr.trim().is_empty() {
                     return Err(LocalError::failed("pct push", &o.stderr));
                 }
-                Ok(())
+                Ok(vec![])
             }
         }
     }
 
-    pub(super) fn write_unit(&self, r: &UnitRef, content: &str) -> Result<(), LocalError> {
+    pub(super) fn write_unit(
+        &self,
+        r: &UnitRef,
+        content: &str,
+    ) -> Result<Vec<super::files::Leftover>, LocalError> {
         let path = format!("{UNIT_DIR}/{}", r.name);
         match r.location {
             Location::Host => super::files::write_atomic(&self.root.path(&path), content),
@@ -220,7 +224,7 @@ impl LocalHost {
                     &["mv", "-f", "--", &staged, &path],
                     format!("mv in container {v}"),
                 )?;
-                Ok(())
+                Ok(vec![])
             }
         }
     }

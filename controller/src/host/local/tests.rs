@@ -118,6 +118,7 @@ fn host(t: &tempfile::TempDir) -> LocalHost {
     h.tools.qm = t.path().join("bin/qm").to_string_lossy().into_owned();
     h.tools.nvidia_smi = "/nonexistent/nvidia-smi".into();
     h.write_timeout = Duration::from_secs(2);
+    h.lock_timeout = Duration::from_millis(500);
     h
 }
 
@@ -512,4 +513,57 @@ fn journal_lines_give_their_message_and_time() {
     assert_eq!(journal_line("plain text"), ("plain text".to_string(), None));
     assert_eq!(journal_line("[1, 2]"), ("[1, 2]".to_string(), None));
     assert_eq!(journal_line(r#"{"MESSAGE":7}"#), (String::new(), None));
+}
+
+/// A kill inside a locked Proxmox write leaves the lock directory and a temporary file; the next
+/// write waits while the lock is young (a wait, not a failure) and heals both once pmxcfs's 120 s
+/// have passed, keeping every foreign line.
+#[test]
+fn a_killed_writers_lock_and_temp_file_are_a_wait_then_healed() {
+    let t = fake_root();
+    let mut h = host(&t);
+    let lock = t.path().join("etc/pve/priv/lock/file-mapping_pci_cfg");
+    std::fs::create_dir_all(&lock).unwrap();
+    let dead_tmp = t.path().join("etc/pve/mapping/pci.cfg.tmp.4194305");
+    std::fs::write(&dead_tmp, "half a file").unwrap();
+    let step = Step::SetPciMapping {
+        mapping: "pro6000-vm".into(),
+        entries: vec![crate::proxmox::pci_cfg::MapEntry {
+            node: "kpro6".into(),
+            id: "10de:2bb5".into(),
+            paths: vec!["0000:81:00.0".into()],
+            iommugroup: Some(11),
+            subsystem_id: Some("10de:204e".into()),
+            description: None,
+        }],
+    };
+    let e = h.apply(&step).unwrap_err();
+    assert!(
+        matches!(&e, crate::host::HostError::LockHeld { lock: l, .. } if l.ends_with("priv/lock/file-mapping_pci_cfg")),
+        "{e}"
+    );
+    assert!(
+        lock.is_dir() && dead_tmp.exists(),
+        "nothing touched while waiting"
+    );
+    // pmxcfs's 120 s pass.
+    let then = std::time::SystemTime::now() - Duration::from_secs(121);
+    std::fs::File::open(&lock)
+        .unwrap()
+        .set_times(std::fs::FileTimes::new().set_modified(then))
+        .unwrap();
+    let out = h.apply(&step).unwrap();
+    assert_eq!(out.leftovers.len(), 2, "{:?}", out.leftovers);
+    assert!(out.leftovers.iter().any(|l| l.contains("stale lock")));
+    assert!(out
+        .leftovers
+        .iter()
+        .any(|l| l.contains("pci.cfg.tmp.4194305")));
+    assert!(!lock.exists() && !dead_tmp.exists());
+    let cfg = std::fs::read_to_string(t.path().join("etc/pve/mapping/pci.cfg")).unwrap();
+    assert!(
+        cfg.starts_with("other\n\tmap id=8086:1520,node=kpro6,path=0000:07:10.0\n"),
+        "{cfg}"
+    );
+    assert!(cfg.contains("path=0000:81:00.0"), "{cfg}");
 }

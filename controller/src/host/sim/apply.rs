@@ -246,6 +246,7 @@ impl SimHost {
         self.file.p2p_probes.push(probe);
         Ok(StepOutcome {
             detail: Some(detail),
+            leftovers: vec![],
         })
     }
 }
