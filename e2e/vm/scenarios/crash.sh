@@ -14,6 +14,19 @@
 #   AGAIN T k rc writes           the converge after it
 #   AFTER T k {truth}             the host after both
 #   TIME T s                      seconds the transition's crash points took
+# and, for the kills inside a locked edit of a Proxmox file (GPUPLANE_KILL_IN_LOCK=POINT:L, L
+# counting the run's locked edits, POINT held | temp | renamed), per point P=POINT:L:
+#   NL T n                        the uninterrupted run took n locks
+#   IKILL T P rc writes           the killed run
+#   ICRASH T P {truth}            the host right after the kill (a lock, a temp file may be left)
+#   IWAIT T P rc writes reason    a one-shot converge while the dead writer's lock is young:
+#                                 exit 1 with WaitingForLock, or 0 when it needs no lock
+#   IAGENT T P rc before after    `gpuplane run --manifests` (the agent) started with the lock
+#                                 young; once its status says "before", the lock is aged past
+#                                 pmxcfs's 120 s (touch -d: what waiting does to it) and the agent
+#                                 must converge with no one else acting: its last Ready reason
+#   IAGAIN T P rc writes          a converge after it
+#   IAFTER T P {truth}            the host after both
 # The truth is read from sysfs (driver, driver_override), /sys/module, the mapping file
 # /etc/pve/mapping/pci.cfg, the unit file and systemd (is-active, NeedDaemonReload), and lists
 # any temporary file left in the directories the agent writes.
@@ -72,6 +85,8 @@ for top in ["/etc/pve", "/etc/systemd/system", "/var/lib/gpuplane"]:
     for d, _, fs in os.walk(top):
         left += [os.path.join(d, f) for f in fs if ".tmp." in f or f.endswith(".gpuplane-new")]
 t["leftovers"] = left
+lockdir = "/etc/pve/priv/lock"
+t["locks"] = sorted(os.listdir(lockdir)) if os.path.isdir(lockdir) else []
 u = "/etc/systemd/system/sglang-e2e.service"
 t["unit"] = open(u).read() if os.path.exists(u) else None
 show = lambda p: subprocess.run(["systemctl", "show", "-p", p, "--value", "sglang-e2e.service"],
@@ -91,6 +106,57 @@ kill_at() { GPUPLANE_KILL_AFTER_WRITE=$2 GPUPLANE_LOG=gpuplane::apply=info \
   $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; local rc=$?
   local w; w=$(grep -c 'host write: ' /tmp/err)
   echo "$rc $w $(grep 'host write: ' /tmp/err | tail -1 | sed -e 's/\x1b\[[0-9;]*m//g' -e 's/.*host write: //' -e 's/ kind=.*//')"; }
+
+# nlocks DIR: the locked edits an uninterrupted converge takes (it converges the host)
+nlocks() { GPUPLANE_LOG=gpuplane::host::local::files=debug $G converge -f $M/$1 $GP >/dev/null 2>/tmp/err
+  grep -c 'locked: ' /tmp/err; }
+# ikill_at DIR POINT:L: the converge killed inside its L-th locked edit; prints "rc writes"
+ikill_at() { GPUPLANE_KILL_IN_LOCK=$2 GPUPLANE_LOG=gpuplane::apply=info \
+  $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; local rc=$?
+  echo "$rc $(grep -c 'host write: ' /tmp/err)"; }
+# iwait DIR: a one-shot converge; prints "rc writes partition-Ready-reason"
+iwait() { $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; local rc=$?
+  echo "$rc $(python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("writes", "?"), [c["reason"] for c in d["status"]["GpuPartition/vmhost"]["conditions"] if c["type"] == "Ready"][0])' < /tmp/out.json 2>/dev/null || echo '? ?')"; }
+# ready_reason FILE: the Ready reason in a status file ("" when none yet)
+ready_reason() { python3 - "$1" <<'PY' 2>/dev/null
+import re, sys
+for block in re.split(r"\n(?=- )", open(sys.argv[1]).read()):
+    if re.search(r"\btype: Ready\b", block):
+        m = re.search(r"\breason: (\S+)", block)
+        print(m.group(1) if m else "")
+        break
+PY
+}
+# iagent DIR: the agent started while the dead writer's lock is young; once its status reads a
+# reason, the lock is aged past 120 s; the agent converges on its own. Prints "rc before after".
+iagent() { local st=/tmp/agent-status before="" after="" i
+  rm -rf $st; mkdir -p $st
+  $G run --manifests $M/$1 $GP --status-dir $st --poll-interval 1 --drift-interval 600 \
+    --metrics-addr 127.0.0.1:0 --max-rounds 40 >/tmp/agent.log 2>&1 & local pid=$!
+  for i in $(seq 1 60); do before=$(ready_reason $st/GpuPartition-vmhost.yaml); [ -n "$before" ] && break; sleep 0.5; done
+  for l in /etc/pve/priv/lock/*; do [ -e "$l" ] && touch -d "@$(( $(date +%s) - 121 ))" "$l"; done
+  for i in $(seq 1 240); do kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+  kill $pid 2>/dev/null; wait $pid; local rc=$?
+  after=$(ready_reason $st/GpuPartition-vmhost.yaml)
+  echo "$rc ${before:-none} ${after:-none}"; }
+
+# inlock T DIR RESET: a kill at each point inside each locked edit of the transition
+inlock() { local t=$1 dir=$2 reset=$3 t0=$SECONDS p l
+  echo "== $t: kills inside locked edits"
+  $reset
+  local n; n=$(nlocks $dir)
+  echo "NL $t $n"
+  for l in $(seq 1 "$n"); do for p in held temp renamed; do
+    $reset
+    echo "IKILL $t $p:$l $(ikill_at $dir $p:$l)"
+    echo "ICRASH $t $p:$l $(truth)"
+    echo "IWAIT $t $p:$l $(iwait $dir)"
+    echo "IAGENT $t $p:$l $(iagent $dir)"
+    echo "IAGAIN $t $p:$l $(run $dir)"
+    echo "IAFTER $t $p:$l $(truth)"
+  done; done
+  echo "ITIME $t $(( SECONDS - t0 ))"
+}
 
 # The transitions' start states.
 to_back() { run back >/dev/null; }
@@ -128,8 +194,8 @@ server move "$(card 0000:41:00.0)"
 
 for t in $ONLY; do
   case $t in
-    split) crash split split to_start_of_split ;;
-    back) crash back back to_split ;;
+    split) crash split split to_start_of_split; inlock split split to_start_of_split ;;
+    back) crash back back to_split; inlock back back to_split ;;
     server) crash server server to_start_of_server ;;
     move) crash move move to_start_of_move ;;
   esac

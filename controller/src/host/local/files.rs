@@ -215,6 +215,7 @@ pub fn with_flock<T>(
             }
         }
     }
+    tracing::debug!("locked: {}", lock_path.display());
     crate::crashpoint::lock_taken();
     let r = f();
     crate::crashpoint::lock_releasing();
@@ -280,6 +281,7 @@ pub fn with_cfs_lock<T>(
             }
         }
     }
+    tracing::debug!("locked: {}", lock_dir.display());
     crate::crashpoint::lock_taken();
     let r = f();
     crate::crashpoint::lock_releasing();
