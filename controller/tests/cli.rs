@@ -465,3 +465,45 @@ fn manifest_problems_are_clear() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("/nonexistent.yaml"));
 }
+
+/// Following the twin's own instructions (`--host sim:examples/hosts/kpro6.yaml`) never rewrites
+/// the file: the writes go to a copy in memory and the command says so. `sim-rw:FILE` is the
+/// explicit choice that makes the file the host.
+#[test]
+fn a_sim_host_file_is_read_only_unless_asked_and_the_embedded_twin_is_the_start_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("kpro6.yaml");
+    let original = std::fs::read(repo().join("examples/hosts/kpro6.yaml")).unwrap();
+    std::fs::write(&host, &original).unwrap();
+    let ro = format!("sim:{}", host.display());
+    let o = gpuplane(&["converge", "--host", &ro, "--output", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    // The reference split from the hand-made state: the embedded default and the file agree.
+    assert_eq!(
+        r["writes"], 27,
+        "the example is the un-converged reference host"
+    );
+    assert_eq!(
+        std::fs::read(&host).unwrap(),
+        original,
+        "the file is unchanged"
+    );
+    assert!(
+        stderr(&o).contains("was not changed") && stderr(&o).contains("sim-rw:"),
+        "{}",
+        stderr(&o)
+    );
+    let embedded = gpuplane(&["converge", "--output", "json"]);
+    let e: Value = serde_json::from_slice(&embedded.stdout).unwrap();
+    assert_eq!(e["writes"], 27, "the embedded twin is the start state too");
+    // sim-rw: the file is the host; a second run makes zero writes.
+    let rw = format!("sim-rw:{}", host.display());
+    let o = gpuplane(&["converge", "--host", &rw, "--output", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_ne!(std::fs::read(&host).unwrap(), original, "written");
+    assert!(!stderr(&o).contains("was not changed"), "{}", stderr(&o));
+    let again = gpuplane(&["converge", "--host", &rw, "--output", "json"]);
+    let a: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(a["writes"], 0);
+}

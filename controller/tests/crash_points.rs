@@ -3,7 +3,7 @@
 //! For each transition — the reference split (`examples/kpro6/` on `examples/hosts/kpro6.yaml`,
 //! 8/0 → 4/4) and its reverse (`examples/kpro6-all-lxc/`, 4/4 → 8/0) — an uninterrupted run
 //! counts the host writes N. Then, for every k in 1..=N, the real `gpuplane converge --host
-//! sim:FILE` runs with `GPUPLANE_KILL_AFTER_WRITE=k` and kills itself with SIGKILL right after
+//! sim-rw:FILE` runs with `GPUPLANE_KILL_AFTER_WRITE=k` and kills itself with SIGKILL right after
 //! write k. The simulated host writes every step to FILE as it happens (as a real host keeps its
 //! state), so the file left behind is the host at the crash. Checked:
 //!

@@ -16,7 +16,7 @@ fn run(dir: &Path) -> String {
         .args(["run", "--manifests"])
         .arg(dir.join("m"))
         .arg("--host")
-        .arg(format!("sim:{}", dir.join("host.yaml").display()))
+        .arg(format!("sim-rw:{}", dir.join("host.yaml").display()))
         .arg("--status-dir")
         .arg(dir.join("status"))
         .args([

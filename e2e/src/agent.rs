@@ -92,7 +92,7 @@ impl Agent {
             "--node-name".into(),
             node.into(),
             "--host".into(),
-            format!("sim:{}", host.display()),
+            format!("sim-rw:{}", host.display()),
             "--kubeconfig".into(),
             path_str(kubeconfig),
             "--metrics-addr".into(),

@@ -1,4 +1,4 @@
-//! The simulated host file (`--host sim:FILE`, e.g. `examples/hosts/kpro6.yaml`): reading it,
+//! The simulated host file (`--host sim-rw:FILE`, e.g. `examples/hosts/kpro6.yaml`): reading it,
 //! editing it behind the agent's back (drift), and looking up devices, containers and units.
 
 use serde_yaml::Value as Yaml;

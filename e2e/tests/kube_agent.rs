@@ -4,7 +4,7 @@
 //! (`gpuplane_e2e::kube::Cluster`; e2e/kube/agent-rbac.yaml, the same rules as the Helm chart in
 //! charts/gpuplane (tests/chart.rs compares them)), and runs the agent binary as a child process
 //! (`gpuplane_e2e::agent::Agent`) with the NON-admin `$RUN/agent.kubeconfig` against its own live
-//! copy of the simulated host (examples/hosts/kpro6.yaml, `--host sim:FILE --sim-speed 20`). Drift
+//! copy of the simulated host (examples/hosts/kpro6.yaml, `--host sim-rw:FILE --sim-speed 20`). Drift
 //! is made by editing that file behind the agent's back. The agent is killed when the test ends;
 //! its log is printed when a test fails.
 //!

@@ -137,7 +137,8 @@ pub enum Command {
         input: InputArgs,
         #[arg(long, value_enum, default_value = "text")]
         output: Format,
-        /// Write the simulated host's final state to this file (loadable with --host sim:FILE).
+        /// Write the simulated host's final state to this file (loadable with --host sim:FILE);
+        /// the host file itself is never changed by this.
         #[arg(long)]
         save_host: Option<PathBuf>,
         /// Log the writes instead of making them.
@@ -148,7 +149,9 @@ pub enum Command {
 
 #[derive(clap::Args, Debug)]
 pub struct HostArgs {
-    /// `sim:FILE` (a host description), `sim:embedded` (the reference twin, default) or `local`.
+    /// `sim:FILE` (a host description, read only: writes go to a copy in memory),
+    /// `sim-rw:FILE` (the file is the host: every write lands in it), `sim:embedded` (the
+    /// reference twin, default) or `local`.
     #[arg(long, default_value = "sim:embedded")]
     pub host: String,
     /// Vendor ID (hex, no 0x) of the devices treated as GPUs (display class 03xx).

@@ -23,11 +23,11 @@ pub fn observe(host: &HostArgs, format: ObserveFormat) -> Result<i32, Failure> {
     Ok(0)
 }
 
-/// The backend of a long-running agent: a simulated host is live (others may edit its file to
-/// make drift, and each write is saved to it).
+/// The backend of a long-running agent: `sim-rw:FILE` is live (others may edit its file to make
+/// drift, and each write is saved to it); `sim:FILE` is a copy in memory.
 fn agent_host(host: &HostArgs, sim_speed: u64) -> Result<Box<dyn Host + Send>, Failure> {
     Ok(match host.host.split_once(':') {
-        Some(("sim", path)) if path != "embedded" => {
+        Some(("sim-rw", path)) => {
             Box::new(SimHost::live(path, sim_speed).map_err(|e| Failure::input(e.to_string()))?)
         }
         _ => open_host(host)?,
@@ -223,6 +223,14 @@ pub fn converge(
     };
     let status = crate::status::compute(&desired, &report, &Default::default());
     output::print_converge(&desired, &report, &status, format);
+    if let Some(file) = super::input::read_only_sim_file(&input.host) {
+        if report.writes > 0 && !dry_run {
+            eprintln!(
+                "note: {file} was not changed (--host sim:FILE is read-only): the {} host writes were made on a copy in memory. Keep the result with --save-host OUT, or make the file the host with --host sim-rw:{file}.",
+                report.writes
+            );
+        }
+    }
     if let Some(path) = save_host {
         match h.save() {
             Some(Ok(text)) => std::fs::write(path, text)

@@ -8,6 +8,15 @@ use crate::host::sim::SimHost;
 use crate::host::Host;
 use crate::manifests::Manifests;
 
+/// The file of `--host sim:FILE`: a simulated host read from a file and never written.
+pub fn read_only_sim_file(args: &HostArgs) -> Option<&str> {
+    match args.host.split_once(':') {
+        Some(("sim", "embedded")) => None,
+        Some(("sim", path)) => Some(path),
+        _ => None,
+    }
+}
+
 /// Opens the host backend named by `--host`.
 pub fn open_host(args: &HostArgs) -> Result<Box<dyn Host + Send>, Failure> {
     let spec = args.host.as_str();
@@ -21,12 +30,16 @@ pub fn open_host(args: &HostArgs) -> Result<Box<dyn Host + Send>, Failure> {
             SimHost::from_yaml(crate::EMBEDDED_HOST, "embedded examples/hosts/kpro6.yaml")
                 .map_err(|e| Failure::input(e.to_string()))?,
         )),
-        // The file is the host: every write lands in it as it happens.
+        // Read-only: the run works on a copy in memory; the file is never written.
         Some(("sim", path)) => Ok(Box::new(
+            SimHost::load(path).map_err(|e| Failure::input(e.to_string()))?,
+        )),
+        // The file is the host: every write lands in it as it happens (crash tests).
+        Some(("sim-rw", path)) => Ok(Box::new(
             SimHost::open(path).map_err(|e| Failure::input(e.to_string()))?,
         )),
         _ => Err(Failure::input(format!(
-            "--host {spec:?}: use sim:FILE, sim:embedded or local"
+            "--host {spec:?}: use sim:FILE (read-only), sim-rw:FILE (the file is the host), sim:embedded or local"
         ))),
     }
 }

@@ -29,11 +29,11 @@ pub fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-/// `gpuplane converge -f MANIFESTS --host sim:HOST --output json`, killed after write `kill`.
+/// `gpuplane converge -f MANIFESTS --host sim-rw:HOST --output json`, killed after write `kill`.
 pub fn converge(manifests: &str, host: &Path, kill: Option<u64>) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gpuplane"));
     c.args(["converge", "-f", manifests, "--output", "json", "--host"])
-        .arg(format!("sim:{}", host.display()))
+        .arg(format!("sim-rw:{}", host.display()))
         .current_dir(repo())
         .env_remove("GPUPLANE_LOG");
     match kill {
