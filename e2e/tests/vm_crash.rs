@@ -25,6 +25,18 @@
 //!     cargo build --bin gpuplane
 //!     cargo test -p gpuplane-e2e --test vm_crash -- --nocapture
 //!
+//! Kills inside the locked edit of the PCI mapping (issue 20), for `split` and `back`: for each
+//! locked edit L of the run and each point inside it (`held`: the cfs lock taken, nothing
+//! written; `temp`: the temporary file written, not renamed; `renamed`: the new file in place,
+//! the lock not released), the converge runs with `GPUPLANE_KILL_IN_LOCK=POINT:L`. Judged: the
+//! kill left the lock (it landed inside); the crash state is whole but for the temporary file
+//! of `temp`; a one-shot converge while the lock is young exits 1 with `WaitingForLock` (or 0
+//! when the rest needs no lock); the file agent, started while the lock is young, reports
+//! `WaitingForLock` and, once the lock is past pmxcfs's 120 s (aged with `touch -d`, which is
+//! what waiting does to it), converges with no one acting; a converge after it writes nothing;
+//! the host equals the uninterrupted run's. (The container config's in-lock kills run on the
+//! real backend under a host root: `controller/tests/lock_crash.rs`.)
+//!
 //! By default (CI) the transitions `split`, `back` and `server` run (one boot, 5-13 min on 2
 //! cores, depending on what else runs); `GPUPLANE_VM_CRASH=all` runs all four (`move` restarts
 //! the stand-in server at every crash point), `GPUPLANE_VM_CRASH=move` any subset.

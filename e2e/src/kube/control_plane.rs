@@ -79,35 +79,46 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    /// Starts a control plane in a fresh temporary RUN directory on free ports.
+    /// Starts a control plane in a fresh temporary RUN directory on free ports
+    /// ([`free_ports`]: reserved, outside the kernel's ephemeral range). Should a port still be
+    /// taken by a program that binds fixed ports, it starts again on new ports (three tries).
     pub fn start(name: &str) -> ControlPlane {
         let bins = KubeBinaries::require();
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let run = std::env::temp_dir().join(format!(
-            "gpuplane-e2e-{name}-{}-{nanos:x}",
-            std::process::id()
-        ));
-        let ports = free_ports(3);
-        let mut cp = ControlPlane {
-            run,
-            apiserver_port: ports[0],
-            etcd_port: ports[1],
-            etcd_peer_port: ports[2],
-            bins,
-            env: HashMap::new(),
-            stopped: false,
-        };
         let t = Instant::now();
-        // The guard exists before `start`, so a half-started plane is cleaned up too.
-        let out = cp.script("start");
-        assert!(
-            out.status.success(),
-            "control-plane.sh start failed:\n{}",
-            describe(&out)
-        );
+        let mut attempt = 0;
+        let mut cp = loop {
+            attempt += 1;
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos();
+            let run = std::env::temp_dir().join(format!(
+                "gpuplane-e2e-{name}-{}-{nanos:x}",
+                std::process::id()
+            ));
+            let ports = free_ports(3);
+            let cp = ControlPlane {
+                run,
+                apiserver_port: ports[0],
+                etcd_port: ports[1],
+                etcd_peer_port: ports[2],
+                bins: bins.clone(),
+                env: HashMap::new(),
+                stopped: false,
+            };
+            // The guard exists before `start`, so a half-started plane is cleaned up too.
+            let out = cp.script("start");
+            if out.status.success() {
+                break cp;
+            }
+            let text = describe(&out);
+            if attempt < 3 && text.contains("is in use") {
+                eprintln!("[harness] a port was taken ({attempt}/3); starting again on new ports");
+                drop(cp);
+                continue;
+            }
+            panic!("control-plane.sh start failed:\n{text}");
+        };
         let env_text = std::fs::read_to_string(cp.run.join("env")).expect("read $RUN/env");
         cp.env = env_text
             .lines()
