@@ -48,6 +48,7 @@ impl Staging {
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
                 .map_err(|e| LocalError::io("cannot chmod", &dir, e))?;
         }
+        remove_stale(&dir);
         Ok(Staging { dir })
     }
 
@@ -62,6 +63,31 @@ impl Staging {
             .and_then(|_| f.as_file().sync_all())
             .map_err(|e| LocalError::io("cannot write", f.path(), e))?;
         Ok(f.into_temp_path())
+    }
+}
+
+/// A staged file lives only while one `pct push` runs (bounded by the command deadline, 120 s);
+/// one older than this was left by an agent killed mid-push.
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Removes staged files a killed agent left (older than [`STALE_AFTER`]). Bounded: at most
+/// 10,000 entries are looked at per call.
+fn remove_stale(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten().take(10_000) {
+        let old = e
+            .metadata()
+            .ok()
+            .filter(|m| m.is_file())
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= STALE_AFTER);
+        if old && e.file_name().to_string_lossy().starts_with("gpuplane-") {
+            let _ = std::fs::remove_file(e.path());
+            tracing::warn!("removed {}, left by a killed push", e.path().display());
+        }
     }
 }
 

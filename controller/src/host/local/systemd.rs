@@ -179,16 +179,43 @@ impl LocalHost {
                     &["mkdir", "-p", STATE_DIR],
                     format!("mkdir in container {v}"),
                 )?;
-                let tmp =
-                    super::staging::Staging::open(&self.state_dir)?.file(content.as_bytes())?;
-                let tmp_s = tmp.to_string_lossy().into_owned();
-                let o = self.cmd(&[&self.tools.pct, "push", &v.to_string(), &tmp_s, &path])?;
-                if !o.ok() || !o.stderr.trim().is_empty() {
-                    return Err(LocalError::failed("pct push", &o.stderr));
-                }
+                self.push_atomic(v, content, &path, None)?;
                 Ok(vec![])
             }
         }
+    }
+
+    /// Puts `content` at `path` inside container `vmid` so that a kill at any instant leaves
+    /// the old file or the new one: `pct push` to `<path>.gpuplane-new` (a kill mid-push leaves
+    /// only that name, which the next write pushes over), then `mv -f` inside the container (a
+    /// rename). The host side is a private staging file, removed when done.
+    fn push_atomic(
+        &self,
+        vmid: u32,
+        content: &str,
+        path: &str,
+        perms: Option<&str>,
+    ) -> Result<(), LocalError> {
+        let tmp = super::staging::Staging::open(&self.state_dir)?.file(content.as_bytes())?;
+        let staged = format!("{path}.gpuplane-new");
+        let id = vmid.to_string();
+        let tmp_s = tmp.to_string_lossy().into_owned();
+        let mut argv = vec![self.tools.pct.as_str(), "push", &id, &tmp_s, &staged];
+        if let Some(p) = perms {
+            argv.extend(["--perms", p]);
+        }
+        let pushed = self.cmd(&argv);
+        drop(tmp);
+        let o = pushed?;
+        if !o.ok() || !o.stderr.trim().is_empty() {
+            return Err(LocalError::failed("pct push", &o.stderr));
+        }
+        self.at_ok(
+            Location::Container(vmid),
+            &["mv", "-f", "--", &staged, path],
+            format!("mv in container {vmid}"),
+        )
+        .map(|_| ())
     }
 
     pub(super) fn write_unit(
@@ -200,30 +227,7 @@ impl LocalHost {
         match r.location {
             Location::Host => super::files::write_atomic(&self.root.path(&path), content),
             Location::Container(v) => {
-                let tmp =
-                    super::staging::Staging::open(&self.state_dir)?.file(content.as_bytes())?;
-                let staged = format!("{path}.gpuplane-new");
-                let vmid = v.to_string();
-                let tmp_s = tmp.to_string_lossy().into_owned();
-                let pushed = self.cmd(&[
-                    &self.tools.pct,
-                    "push",
-                    &vmid,
-                    &tmp_s,
-                    &staged,
-                    "--perms",
-                    "0644",
-                ]);
-                drop(tmp);
-                let o = pushed?;
-                if !o.ok() || !o.stderr.trim().is_empty() {
-                    return Err(LocalError::failed("pct push", &o.stderr));
-                }
-                self.at_ok(
-                    r.location,
-                    &["mv", "-f", "--", &staged, &path],
-                    format!("mv in container {v}"),
-                )?;
+                self.push_atomic(v, content, &path, Some("0644"))?;
                 Ok(vec![])
             }
         }

@@ -34,3 +34,22 @@ fn a_loose_or_planted_staging_directory_is_tightened_or_refused() {
         "a symlink is refused"
     );
 }
+
+#[test]
+fn a_staged_file_left_by_a_killed_push_is_removed_and_a_fresh_one_kept() {
+    let state = tempfile::tempdir().unwrap();
+    let s = Staging::open(state.path()).unwrap();
+    let live = s.file(b"in use").unwrap();
+    let dead = state.path().join("staging/gpuplane-left");
+    std::fs::write(&dead, "unit text").unwrap();
+    let then = std::time::SystemTime::now() - std::time::Duration::from_secs(3700);
+    std::fs::File::options()
+        .write(true)
+        .open(&dead)
+        .unwrap()
+        .set_times(std::fs::FileTimes::new().set_modified(then))
+        .unwrap();
+    Staging::open(state.path()).unwrap();
+    assert!(!dead.exists(), "an hour-old staged file is a killed push's");
+    assert!(live.exists(), "a fresh one belongs to a push in progress");
+}
