@@ -167,6 +167,10 @@ pub struct HostArgs {
     /// With `--host local`: the node name (default: /etc/hostname).
     #[arg(long)]
     pub node_name: Option<String>,
+    /// With `--host local`: seconds a write waits for a Proxmox lock another writer holds
+    /// before it reports `WaitingForLock` and moves on (Proxmox's own default: 10).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub lock_timeout: u64,
 }
 
 #[derive(clap::Args, Debug)]

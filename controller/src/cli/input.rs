@@ -23,6 +23,7 @@ pub fn open_host(args: &HostArgs) -> Result<Box<dyn Host + Send>, Failure> {
     if spec == "local" {
         let mut h = crate::host::local::LocalHost::new(&args.host_root, &args.gpu_vendor);
         h.node_name = args.node_name.clone();
+        h.lock_timeout = std::time::Duration::from_secs(args.lock_timeout);
         return Ok(Box::new(h));
     }
     match spec.split_once(':') {

@@ -107,6 +107,9 @@ kill_at() { GPUPLANE_KILL_AFTER_WRITE=$2 GPUPLANE_LOG=gpuplane::apply=info \
   local w; w=$(grep -c 'host write: ' /tmp/err)
   echo "$rc $w $(grep 'host write: ' /tmp/err | tail -1 | sed -e 's/\x1b\[[0-9;]*m//g' -e 's/.*host write: //' -e 's/ kind=.*//')"; }
 
+# The runs under a dead writer's young lock wait 2 s for it instead of Proxmox's 10 (each point
+# has two such waits).
+LT="--lock-timeout 2"
 # nlocks DIR: the locked edits an uninterrupted converge takes (it converges the host)
 nlocks() { GPUPLANE_LOG=gpuplane::host::local::files=debug $G converge -f $M/$1 $GP >/dev/null 2>/tmp/err
   grep -c 'locked: ' /tmp/err; }
@@ -115,7 +118,7 @@ ikill_at() { GPUPLANE_KILL_IN_LOCK=$2 GPUPLANE_LOG=gpuplane::apply=info \
   $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; local rc=$?
   echo "$rc $(grep -c 'host write: ' /tmp/err)"; }
 # iwait DIR: a one-shot converge; prints "rc writes partition-Ready-reason"
-iwait() { $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; local rc=$?
+iwait() { $G converge -f $M/$1 $GP $LT --output json > /tmp/out.json 2>/tmp/err; local rc=$?
   echo "$rc $(python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("writes", "?"), [c["reason"] for c in d["status"]["GpuPartition/vmhost"]["conditions"] if c["type"] == "Ready"][0])' < /tmp/out.json 2>/dev/null || echo '? ?')"; }
 # ready_reason FILE: the Ready reason in a status file ("" when none yet)
 ready_reason() { python3 - "$1" <<'PY' 2>/dev/null
@@ -131,7 +134,7 @@ PY
 # reason, the lock is aged past 120 s; the agent converges on its own. Prints "rc before after".
 iagent() { local st=/tmp/agent-status before="" after="" i
   rm -rf $st; mkdir -p $st
-  $G run --manifests $M/$1 $GP --status-dir $st --poll-interval 1 --drift-interval 600 \
+  $G run --manifests $M/$1 $GP $LT --status-dir $st --poll-interval 1 --drift-interval 600 \
     --metrics-addr 127.0.0.1:0 --max-rounds 40 >/tmp/agent.log 2>&1 & local pid=$!
   for i in $(seq 1 60); do before=$(ready_reason $st/GpuPartition-vmhost.yaml); [ -n "$before" ] && break; sleep 0.5; done
   for l in /etc/pve/priv/lock/*; do [ -e "$l" ] && touch -d "@$(( $(date +%s) - 121 ))" "$l"; done
