@@ -507,3 +507,43 @@ fn a_sim_host_file_is_read_only_unless_asked_and_the_embedded_twin_is_the_start_
     let a: Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(a["writes"], 0);
 }
+
+/// A failing smoke test is a failed converge: exit 1 with `SmokeTested=False`, so a CI job that
+/// runs `converge` sees it; the same server with a passing smoke test exits 0.
+#[test]
+fn a_failing_smoke_test_fails_the_converge() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m");
+    std::fs::create_dir_all(&m).unwrap();
+    std::fs::copy(
+        repo().join("examples/kpro6/partition.yaml"),
+        m.join("partition.yaml"),
+    )
+    .unwrap();
+    let mut server = std::fs::read_to_string(repo().join("examples/kpro6/server.yaml")).unwrap();
+    server.push_str("  smokeTest:\n    requests:\n      - name: tools\n        prompt: \"What is the weather in Paris?\"\n        tools: [{name: get_weather, description: \"current weather of a city\", parameters: [city]}]\n        expect: {toolCall: get_weather}\n");
+    std::fs::write(m.join("server.yaml"), server).unwrap();
+    let original = std::fs::read_to_string(repo().join("examples/hosts/kpro6.yaml")).unwrap();
+    for (no_tool_call, want_rc, want) in [(false, 0, "True"), (true, 1, "False")] {
+        let host = dir.path().join(format!("host-{no_tool_call}.yaml"));
+        let text = if no_tool_call {
+            original.replace("behaviour:\n", "behaviour:\n  smokeNoToolCall: true\n")
+        } else {
+            original.clone()
+        };
+        std::fs::write(&host, text).unwrap();
+        let o = gpuplane(&[
+            "converge",
+            "-f",
+            m.to_str().unwrap(),
+            "--host",
+            &format!("sim:{}", host.display()),
+            "--output",
+            "json",
+        ]);
+        let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let smoke = condition(&r, SERVER, "SmokeTested");
+        assert_eq!(smoke["status"], want, "{smoke}");
+        assert_eq!(o.status.code(), Some(want_rc), "{smoke}");
+    }
+}

@@ -70,6 +70,8 @@ fn vm_preflight_catches_a_truncated_shard_and_the_smoke_test_checks_tool_calls()
     // No tool call: the new unit's smoke test fails and says which request and why.
     let nt = m.json("notool");
     assert!(step_kinds(&nt).contains(&"writeUnit".to_string()), "{nt}");
+    // A failed smoke test is a failed converge (issue 22).
+    assert_eq!(m.rc("notool"), 1, "{nt}");
     let (st, reason, msg) = condition(&nt, "SmokeTested");
     assert_eq!(
         (st.as_str(), reason.as_str()),

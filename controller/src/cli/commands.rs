@@ -247,7 +247,14 @@ pub fn converge(
         s.condition(types::READY)
             .is_some_and(|c| c.status == ConditionStatus::True.as_str())
     });
-    Ok(if report.converged() && all_ready {
+    // A smoke test that failed is a failed converge, whatever Ready says: a CI job running
+    // `converge` must see it. (A rollback that restored a unit which passes reads
+    // SmokeTested=True with Degraded=RolledBack, and exits 0.)
+    let smoke_failed = status.values().any(|s| {
+        s.condition(types::SMOKE_TESTED)
+            .is_some_and(|c| c.status == ConditionStatus::False.as_str())
+    });
+    Ok(if report.converged() && all_ready && !smoke_failed {
         0
     } else {
         1
