@@ -416,7 +416,7 @@ const MAX_MODEL_PATH: usize = 4096;
 
 /// A model is a local directory (absolute, normalized, no control characters) or a Hugging
 /// Face repo id (`org/name`, letters, digits, `-_.`).
-fn model_location(p: &str) -> Result<(), String> {
+pub(super) fn model_location(p: &str) -> Result<(), String> {
     if p.len() > MAX_MODEL_PATH {
         return Err(format!("is {} bytes; at most {MAX_MODEL_PATH}", p.len()));
     }

@@ -281,9 +281,14 @@ fn extra_args_confined(pr: &mut Problems, spec: &InferenceServerSpec, p: &Server
     }
 }
 
-/// A model path is under a model root, or a hub id where the admin allows those.
+/// A model path is under a model root, or a hub id where the admin allows those. A value that
+/// is neither (`~/models/x`, `shared/models/x`) is left to the syntax check, whose one message
+/// says so: it is not called a hub id here.
 fn model_allowed(pr: &mut Problems, field: &str, path: &str, p: &ServerPolicy) {
     if !path.starts_with('/') {
+        if super::server::model_location(path).is_err() {
+            return;
+        }
         if !p.allow_hub_models {
             pr.add(field, format!("{path:?} is a Hugging Face repo id; this slice serves only local models (under {})", roots(p)));
         }

@@ -381,3 +381,37 @@ fn a_valid_server_resolves() {
         ]
     );
 }
+
+/// A model path that is neither absolute nor a repo id gets one true message, not "is a
+/// Hugging Face repo id" first and "is neither" after (issue 22).
+#[test]
+fn a_malformed_model_path_gets_one_message_that_says_what_it_is() {
+    for path in ["~/models/x", "Z:\\\\models\\\\x", "shared/models/x"] {
+        let yaml = format!(
+            "{HEAD_S}spec:\n  partitionRef: {{name: kpro6, slice: inference}}\n  unit: {{name: sglang-qwen, location: Container}}\n  python: /root/ml-env/bin/python3\n  model: {{path: \"{path}\", servedName: m}}\n  tensorParallelSize: 4\n"
+        );
+        let errs: Vec<String> = server_errors(&yaml)
+            .into_iter()
+            .filter(|e| e.contains("spec.model.path"))
+            .collect();
+        assert_eq!(errs.len(), 1, "{path}: {errs:?}");
+        assert!(
+            errs[0].contains("is neither an absolute path"),
+            "{path}: {errs:?}"
+        );
+        assert!(
+            !errs[0].contains("is a Hugging Face repo id"),
+            "{path}: {errs:?}"
+        );
+    }
+    // A real repo id on a local-only slice is still called one.
+    let yaml = format!(
+        "{HEAD_S}spec:\n  partitionRef: {{name: kpro6, slice: inference}}\n  unit: {{name: sglang-qwen, location: Container}}\n  python: /root/ml-env/bin/python3\n  model: {{path: Qwen/Qwen3-8B, servedName: m}}\n  tensorParallelSize: 4\n"
+    );
+    let errs = server_errors(&yaml);
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("is a Hugging Face repo id; this slice serves only local models")),
+        "{errs:?}"
+    );
+}
