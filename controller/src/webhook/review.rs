@@ -14,6 +14,9 @@ pub struct Cluster {
     pub servers: Vec<InferenceServer>,
     /// Nodes whose agent holds a live Lease; `None` when unknown (no warning is given then).
     pub served_nodes: Option<std::collections::BTreeSet<String>>,
+    /// Why the cluster's objects could not be read (no API access, RBAC it lacks): each
+    /// object is then checked alone, and a warning says what was not checked and why.
+    pub unreadable: Option<String>,
 }
 
 /// Answers the AdmissionReview `body`: allowed, or denied with every problem, one per line.
@@ -109,10 +112,16 @@ fn decide(req: &Value, cluster: &Cluster) -> (bool, String, Vec<String>) {
             .last()
             .map(|s| s.spec.partition_ref.name.clone())
             .unwrap_or_default();
-        warnings
-            .into_iter()
-            .filter(|w| w.contains(&format!("{pr:?}")))
-            .collect()
+        match &cluster.unreadable {
+            // "does not exist (yet)" would be a guess: the webhook could not look.
+            Some(why) => vec![format!(
+                "spec.partitionRef.name: not checked against GpuPartition {pr:?} and the other servers (the webhook could not read the cluster: {why}); checked alone, the agent decides"
+            )],
+            None => warnings
+                .into_iter()
+                .filter(|w| w.contains(&format!("{pr:?}")))
+                .collect(),
+        }
     } else {
         unserved(obj, &cluster).into_iter().collect()
     };

@@ -119,7 +119,12 @@ async fn handle(
             };
             let cluster = match &client {
                 Some(c) => cluster(c, lease_ns.as_deref()).await,
-                None => Cluster::default(),
+                None => Cluster {
+                    unreadable: Some(
+                        "it has no API access (no kubeconfig, not in a cluster)".into(),
+                    ),
+                    ..Cluster::default()
+                },
             };
             let node = match binding(&v["request"], &agents) {
                 Some(b) => agent_node(client.as_ref(), b).await,
@@ -201,14 +206,19 @@ async fn cluster(client: &Client, lease_ns: Option<&str>) -> Cluster {
                 Some(ns) => served_nodes(client, ns).await,
                 None => None,
             },
+            unreadable: None,
         },
         (p, s) => {
-            tracing::warn!(
-                "cannot list objects for the review (partitions: {:?}, servers: {:?})",
-                p.err().map(|e| e.to_string()),
-                s.err().map(|e| e.to_string())
-            );
-            Cluster::default()
+            let why: Vec<String> = [("GpuPartitions", p.err()), ("InferenceServers", s.err())]
+                .into_iter()
+                .filter_map(|(kind, e)| e.map(|e| format!("listing {kind}: {e}")))
+                .collect();
+            let why = crate::text::truncate(&why.join("; "), 500);
+            tracing::warn!("cannot list objects for the review: {why}");
+            Cluster {
+                unreadable: Some(why),
+                ..Cluster::default()
+            }
         }
     }
 }

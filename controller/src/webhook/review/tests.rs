@@ -33,6 +33,7 @@ fn cluster() -> Cluster {
         partitions: m.partitions,
         servers: m.servers,
         served_nodes: None,
+        unreadable: None,
     }
 }
 
@@ -120,6 +121,33 @@ fn schema_mistakes_deletes_and_missing_partitions() {
             .contains("does not exist"),
         "{r}"
     );
+}
+
+/// Issue 22: a webhook that could not read the cluster never says the partition "does not
+/// exist (yet)"; it says it could not check, and why.
+#[test]
+fn a_webhook_that_cannot_read_the_cluster_says_so_instead_of_guessing() {
+    let unreadable = Cluster {
+        unreadable: Some("listing GpuPartitions: forbidden".into()),
+        ..Cluster::default()
+    };
+    let r = review_of(
+        "InferenceServer",
+        "CREATE",
+        &manifests().servers[0],
+        &unreadable,
+    );
+    assert_eq!(r["response"]["allowed"], true, "{r}");
+    let w = r["response"]["warnings"].as_array().unwrap();
+    assert_eq!(w.len(), 1, "{r}");
+    let w = w[0].as_str().unwrap();
+    assert!(!w.contains("does not exist"), "{w}");
+    assert!(w.contains("not checked") && w.contains("forbidden"), "{w}");
+    // Its own checks still apply.
+    let mut bad = manifests().servers[0].clone();
+    bad.spec.listen.host = "0.0.0.0:30000".into();
+    let r = review_of("InferenceServer", "CREATE", &bad, &unreadable);
+    assert_eq!(r["response"]["allowed"], false, "{r}");
 }
 
 #[test]
