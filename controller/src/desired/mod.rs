@@ -10,6 +10,7 @@ mod partition;
 pub mod preflight;
 pub mod select;
 mod server;
+mod smoke_check;
 pub mod tenancy;
 mod unit_check;
 

@@ -47,6 +47,7 @@ pub fn resolve_server(
     listen_and_startup(&mut pr, spec);
     env(&mut pr, spec);
     extra_args(&mut pr, spec);
+    super::smoke_check::check(&mut pr, spec);
     let runtime = runtime(slice, spec);
     unit_check::unit_renders(
         &mut pr,

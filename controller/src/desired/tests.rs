@@ -415,3 +415,43 @@ fn a_malformed_model_path_gets_one_message_that_says_what_it_is() {
         "{errs:?}"
     );
 }
+
+/// A smoke test that can never pass is refused, with the field (issue 22).
+#[test]
+fn a_smoke_test_that_can_never_pass_is_refused_with_the_field() {
+    let server = |parsers: &str, requests: &str| {
+        format!(
+            "{HEAD_S}spec:\n  partitionRef: {{name: kpro6, slice: inference}}\n  unit: {{name: sglang-qwen, location: Container}}\n  python: /root/ml-env/bin/python3\n  model: {{path: /shared/models/m, servedName: m}}\n  tensorParallelSize: 4\n{parsers}  smokeTest:\n    requests:\n{requests}"
+        )
+    };
+    let smoke = |yaml: String| -> Vec<String> {
+        server_errors(&yaml)
+            .into_iter()
+            .filter(|e| e.contains("spec.smokeTest"))
+            .collect()
+    };
+    let both = "  toolCallParser: qwen3_coder\n  reasoningParser: qwen3\n";
+    // No tools offered; another tool offered; an empty answerContains.
+    let e = smoke(server(both, "      - {name: a, prompt: p, expect: {toolCall: get_weather}}\n      - {name: b, prompt: p, tools: [{name: get_time}], expect: {toolCall: get_weather}}\n      - {name: c, prompt: p, expect: {answerContains: \"  \"}}\n"
+    ));
+    assert_eq!(e, vec![
+        "InferenceServer/default/bad: spec.smokeTest.requests[0].expect.toolCall: expects a call of \"get_weather\", but the request offers no tools; add it to requests[0].tools",
+        "InferenceServer/default/bad: spec.smokeTest.requests[1].expect.toolCall: expects a call of \"get_weather\", which the request does not offer (it offers: get_time)",
+        "InferenceServer/default/bad: spec.smokeTest.requests[2].expect.answerContains: is empty: every answer contains it, so it tests nothing; give the text the answer must contain, or leave it out",
+    ]);
+    // Tool calls and reasoning without their parsers.
+    let e = smoke(server("", "      - {name: t, prompt: p, tools: [{name: get_weather}], expect: {toolCall: get_weather, reasoning: true}}\n"));
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e[0].contains("requests[0].expect.toolCall") && e[0].contains("set spec.toolCallParser"),
+        "{e:?}"
+    );
+    assert!(
+        e[1].contains("requests[0].expect.reasoning") && e[1].contains("set spec.reasoningParser"),
+        "{e:?}"
+    );
+    // The reachable version of the same test resolves.
+    let ok = server(both, "      - {name: t, prompt: p, tools: [{name: get_weather}], expect: {toolCall: get_weather, reasoning: true, answerContains: \"x\"}}\n");
+    let m = parse(&ok);
+    assert!(resolve_server(&m.servers[0], &kpro6()).is_ok());
+}
