@@ -111,6 +111,16 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
                 );
                 continue;
             }
+            if s.adopt && !unit::is_managed(file) {
+                if let Some(runs) = not_an_sglang_launch(file) {
+                    p.block(
+                        format!("InferenceServer/{}", s.id),
+                        "UnitNotSGLang",
+                        format!("{} runs {runs}, not an SGLang server (`python -m sglang.launch_server`); the agent adopts only SGLang units and leaves this one as it is: name the server's unit differently, or the slice's admin removes it from servers.adoptUnits", s.unit),
+                    );
+                    continue;
+                }
+            }
         }
         let Some(content) = unit_content(p, ctx, s) else {
             continue;
@@ -118,6 +128,28 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
         let chosen = choose_unit(p, s, content);
         plan_unit(p, ctx, s, chosen);
     }
+}
+
+/// What a unit file the agent did not write runs, when it is not an SGLang launch
+/// (`<python> -m sglang.launch_server ...`); `None` when it is one. A file that does not parse
+/// is not one.
+fn not_an_sglang_launch(file: &str) -> Option<String> {
+    let argv = match unit::parse(file) {
+        Ok(u) => u.exec_start,
+        Err(e) => return Some(format!("a unit file that does not parse ({e})")),
+    };
+    let sglang = argv
+        .windows(2)
+        .any(|w| w[0] == "-m" && w[1] == "sglang.launch_server");
+    if sglang {
+        return None;
+    }
+    Some(if argv.is_empty() {
+        "no ExecStart".to_string()
+    } else {
+        let shown = argv.iter().take(4).cloned().collect::<Vec<_>>().join(" ");
+        format!("`{}`", crate::text::truncate(&shown, 200))
+    })
 }
 
 /// Units of deleted servers go away (unless a live server uses the same unit), but only

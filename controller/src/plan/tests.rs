@@ -651,3 +651,29 @@ fn a_new_unit_that_fails_its_smoke_test_is_rolled_back_to_the_last_good_one() {
         "the good unit passes"
     );
 }
+
+/// Issue 22: an admin's `adoptUnits` naming a unit that is not an SGLang server (pmxcfs's
+/// `pve-cluster`, say) never has it written over or restarted: the server is blocked, naming
+/// what the unit runs.
+#[test]
+fn an_adopted_unit_that_is_not_an_sglang_server_is_left_alone() {
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    let mut st = h.observe().unwrap();
+    let unit = d.servers[0].unit.clone();
+    let u = st.units.get_mut(&unit.key()).expect("the twin's unit");
+    u.file = Some("[Unit]\nDescription=The Proxmox VE cluster filesystem\n[Service]\nExecStart=/usr/bin/pmxcfs --foreground\n".into());
+    let p = plan(&d, &st);
+    let b = p
+        .blockers
+        .iter()
+        .find(|b| b.reason == "UnitNotSGLang")
+        .unwrap_or_else(|| panic!("{:?}", p.blockers));
+    assert!(
+        b.message.contains("/usr/bin/pmxcfs --foreground"),
+        "{}",
+        b.message
+    );
+    assert!(!p.steps.iter().any(|s| matches!(&s.step,
+        Step::WriteUnit { unit: u, .. } | Step::StartUnit { unit: u, .. } | Step::RemoveUnit { unit: u } if *u == unit)));
+}
