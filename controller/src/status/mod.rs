@@ -327,7 +327,41 @@ fn server_readiness(
         .blockers
         .iter()
         .find(|b| b.resource == res || b.resource == part_res);
-    if ready {
+    // A blocker of this server while it serves: the unit running is the previous spec's, and
+    // the new generation cannot be applied (kstatus must not read it Current).
+    let own_blocker = blocked.filter(|b| b.resource == res);
+    if let (true, Some(b)) = (ready, own_blocker) {
+        st.set(
+            types::READY,
+            true,
+            "ServerReady",
+            format!(
+                "{endpoint} serves {} with the unit of the previous spec; the new spec is blocked ({})",
+                s.spec.model.served_name, b.reason
+            ),
+            now,
+            g,
+        );
+        st.set(
+            types::PROGRESSING,
+            false,
+            &b.reason,
+            "the new spec is blocked; nothing was changed".into(),
+            now,
+            g,
+        );
+        st.progress(
+            Progress::Stuck(
+                b.reason.clone(),
+                format!(
+                    "this generation is blocked: {}; the unit of the previous spec keeps serving",
+                    b.message
+                ),
+            ),
+            now,
+            g,
+        );
+    } else if ready {
         st.set(
             types::READY,
             true,

@@ -91,3 +91,47 @@ fn a_held_lock_is_reconciling_with_the_lock_named_not_stalled() {
         );
     }
 }
+
+/// Issue 22: a serving server whose new spec is blocked (preflight failed) must not read
+/// Current to kstatus: Stalled=True with the reason, while Ready says the previous spec's unit
+/// keeps serving.
+#[test]
+fn a_serving_server_whose_new_spec_is_blocked_reads_stalled_and_says_the_old_unit_serves() {
+    let mut host = crate::testutil::twin();
+    let desired = crate::testutil::desired(&mut host, &crate::testutil::manifests());
+    let done = {
+        let mut door = crate::apply::Door::new(&mut host);
+        crate::converge::converge(&desired, &mut door, &Default::default())
+    };
+    assert!(done.converged());
+    let res = format!("InferenceServer/{}", desired.servers[0].id);
+    let mut blocked = done.clone();
+    blocked.final_plan.blockers.push(crate::plan::Blocker {
+        resource: res.clone(),
+        reason: "PreflightFailed".into(),
+        message: "preflight failed, nothing was changed: shard 39 is cut short".into(),
+    });
+    blocked.stop = Some(Stop::Blocked {
+        blockers: blocked.final_plan.blockers.clone(),
+    });
+    let ok = compute(&desired, &done, &Default::default());
+    assert_eq!(ok[&res].condition("Stalled").unwrap().status, "False");
+    let st = compute(&desired, &blocked, &Default::default());
+    let c = |t: &str| st[&res].condition(t).unwrap().clone();
+    assert_eq!(c("Ready").status, "True");
+    assert!(
+        c("Ready").message.contains("previous spec"),
+        "{}",
+        c("Ready").message
+    );
+    assert_eq!(
+        (c("Stalled").status.as_str(), c("Stalled").reason.as_str()),
+        ("True", "PreflightFailed")
+    );
+    assert!(
+        c("Stalled").message.contains("shard 39"),
+        "{}",
+        c("Stalled").message
+    );
+    assert_eq!(c("Reconciling").status, "False");
+}
