@@ -22,6 +22,15 @@ pub(super) fn gate(d: &Desired, h: &HostState, plan: &mut Plan) {
     let mut failed = vec![];
     for s in &d.servers {
         let Some(facts) = h.preflight.get(&s.id) else {
+            // Said up front: the checks run only once the backend can look (a stopped
+            // container's files are read through the container), after the teardown.
+            if container_stopped(h, s) && plan.steps.iter().any(|p| p.step.is_write()) {
+                plan.notes.push(Note {
+                    resource: format!("InferenceServer/{}", s.id),
+                    reason: "PreflightNotChecked".into(),
+                    message: "preflight could not be checked before the first write (its container is stopped, so its model and interpreter cannot be read yet); it is checked once the container runs, and a failure then stops the plan after the steps already made".into(),
+                });
+            }
             continue;
         };
         let v = judge(s, facts);
@@ -30,7 +39,7 @@ pub(super) fn gate(d: &Desired, h: &HostState, plan: &mut Plan) {
         }
         let res = format!("InferenceServer/{}", s.id);
         let message = format!(
-            "preflight failed, nothing was changed: {}",
+            "preflight failed; the plan stops before any step that would stop, rebind or restart what this server needs: {}",
             v.problems.join("; ")
         );
         let rolling_back = plan
@@ -65,10 +74,21 @@ pub(super) fn gate(d: &Desired, h: &HostState, plan: &mut Plan) {
         resource: format!("GpuPartition/{}", d.partition.name),
         reason: "PreflightFailed".into(),
         message: format!(
-            "{} failed preflight: nothing on the host was changed",
+            "{} failed preflight: the plan stops before changing what it needs",
             names.join(", ")
         ),
     });
+}
+
+/// Whether `s` runs in a container that is not running (its files cannot be read yet).
+fn container_stopped(h: &HostState, s: &DesiredServer) -> bool {
+    match s.unit.location {
+        Location::Container(v) => h
+            .containers
+            .get(&v)
+            .is_some_and(|c| c.state != crate::host::model::RunState::Running),
+        Location::Host => false,
+    }
 }
 
 /// Whether a step of `plan` stops, rebinds or restarts something `s` needs.

@@ -677,3 +677,32 @@ fn an_adopted_unit_that_is_not_an_sglang_server_is_left_alone() {
     assert!(!p.steps.iter().any(|s| matches!(&s.step,
         Step::WriteUnit { unit: u, .. } | Step::StartUnit { unit: u, .. } | Step::RemoveUnit { unit: u } if *u == unit)));
 }
+
+/// Issue 22: when preflight cannot look before the first write (the server's container is
+/// stopped), the plan says so up front instead of claiming later that nothing was changed.
+#[test]
+fn a_preflight_that_cannot_look_before_the_teardown_is_said_up_front() {
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    let running = h.observe().unwrap();
+    h.apply(&Step::StopContainer { vmid: 129 }).unwrap();
+    let st = h.observe().unwrap();
+    assert!(
+        st.preflight.is_empty(),
+        "the stopped container's files are not read"
+    );
+    let p = plan(&d, &st);
+    assert!(
+        p.notes
+            .iter()
+            .any(|n| n.reason == "PreflightNotChecked"
+                && n.message.contains("before the first write")),
+        "{:?}",
+        p.notes
+    );
+    // With the facts at hand, no such note.
+    assert!(!plan(&d, &running)
+        .notes
+        .iter()
+        .any(|n| n.reason == "PreflightNotChecked"));
+}

@@ -150,7 +150,14 @@ fn partition_status(
             types::PROGRESSING,
             false,
             &b.reason,
-            "blocked; nothing was changed".into(),
+            if r.writes == 0 {
+                "blocked; nothing was changed".to_string()
+            } else {
+                format!(
+                    "blocked after {} host writes; nothing more was changed",
+                    r.writes
+                )
+            },
             now,
             g,
         );
