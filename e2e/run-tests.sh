@@ -2,8 +2,8 @@
 # Runs every test target of the workspace one by one, so that one failure never hides the rest
 # (`cargo test` stops at the first failing test binary), and prints each target's time and
 # result at the end. Exit 0 only when every target passed. Called by e2e/test-all.sh; usable
-# alone (after the set-up) as `e2e/run-tests.sh [FILTER]`, FILTER a regex over target names
-# (e.g. `vm_` or `^kube_agent$`).
+# alone (after the set-up) as `e2e/run-tests.sh [FILTER]`, FILTER a regex over "NAME KIND"
+# (e.g. `vm_`, `^kube_agent test$`, ` lib$` for the unit tests).
 #
 # Environment: TEST_THREADS (default 2) is passed to each test binary as --test-threads.
 set -uo pipefail
@@ -38,22 +38,27 @@ threads=${TEST_THREADS:-2}
 total0=$(date +%s)
 : >"$T/summary"
 failed=0
+# Every run selects with --workspace, as the build above did: selecting by package (-p,
+# --manifest-path) unifies features differently and rebuilds crates (minutes on two cores).
+# The unit tests of all crates run as one step, the binaries' as another, then each test target.
+{ echo "- lib (unit tests of every crate)"; echo "- bin (the binaries' own tests)"
+  awk '$2 == "test" {print $1, $2, $3}' "$T/targets"; } >"$T/steps"
 while read -r manifest kind name; do
-  [ -z "$FILTER" ] || [[ "$name" =~ $FILTER ]] || continue
+  [ -z "$FILTER" ] || [[ "$name $kind" =~ $FILTER ]] || continue
   case $kind in
-    lib) sel=(--lib) ;;
-    bin) sel=(--bin "$name") ;;
+    lib) sel=(--lib) ; name="(unit tests)" ;;
+    bin) sel=(--bins) ; name="(binaries)" ;;
     test) sel=(--test "$name") ;;
   esac
-  echo "== test $name ($kind, $(dirname "$manifest" | sed "s|^$PWD/||"))"
+  echo "== test $name"
   t0=$(date +%s)
-  cargo test --manifest-path "$manifest" "${sel[@]}" -- --test-threads="$threads" 2>&1 | tee "$T/out"
+  cargo test --workspace "${sel[@]}" -- --test-threads="$threads" 2>&1 | tee "$T/out"
   rc=${PIPESTATUS[0]}
   secs=$(( $(date +%s) - t0 ))
   n=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$T/out" | awk '{p+=$4; f+=$6} END {printf "%d passed, %d failed", p, f}')
   if [ "$rc" = 0 ]; then r=ok; else r=FAILED; failed=$((failed + 1)); fi
-  printf '%-8s %5ss  %-32s %s\n' "$r" "$secs" "$name ($kind)" "$n" >>"$T/summary"
-done <"$T/targets"
+  printf '%-8s %5ss  %-32s %s\n' "$r" "$secs" "$name" "$n" >>"$T/summary"
+done <"$T/steps"
 if [ -z "$FILTER" ]; then
   echo "== doc tests"
   t0=$(date +%s)
