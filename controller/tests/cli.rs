@@ -547,3 +547,32 @@ fn a_failing_smoke_test_fails_the_converge() {
         assert_eq!(o.status.code(), Some(want_rc), "{smoke}");
     }
 }
+
+/// Issue 22: files carry no creation time; a second server added on the same slice in a file
+/// that sorts first is the newcomer: the refusal names it, never the server already on the host.
+#[test]
+fn a_conflict_in_files_blames_the_newcomer_not_the_server_on_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m");
+    std::fs::create_dir_all(&m).unwrap();
+    for f in ["partition.yaml", "server.yaml"] {
+        std::fs::copy(repo().join("examples/kpro6").join(f), m.join(f)).unwrap();
+    }
+    let reference = std::fs::read_to_string(m.join("server.yaml")).unwrap();
+    let newcomer = reference
+        .replace("name: qwen35-122b", "name: another")
+        .replace("name: sglang-qwen", "name: gpuplane-sglang-b")
+        .replace("port: 30000", "port: 30001");
+    std::fs::write(m.join("a-server-b.yaml"), newcomer).unwrap();
+    let o = gpuplane(&["plan", "-f", m.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("InferenceServer/default/another: spec.partitionRef.slice"),
+        "{e}"
+    );
+    assert!(
+        !e.contains("InferenceServer/default/qwen35-122b: spec.partitionRef.slice"),
+        "{e}"
+    );
+}

@@ -68,6 +68,15 @@ pub fn for_host(
             Err(e) => errors.extend(e),
         }
     }
+    // Files carry no creation time: the claim already on the host is the older one. A server
+    // whose unit exists here comes first (stable: otherwise file order), so a conflict lands
+    // on the newcomer, never on the server that has been serving.
+    servers.sort_by_key(|d| {
+        observed
+            .unit(&d.unit)
+            .and_then(|u| u.file.as_ref())
+            .is_none()
+    });
     errors.extend(check_servers_together(&servers));
     if !errors.is_empty() {
         return Err(SelectError::Invalid(errors));
