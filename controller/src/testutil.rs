@@ -55,3 +55,13 @@ pub fn noisy(tokens: &'static [&'static str]) -> impl proptest::strategy::Strate
     ];
     prop::collection::vec(piece, 0..40).prop_map(|v| v.concat())
 }
+
+/// Sets the mtime of `path` (a file or a directory) `secs` seconds into the past: what the
+/// passage of time does to a lock or a staged file, for rules that read the mtime.
+pub fn set_mtime_ago(path: &std::path::Path, secs: u64) {
+    let then = std::time::SystemTime::now() - std::time::Duration::from_secs(secs);
+    std::fs::File::open(path)
+        .unwrap()
+        .set_times(std::fs::FileTimes::new().set_modified(then))
+        .unwrap();
+}

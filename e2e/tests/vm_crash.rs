@@ -190,6 +190,20 @@ fn rc_writes(s: &str) -> (String, String) {
     )
 }
 
+/// Prints one crash point's verdict (`detail` says what it was) and each problem; 1 when it
+/// passed, else 0.
+fn verdict(label: &str, detail: &str, bad: Vec<String>) -> u64 {
+    if bad.is_empty() {
+        println!("  {label}: ok ({detail})");
+        return 1;
+    }
+    println!("  {label}: FAILED ({detail})");
+    for b in bad {
+        println!("    {b}");
+    }
+    0
+}
+
 /// Judges one transition; returns (N, passed) and prints each failure.
 fn judge(name: &str, t: &Transition) -> (u64, u64) {
     let (n, rc) = t.n.clone().unwrap_or_else(|| panic!("{name}: no N line"));
@@ -248,15 +262,8 @@ fn judge(name: &str, t: &Transition) -> (u64, u64) {
             Err(e) => bad.push(format!("no state after recovery: {e}")),
         }
         let step = kill.splitn(3, ' ').nth(2).unwrap_or("");
-        if bad.is_empty() {
-            passed += 1;
-            println!("  {name} k={k}/{n}: ok (killed after: {step})");
-        } else {
-            println!("  {name} k={k}/{n}: FAILED (killed after: {step})");
-            for b in bad {
-                println!("    {b}");
-            }
-        }
+        let label = format!("{name} k={k}/{n}");
+        passed += verdict(&label, &format!("killed after: {step}"), bad);
     }
     println!(
         "crash points in the VM, {name}: N = {n}, passed {passed}/{n} ({} s)",
@@ -352,15 +359,8 @@ fn judge_in_lock(name: &str, t: &Transition) -> (u64, u64) {
                 }
                 Err(e) => bad.push(format!("no state after recovery: {e}")),
             }
-            if bad.is_empty() {
-                passed += 1;
-                println!("  {name} in-lock {key}: ok (one-shot: {wait}; agent: {agent})");
-            } else {
-                println!("  {name} in-lock {key}: FAILED");
-                for b in bad {
-                    println!("    {b}");
-                }
-            }
+            let label = format!("{name} in-lock {key}");
+            passed += verdict(&label, &format!("one-shot: {wait}; agent: {agent}"), bad);
         }
     }
     println!(

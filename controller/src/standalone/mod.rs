@@ -177,14 +177,10 @@ fn round(
     }
     let status = crate::status::compute(&desired, &report, &Default::default());
     status_files::write(&opts.status_dir, &status);
-    for a in &report.applied {
-        for l in &a.leftovers {
-            tracing::warn!("{}: {l}", a.planned.step);
-        }
-    }
-    // A held lock: look again after a poll interval (no unit to probe meanwhile).
+    // A held lock: look again after a poll interval (no unit to probe meanwhile). What a dead
+    // writer left and a step removed is logged where it is removed (host/local/files.rs).
     if report.waits_for_lock() {
-        return Some(report.waiting_units(&desired).unwrap_or_default());
+        return Some(vec![]);
     }
     report.waiting_units(&desired)
 }

@@ -150,14 +150,7 @@ fn partition_status(
             types::PROGRESSING,
             false,
             &b.reason,
-            if r.writes == 0 {
-                "blocked; nothing was changed".to_string()
-            } else {
-                format!(
-                    "blocked after {} host writes; nothing more was changed",
-                    r.writes
-                )
-            },
+            format!("blocked; {}", nothing_changed(r)),
             now,
             g,
         );
@@ -184,12 +177,11 @@ fn partition_status(
             now,
             g,
         );
-    } else if let Some(Stop::WaitingForLock { .. }) = &r.stop {
+    } else if let Some(wait) = lock_wait(r) {
         // Another writer holds a Proxmox lock: a wait that ends by itself (a dead writer's lock
         // expires), so Reconciling, not Stalled; the agent retries.
         let msg = format!(
-            "{}; {} host steps left, retried shortly",
-            stop_lock_message(r),
+            "{wait}; {} host steps left, retried shortly",
             part_steps.len()
         );
         ps.set(types::READY, false, "WaitingForLock", msg.clone(), now, g);
@@ -265,13 +257,21 @@ fn partition_status(
     ps
 }
 
-/// "STEP waits for Proxmox's lock: MESSAGE" of a run stopped by a held lock ("" otherwise).
-fn stop_lock_message(r: &Report) -> String {
+/// "STEP waits for Proxmox's lock: MESSAGE" when the run stopped on a held lock.
+fn lock_wait(r: &Report) -> Option<String> {
     match &r.stop {
         Some(Stop::WaitingForLock { step, message, .. }) => {
-            format!("{step} waits for Proxmox's lock: {message}")
+            Some(format!("{step} waits for Proxmox's lock: {message}"))
         }
-        _ => String::new(),
+        _ => None,
+    }
+}
+
+/// What a stopped run changed, truthfully: nothing, or nothing after its writes.
+fn nothing_changed(r: &Report) -> String {
+    match r.writes {
+        0 => "nothing was changed".into(),
+        n => format!("nothing more was changed after {n} host writes"),
     }
 }
 
@@ -353,7 +353,7 @@ fn server_readiness(
             types::PROGRESSING,
             false,
             &b.reason,
-            "the new spec is blocked; nothing was changed".into(),
+            format!("the new spec is blocked; {}", nothing_changed(r)),
             now,
             g,
         );
@@ -410,11 +410,10 @@ fn server_readiness(
             }
             (_, Some(b)) if b.resource == res => (b.reason.as_str(), b.message.clone()),
             (_, Some(b)) => ("WaitingForGpus", format!("the partition is blocked: {}", b.message)),
-            _ if matches!(r.stop, Some(Stop::WaitingForLock { .. })) => (
-                "WaitingForLock",
-                format!("the host change it needs waits for a lock: {}", stop_lock_message(r)),
-            ),
-            _ => ("Starting", format!("phase {}", obs.and_then(|o| o.phase).map(|p| p.reason()).unwrap_or("NotStarted"))),
+            _ => match lock_wait(r) {
+                Some(w) => ("WaitingForLock", format!("the host change it needs waits for a lock: {w}")),
+                None => ("Starting", format!("phase {}", obs.and_then(|o| o.phase).map(|p| p.reason()).unwrap_or("NotStarted"))),
+            },
         };
         st.set(types::READY, false, reason, msg.clone(), now, g);
         let phase = obs

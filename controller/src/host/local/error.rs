@@ -90,19 +90,10 @@ impl LocalError {
                 address,
                 holders,
             },
-            LocalError::LockHeld {
-                lock,
-                held_secs,
-                waited_secs,
-            } => HostError::LockHeld {
+            LocalError::LockHeld { ref lock, .. } => HostError::LockHeld {
                 step: step.to_string(),
                 lock: lock.display().to_string(),
-                message: LocalError::LockHeld {
-                    lock,
-                    held_secs,
-                    waited_secs,
-                }
-                .to_string(),
+                message: self.to_string(),
             },
             e => HostError::Step {
                 step: step.to_string(),

@@ -152,11 +152,9 @@ fn remove_dead_temps(path: &Path) -> Vec<Leftover> {
         }
         let p = e.path();
         if std::fs::remove_file(&p).is_ok() {
-            tracing::warn!(
-                "removed {}, left by pid {pid}, which no longer runs",
-                p.display()
-            );
-            out.push(Leftover::TempFile { path: p });
+            let left = Leftover::TempFile { path: p };
+            tracing::warn!("{left} (pid {pid} no longer runs)");
+            out.push(left);
         }
     }
     out
@@ -252,15 +250,12 @@ pub fn with_cfs_lock<T>(
                     unlock_request(lock_dir);
                 } else if let Some(age) = age.filter(|a| *a >= CFS_LOCK_EXPIRY) {
                     if std::fs::remove_dir(lock_dir).is_ok() {
-                        tracing::warn!(
-                            "removed the stale cfs lock {} ({} s old; its writer is gone)",
-                            lock_dir.display(),
-                            age.as_secs()
-                        );
-                        removed = Some(Leftover::StaleLock {
+                        let stale = Leftover::StaleLock {
                             path: lock_dir.to_path_buf(),
                             age_secs: age.as_secs(),
-                        });
+                        };
+                        tracing::warn!("{stale}");
+                        removed = Some(stale);
                         continue;
                     }
                 }

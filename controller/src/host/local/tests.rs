@@ -233,6 +233,18 @@ fn override_and_a_probe_that_binds_nothing() {
     );
 }
 
+/// The fake root's second GPU as this node's entry of the VM's PCI mapping.
+fn vm_mapping_entries() -> Vec<crate::proxmox::pci_cfg::MapEntry> {
+    vec![crate::proxmox::pci_cfg::MapEntry {
+        node: "kpro6".into(),
+        id: "10de:2bb5".into(),
+        paths: vec!["0000:81:00.0".into()],
+        iommugroup: Some(11),
+        subsystem_id: Some("10de:204e".into()),
+        description: None,
+    }]
+}
+
 #[test]
 fn proxmox_edits_keep_foreign_lines_and_release_locks() {
     let t = fake_root();
@@ -255,14 +267,7 @@ fn proxmox_edits_keep_foreign_lines_and_release_locks() {
         conf.contains("lxc.cgroup2.devices.allow: c 508:* rwm"),
         "uvm major from /proc/devices: {conf}"
     );
-    let entries = vec![crate::proxmox::pci_cfg::MapEntry {
-        node: "kpro6".into(),
-        id: "10de:2bb5".into(),
-        paths: vec!["0000:81:00.0".into()],
-        iommugroup: Some(11),
-        subsystem_id: Some("10de:204e".into()),
-        description: None,
-    }];
+    let entries = vm_mapping_entries();
     h.apply(&Step::SetPciMapping {
         mapping: "pro6000-vm".into(),
         entries,
@@ -528,14 +533,7 @@ fn a_killed_writers_lock_and_temp_file_are_a_wait_then_healed() {
     std::fs::write(&dead_tmp, "half a file").unwrap();
     let step = Step::SetPciMapping {
         mapping: "pro6000-vm".into(),
-        entries: vec![crate::proxmox::pci_cfg::MapEntry {
-            node: "kpro6".into(),
-            id: "10de:2bb5".into(),
-            paths: vec!["0000:81:00.0".into()],
-            iommugroup: Some(11),
-            subsystem_id: Some("10de:204e".into()),
-            description: None,
-        }],
+        entries: vm_mapping_entries(),
     };
     let e = h.apply(&step).unwrap_err();
     assert!(
@@ -547,11 +545,7 @@ fn a_killed_writers_lock_and_temp_file_are_a_wait_then_healed() {
         "nothing touched while waiting"
     );
     // pmxcfs's 120 s pass.
-    let then = std::time::SystemTime::now() - Duration::from_secs(121);
-    std::fs::File::open(&lock)
-        .unwrap()
-        .set_times(std::fs::FileTimes::new().set_modified(then))
-        .unwrap();
+    crate::testutil::set_mtime_ago(&lock, 121);
     let out = h.apply(&step).unwrap();
     assert_eq!(out.leftovers.len(), 2, "{:?}", out.leftovers);
     assert!(out.leftovers.iter().any(|l| l.contains("stale lock")));

@@ -73,22 +73,13 @@ fn a_replaced_file_keeps_its_mode_and_a_new_one_gets_a_fixed_one() {
     assert_eq!(std::fs::read_dir(&pve).unwrap().count(), 1);
 }
 
-/// Sets a lock directory's mtime `secs` seconds into the past: what the passage of time does.
-fn age(lock: &std::path::Path, secs: u64) {
-    let then = std::time::SystemTime::now() - Duration::from_secs(secs);
-    std::fs::File::open(lock)
-        .unwrap()
-        .set_times(std::fs::FileTimes::new().set_modified(then))
-        .unwrap();
-}
-
 #[test]
 fn a_dead_writers_cfs_lock_is_removed_at_120_s_and_never_before() {
     let d = tempfile::tempdir().unwrap();
     let lock = d.path().join("priv/lock/file-mapping_pci_cfg");
     std::fs::create_dir_all(&lock).unwrap();
     // 110 s old: a live writer may still hold it; we wait and leave it.
-    age(&lock, 110);
+    crate::testutil::set_mtime_ago(&lock, 110);
     let e = with_cfs_lock(&lock, Duration::from_millis(300), || Ok(())).unwrap_err();
     match &e {
         LocalError::LockHeld { held_secs, .. } => {
@@ -98,7 +89,7 @@ fn a_dead_writers_cfs_lock_is_removed_at_120_s_and_never_before() {
     }
     assert!(lock.is_dir(), "a lock younger than 120 s is never removed");
     // 121 s old: pmxcfs's rule says its writer is gone.
-    age(&lock, 121);
+    crate::testutil::set_mtime_ago(&lock, 121);
     let (v, removed) = with_cfs_lock(&lock, Duration::from_millis(300), || Ok(7)).unwrap();
     assert_eq!(v, 7);
     let removed = removed.expect("reported");

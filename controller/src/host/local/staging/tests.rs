@@ -42,13 +42,7 @@ fn a_staged_file_left_by_a_killed_push_is_removed_and_a_fresh_one_kept() {
     let live = s.file(b"in use").unwrap();
     let dead = state.path().join("staging/gpuplane-left");
     std::fs::write(&dead, "unit text").unwrap();
-    let then = std::time::SystemTime::now() - std::time::Duration::from_secs(3700);
-    std::fs::File::options()
-        .write(true)
-        .open(&dead)
-        .unwrap()
-        .set_times(std::fs::FileTimes::new().set_modified(then))
-        .unwrap();
+    crate::testutil::set_mtime_ago(&dead, 3700);
     Staging::open(state.path()).unwrap();
     assert!(!dead.exists(), "an hour-old staged file is a killed push's");
     assert!(live.exists(), "a fresh one belongs to a push in progress");
