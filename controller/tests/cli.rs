@@ -394,6 +394,42 @@ fn invalid_manifests_are_rejected_with_the_field_and_the_fix() {
             "spec.model.path",
             "neither an absolute path",
         ),
+        // Issue 23: SGLang's own flags and the environment are allow-lists.
+        (
+            "forward-hooks",
+            "spec.extraArgs[0]",
+            "--forward-hooks may not be set by a server: imports a module",
+        ),
+        (
+            "custom-logit-processor",
+            "spec.extraArgs[0]",
+            "--enable-custom-logit-processor may not be set by a server",
+        ),
+        (
+            "config-file-in-extra-args",
+            "spec.extraArgs[0]",
+            "--config may not be set by a server: merges arguments",
+        ),
+        (
+            "hub-tokenizer-with-remote-code",
+            "spec.extraArgs[2]",
+            "--trust-remote-code may not be set by a server: runs Python code",
+        ),
+        (
+            "env-nccl-net-plugin",
+            "spec.env[3].name",
+            "NCCL_NET_PLUGIN is not among the variables a server may set",
+        ),
+        (
+            "env-hf-endpoint",
+            "spec.env[3].name",
+            "HF_ENDPOINT is not among the variables a server may set",
+        ),
+        (
+            "env-xdg-cache-home",
+            "spec.env[3].name",
+            "servers.allowedEnv",
+        ),
     ];
     let files: Vec<String> = std::fs::read_dir(repo().join("examples/invalid"))
         .unwrap()

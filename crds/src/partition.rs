@@ -108,6 +108,18 @@ pub struct ServerPolicy {
     /// which a tenant may not set). A server's `env` may not set these names.
     #[serde(default)]
     pub env: Vec<crate::server::EnvVar>,
+    /// SGLang flags a server's `extraArgs` may set beyond the ones any tenant may (the serving
+    /// tunables the project lists in `controller/src/sglang/flag-policy.tsv`), e.g.
+    /// `--lora-paths` or `--trust-remote-code`. A flag that loads code, plugins or remote
+    /// content is never a tenant's to set unless listed here. Full names (`--flag`); the
+    /// flags the agent sets from the spec cannot be listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_flags: Vec<String>,
+    /// Environment names a server's `env` may set beyond the ones any tenant may (the CUDA,
+    /// NCCL and threading tunables the project lists in `controller/src/desired/tenancy/env.rs`),
+    /// e.g. `HF_HUB_OFFLINE`. Names the agent sets itself cannot be listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_env: Vec<String>,
 }
 
 /// Selects GPUs on the host. Exactly one field must be set.

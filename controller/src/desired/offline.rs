@@ -113,6 +113,14 @@ fn permissive_policy(s: &InferenceServer) -> ServerPolicy {
         user: Some("root".into()),
         adopt_units: vec![s.spec.unit.name.clone()],
         env: vec![],
+        allowed_flags: crate::sglang::args::split(&s.spec.extra_args)
+            .into_iter()
+            .filter_map(|w| match w {
+                crate::sglang::args::Word::Flag { flag: Some(f), .. } => Some(f.name.clone()),
+                _ => None,
+            })
+            .collect(),
+        allowed_env: s.spec.env.iter().map(|v| v.name.clone()).collect(),
     }
 }
 

@@ -10,7 +10,9 @@
 //! Pure: no I/O.
 
 use super::{Problems, ResolvedSlice};
+use crate::sglang::args::{self, Word};
 use crate::sglang::command;
+use crate::sglang::flag_policy::{self, Who};
 use crate::systemd::name::service_unit_name;
 use gpuplane_crds::{InferenceServerSpec, ServerPolicy, UnitLocation};
 
@@ -18,61 +20,11 @@ use gpuplane_crds::{InferenceServerSpec, ServerPolicy, UnitLocation};
 /// unit names, so no server can name (and so overwrite, restart or remove) a host unit.
 pub const UNIT_PREFIX: &str = "gpuplane-";
 
-/// Variables that make an interpreter, the dynamic loader or a library run other code or read
-/// other files than the admin installed: whole families by prefix, then single names. A tenant
-/// may not set them; the admin may (`servers.env`).
-const DENIED_ENV_PREFIXES: &[&str] = &[
-    "PYTHON", // PYTHONPATH, PYTHONSTARTUP, PYTHONWARNINGS (imports a module), PYTHONHOME, ...
-    "LD_",    // LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT: the loader loads the tenant's library
-    "GCONV_", // glibc iconv modules
-    "MALLOC_",
-    "GLIBC_TUNABLES",
-    "SYSTEMD_",
-    "TORCHINDUCTOR_", // compile caches and custom code paths
-    "TRITON_",        // kernel caches and compiler paths: code that is loaded later
-];
-
-/// Single names refused for a tenant (see [`DENIED_ENV_PREFIXES`]).
-const DENIED_ENV_NAMES: &[&str] = &[
-    "BROWSER", // webbrowser runs it: with PYTHONWARNINGS, `id` ran as root (issue 11)
-    "PATH",
-    "HOME",
-    "SHELL",
-    "IFS",
-    "ENV",
-    "BASH_ENV",
-    "PERL5OPT",
-    "PERL5LIB",
-    "NODE_OPTIONS",
-    "HOSTALIASES",
-    "RES_OPTIONS",
-    "LOCALDOMAIN",
-    "TMPDIR",
-    "CC",
-    "CXX",
-    "NVCC_PREPEND_FLAGS",
-    "NVCC_APPEND_FLAGS",
-    "CUDA_INJECTION64_PATH", // CUDA loads this library into the process
-    "HF_HOME",
-    "HF_HUB_CACHE",
-    "TRANSFORMERS_CACHE",
-];
-
-/// Why a tenant may not set `name`, or `None` if it may.
-///
-/// # Guarantees
-/// Every name starting with `PYTHON` or `LD_`, and `BROWSER`, is refused (the escapes of
-/// issue 11); the comparison ignores case, as some libraries read lower-case names too.
-pub fn denied_env(name: &str) -> Option<&'static str> {
-    let upper = name.to_ascii_uppercase();
-    if DENIED_ENV_PREFIXES.iter().any(|p| upper.starts_with(p)) {
-        return Some("it lets the process load code or files other than the admin's");
-    }
-    if DENIED_ENV_NAMES.contains(&upper.as_str()) {
-        return Some("it changes which programs, libraries or files the server uses");
-    }
-    None
-}
+/// Variables whose names an admin may not hand to tenants (`servers.allowedEnv`): they make an
+/// interpreter, the dynamic loader or a library run other code or read other files than the
+/// admin installed, whole families by prefix. The admin may still set them itself
+/// (`servers.env`), where the value is the admin's.
+const NEVER_TENANT_PREFIXES: &[&str] = &["PYTHON", "LD_"];
 
 /// Checks the admin's policy of slice `i` itself: absolute normalized paths, valid names.
 pub(super) fn check_policy(pr: &mut Problems, i: usize, p: &ServerPolicy) {
@@ -123,6 +75,42 @@ pub(super) fn check_policy(pr: &mut Problems, i: usize, p: &ServerPolicy) {
     for (j, u) in p.adopt_units.iter().enumerate() {
         if let Err(m) = service_unit_name(u) {
             pr.add(field(&format!("adoptUnits[{j}]")), m);
+        }
+    }
+    for (j, f) in p.allowed_flags.iter().enumerate() {
+        let field = field(&format!("allowedFlags[{j}]"));
+        match crate::sglang::flags::lookup(f) {
+            None => pr.add(
+                field,
+                format!("{f:?} is not an SGLang 0.5.23 flag (full names, with the leading --)"),
+            ),
+            Some(_) if command::MANAGED_FLAGS.contains(&f.as_str()) => pr.add(
+                field,
+                format!("{f} is set by the agent from the server's spec; it cannot be allowed"),
+            ),
+            Some(_) => {}
+        }
+    }
+    for (j, n) in p.allowed_env.iter().enumerate() {
+        let field = field(&format!("allowedEnv[{j}]"));
+        let prefix = n.strip_suffix('*');
+        // Whether the entry would let a server set a name that starts with `family`.
+        let covers = |family: &str| match prefix {
+            Some(pre) => family.starts_with(pre) || pre.starts_with(family),
+            None => n.starts_with(family),
+        };
+        if n.is_empty() || prefix == Some("") {
+            pr.add(field, "name a variable, or a prefix followed by *");
+        } else if let Some(m) = command::MANAGED_ENV
+            .iter()
+            .find(|m| prefix.map_or(n == *m, |pre| m.starts_with(pre)))
+        {
+            pr.add(
+                field,
+                format!("{n} covers {m}, which the agent sets; it cannot be allowed"),
+            );
+        } else if NEVER_TENANT_PREFIXES.iter().any(|f| covers(f)) {
+            pr.add(field, format!("{n} lets a server load code the admin did not install (PYTHON*, LD_*); set the value yourself in servers.env instead"));
         }
     }
     for (j, v) in p.env.iter().enumerate() {
@@ -192,11 +180,9 @@ pub(super) fn check_server(
         pr.add("spec.unit.location", format!("slice {:?} does not allow units on the host (its admin may set servers.allowHostPlacement)", sl.name));
     }
     unit_name_allowed(pr, spec, p);
-    extra_args_confined(pr, spec, p);
+    extra_args_allowed(pr, spec, p);
     for (i, v) in spec.env.iter().enumerate() {
-        if let Some(why) = denied_env(&v.name) {
-            pr.add(format!("spec.env[{i}].name"), format!("{} may not be set by a server: {why}; the slice's admin may set it (servers.env)", v.name));
-        } else if p.env.iter().any(|a| a.name == v.name) {
+        if p.env.iter().any(|a| a.name == v.name) {
             pr.add(
                 format!("spec.env[{i}].name"),
                 format!(
@@ -204,6 +190,8 @@ pub(super) fn check_server(
                     v.name
                 ),
             );
+        } else if !env::tenant_may_set(&v.name, &p.allowed_env) {
+            pr.add(format!("spec.env[{i}].name"), format!("{} is not among the variables a server may set (CUDA, NCCL, PyTorch and thread tunables: controller/src/desired/tenancy/env.rs); a variable can load code, redirect downloads or move a code cache, so the slice's admin decides: it may set the value (servers.env) or allow the name (servers.allowedEnv)", v.name));
         }
     }
 }
@@ -231,53 +219,68 @@ fn unit_name_allowed(pr: &mut Problems, spec: &InferenceServerSpec, p: &ServerPo
     }
 }
 
-/// Paths in `extraArgs` (`--chat-template /x`, `--tokenizer-path`, `--download-dir`,
-/// `--lora-paths name=/x`, ...) lie under a model root: a value, or the part after `=` in a
-/// `name=value` word, that starts with `/` is checked like the model path; one that starts with
-/// `~`, `./` or `../` is refused (it would be resolved against a directory nobody chose). And
-/// `--trust-remote-code` with a hub model is refused: it would run code fetched from the hub.
+/// `extraArgs` within what the slice allows: every flag is one any server may set (the serving
+/// tunables of `sglang/flag-policy.tsv`) or one the admin lists (`servers.allowedFlags`), and
+/// every value of a flag that table says takes a path is absolute, without `.` or `..`, and
+/// under a model root; a template flag's value may instead name a built-in template.
 ///
 /// # Caveats
-/// A path inside a JSON value (`--model-loader-extra-config '{...}'`) is not looked for; the
-/// server still runs as the slice's `user`, whose file permissions are the last word.
-fn extra_args_confined(pr: &mut Problems, spec: &InferenceServerSpec, p: &ServerPolicy) {
-    for (i, word) in spec.extra_args.iter().enumerate() {
-        let field = format!("spec.extraArgs[{i}]");
-        if word == "--trust-remote-code" && !spec.model.path.starts_with('/') {
-            pr.add(field, format!("--trust-remote-code with the hub model {:?} would run code fetched from the hub as the server; download the model under a model root of this slice ({})", spec.model.path, roots(p)));
+/// Values of admin-allowed flags the table calls plain (`--lora-paths name=/x`, JSON) are the
+/// admin's to trust: allowing the flag allows them.
+fn extra_args_allowed(pr: &mut Problems, spec: &InferenceServerSpec, p: &ServerPolicy) {
+    for w in args::split(&spec.extra_args) {
+        // Unknown flags and stray words are said by the syntax check (`sglang::args`).
+        let Word::Flag {
+            at,
+            opt,
+            flag: Some(flag),
+            values,
+        } = w
+        else {
+            continue;
+        };
+        if command::MANAGED_FLAGS.contains(&flag.name.as_str()) {
+            continue; // said by the syntax check: use the spec field
+        }
+        let field = format!("spec.extraArgs[{at}]");
+        let rule = flag_policy::rule(&flag.name);
+        if rule.who == Who::Admin && !p.allowed_flags.contains(&flag.name) {
+            let why = rule
+                .why
+                .strip_prefix("code or reach: ")
+                .unwrap_or(&rule.why);
+            pr.add(field, format!("{opt} may not be set by a server: {why}; the slice's admin may allow it (servers.allowedFlags)"));
             continue;
         }
-        let value = match word.strip_prefix("--") {
-            Some(rest) => match rest.split_once('=') {
-                Some((_, v)) => v,
-                None => continue,
-            },
-            None => word.as_str(),
-        };
-        let path = value.split_once('=').map_or(value, |(_, v)| v);
-        for candidate in [value, path] {
-            if candidate.starts_with('~')
-                || candidate.starts_with("./")
-                || candidate.starts_with("../")
-            {
-                pr.add(field.clone(), format!("{candidate:?} is a relative path; give an absolute path under a model root of this slice ({})", roots(p)));
-                break;
-            }
-            if candidate.starts_with('/') {
-                if absolute_path(candidate).is_err()
-                    || !p.model_roots.iter().any(|r| under(candidate, r))
-                {
-                    pr.add(
-                        field.clone(),
-                        format!(
-                            "{candidate:?} is not under a model root of this slice ({})",
-                            roots(p)
-                        ),
-                    );
-                }
-                break;
+        for (k, v) in values {
+            let path = match rule.value {
+                flag_policy::Value::Plain => false,
+                flag_policy::Value::Path => true,
+                flag_policy::Value::Template => !flag_policy::is_template_name(v),
+            };
+            if path {
+                confined(pr, &format!("spec.extraArgs[{k}]"), &opt, v, p);
             }
         }
+    }
+}
+
+/// A path value of flag `opt` is absolute, normalized and under a model root. The unit runs in
+/// an empty private directory, but a relative path is refused all the same: what it means
+/// would depend on where SGLang resolves it.
+fn confined(pr: &mut Problems, field: &str, opt: &str, v: &str, p: &ServerPolicy) {
+    if !v.starts_with('/') {
+        pr.add(field, format!("{v:?} is a relative path; {opt} takes a file or directory: give an absolute path under a model root of this slice ({})", roots(p)));
+    } else if let Err(m) = absolute_path(v) {
+        pr.add(field, m);
+    } else if !p.model_roots.iter().any(|r| under(v, r)) {
+        pr.add(
+            field,
+            format!(
+                "{v:?} is not under a model root of this slice ({})",
+                roots(p)
+            ),
+        );
     }
 }
 
@@ -353,6 +356,8 @@ fn is_dns_label(s: &str) -> bool {
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
+
+mod env;
 
 #[cfg(test)]
 mod tests;

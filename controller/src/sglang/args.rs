@@ -6,39 +6,102 @@
 //! Abbreviations are refused although argparse accepts unique prefixes: a prefix that is
 //! unique in one SGLang version may be ambiguous in the next.
 
-use super::flags::{self, Arity, ValueType};
+use super::flags::{self, Arity, Flag, ValueType};
 use std::collections::BTreeMap;
+
+/// One word group of `extraArgs`, as SGLang's argparse parser would group the words.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Word<'a> {
+    /// `--opt [values...]` (or `--opt=value`); `flag` is `None` for a flag SGLang does not have,
+    /// whose values are then every word up to the next flag.
+    Flag {
+        at: usize,
+        opt: String,
+        flag: Option<&'static Flag>,
+        values: Vec<(usize, &'a str)>,
+    },
+    /// A word that is no flag and no flag's value; `after_switch` names the switch before it.
+    Stray {
+        at: usize,
+        after_switch: Option<String>,
+    },
+}
+
+/// Groups `args` into flags with their values (each value with its index in `args`).
+pub fn split(args: &[String]) -> Vec<Word<'_>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    let mut after_switch: Option<String> = None;
+    while i < args.len() {
+        let word = &args[i];
+        let Some(rest) = word.strip_prefix("--") else {
+            out.push(Word::Stray {
+                at: i,
+                after_switch: after_switch.take(),
+            });
+            i += 1;
+            continue;
+        };
+        let (opt, inline) = match rest.split_once('=') {
+            Some((name, v)) => (format!("--{name}"), Some(v)),
+            None => (word.clone(), None),
+        };
+        let flag = flags::lookup(&opt);
+        let mut values: Vec<(usize, &str)> = inline.map(|v| (i, v)).into_iter().collect();
+        let mut j = i + 1;
+        if values.is_empty() {
+            let (takes, many) = match flag.map(|f| f.arity) {
+                None => (true, true),
+                Some(Arity::None) => (false, false),
+                Some(a) => (true, matches!(a, Arity::OneOrMore | Arity::ZeroOrMore)),
+            };
+            while takes && j < args.len() && !args[j].starts_with("--") {
+                values.push((j, args[j].as_str()));
+                j += 1;
+                if !many {
+                    break;
+                }
+            }
+        }
+        after_switch = flag
+            .is_some_and(|f| f.arity == Arity::None)
+            .then(|| opt.clone());
+        out.push(Word::Flag {
+            at: i,
+            opt,
+            flag,
+            values,
+        });
+        i = j;
+    }
+    out
+}
 
 /// Problems of `args`, each with the index of the word it is about.
 pub fn check(args: &[String], managed: &[&str]) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    let mut i = 0;
-    // The switch just before, for a clearer message about a value given to it.
-    let mut after_switch: Option<String> = None;
-    while i < args.len() {
-        let word = &args[i];
-        let Some(rest) = word.strip_prefix("--") else {
-            let msg = match after_switch.take() {
-                Some(sw) => format!("{word:?} follows {sw}, a switch that takes no value"),
-                None => format!("{word:?} is not a flag and follows no flag that takes a value; extraArgs holds --flag [value] words only"),
-            };
-            out.push((i, msg));
-            i += 1;
-            continue;
-        };
-        let (opt, inline) = match rest.split_once('=') {
-            Some((name, v)) => (format!("--{name}"), Some(v.to_string())),
-            None => (word.clone(), None),
-        };
-        let Some(flag) = flags::lookup(&opt) else {
-            out.push((i, format!("{opt} is not an SGLang 0.5.23 flag (check the spelling; full names only, no abbreviations)")));
-            // Its values are unknowable: skip the words up to the next flag, said once.
-            i += 1;
-            while i < args.len() && !args[i].starts_with("--") {
-                i += 1;
+    for w in split(args) {
+        let (i, opt, flag, values) = match w {
+            Word::Stray { at, after_switch } => {
+                let word = &args[at];
+                let msg = match after_switch {
+                    Some(sw) => format!("{word:?} follows {sw}, a switch that takes no value"),
+                    None => format!("{word:?} is not a flag and follows no flag that takes a value; extraArgs holds --flag [value] words only"),
+                };
+                out.push((at, msg));
+                continue;
             }
-            after_switch = None;
+            Word::Flag {
+                at,
+                opt,
+                flag,
+                values,
+            } => (at, opt, flag, values),
+        };
+        let Some(flag) = flag else {
+            // Its values are unknowable: the words up to the next flag are skipped, said once.
+            out.push((i, format!("{opt} is not an SGLang 0.5.23 flag (check the spelling; full names only, no abbreviations)")));
             continue;
         };
         if managed.contains(&flag.name.as_str()) {
@@ -53,25 +116,10 @@ pub fn check(args: &[String], managed: &[&str]) -> Vec<(usize, String)> {
                 ),
             ));
         }
-        // The values: inline after '=', else the following words up to the next flag.
-        let mut values: Vec<(usize, String)> = inline.map(|v| (i, v)).into_iter().collect();
-        let mut j = i + 1;
-        if values.is_empty() {
-            let takes_many = matches!(flag.arity, Arity::OneOrMore | Arity::ZeroOrMore);
-            while j < args.len() && !args[j].starts_with("--") && flag.arity != Arity::None {
-                values.push((j, args[j].clone()));
-                j += 1;
-                if !takes_many {
-                    break;
-                }
-            }
-        }
-        after_switch = (flag.arity == Arity::None).then(|| opt.clone());
         arity(&mut out, i, &opt, flag.arity, values.len());
         for (k, v) in &values {
             value(&mut out, *k, &opt, flag, v);
         }
-        i = j;
     }
     out
 }

@@ -173,6 +173,9 @@ pub fn unit_spec(
     let tenant = environment.split_off(environment.len() - spec.env.len());
     environment.extend(rt.env.iter().cloned());
     environment.extend(tenant);
+    let run_dir = super::sandbox::runtime_directory(&spec.unit.name);
+    let mut sandbox = super::sandbox::options(rt.on_host);
+    sandbox.push(("RuntimeDirectory".into(), run_dir.clone()));
     UnitSpec {
         description: format!(
             "SGLang server {} (gpuplane InferenceServer {id})",
@@ -180,14 +183,14 @@ pub fn unit_spec(
         ),
         exec_start: argv(spec, p2p_disabled),
         environment,
-        working_directory: None,
+        working_directory: Some(format!("/run/{run_dir}")),
         user: rt.user.clone(),
         // The agent decides about restarts: a crash must stay visible as `failed`.
         restart: Some("no".into()),
         timeout_start_sec: None,
         after: vec!["network-online.target".into()],
         wanted_by: vec!["multi-user.target".into()],
-        sandbox: super::sandbox::options(rt.on_host),
+        sandbox,
     }
 }
 

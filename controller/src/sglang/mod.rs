@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod command;
+pub mod flag_policy;
 pub mod flags;
 pub mod log;
 pub mod phase;

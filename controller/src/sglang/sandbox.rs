@@ -12,6 +12,8 @@
 //! | `PrivateTmp=yes` | host | its ZMQ IPC sockets in `/tmp` are shared only among its own processes, all in the unit; `/dev/shm` (NCCL) is unaffected |
 //! | `ProtectKernelTunables=yes`, `ProtectKernelModules=yes`, `ProtectKernelLogs=yes`, `ProtectControlGroups=yes`, `ProtectClock=yes`, `ProtectHostname=yes` | host | it only reads `/proc` and `/sys` (NCCL topology) |
 //!
+//! | `RuntimeDirectory=gpuplane/<unit>` with `WorkingDirectory=` there | everywhere | a private, empty directory systemd creates for the unit's user and removes when it stops: a relative path in SGLang's arguments or a template name cannot open a file in `/` |
+//!
 //! The options marked *host* need a mount namespace; an unprivileged LXC container without
 //! `nesting=1` cannot create one and systemd would fail the unit (`226/NAMESPACE`), so
 //! container units get only the first group (seccomp and `prctl` based, which work there).
@@ -55,6 +57,21 @@ pub fn options(on_host: bool) -> Vec<(String, String)> {
         .chain(extra)
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
+}
+
+/// The unit's private working directory, relative to `/run` (systemd's `RuntimeDirectory=`):
+/// `gpuplane/<unit name>`, every byte but `[A-Za-z0-9._-]` replaced by `_`, so the value is
+/// plain text for the unit file whatever the unit's name.
+pub fn runtime_directory(unit_name: &str) -> String {
+    let stem = unit_name.strip_suffix(".service").unwrap_or(unit_name);
+    let safe: String = stem
+        .chars()
+        .map(|c| match c {
+            'A'..='Z' | 'a'..='z' | '0'..='9' | '.' | '_' | '-' => c,
+            _ => '_',
+        })
+        .collect();
+    format!("gpuplane/{safe}")
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ spec:
     - name: host
       gpus: {addresses: ["0000:41:00.0"]}
       driver: nvidia
-      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root}
+      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, allowedEnv: ["STANDIN_*"]}
 EOT
 # server ROUND LOAD-SECONDS: the manifest of the one server (a new ROUND restarts it)
 server() { cat > $M/live/.server.tmp <<EOT

@@ -18,7 +18,7 @@ spec:
     - name: inference
       gpus: {numaNode: 0}
       driver: nvidia
-      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root}
+      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, allowedEnv: ["STANDIN_*"]}
 ---
 apiVersion: gpuplane.dev/v1alpha1
 kind: InferenceServer

@@ -20,7 +20,7 @@ spec:
     - name: inference
       gpus: {numaNode: 0}
       driver: nvidia
-      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, adoptUnits: [sglang-qwen]}
+      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, allowedEnv: ["STANDIN_*"], adoptUnits: [sglang-qwen]}
 ---
 apiVersion: gpuplane.dev/v1alpha1
 kind: InferenceServer

@@ -1,7 +1,8 @@
 //! The tenant escapes of issue 11, each refused with the field and the reason; the admin's
 //! policy checked itself; the older claim keeping its slice.
 
-use super::{denied_env, under};
+use super::env::tenant_may_set;
+use super::under;
 use crate::desired::{
     check_servers_together, in_claim_order, resolve_partition, resolve_server, DesiredPartition,
 };
@@ -71,13 +72,111 @@ fn interpreter_hijacking_variables_are_refused() {
             has(
                 &e,
                 &format!("spec.env[{i}].name"),
-                "may not be set by a server"
+                "is not among the variables a server may set"
             ),
             "{e:?}"
         );
     }
-    assert!(denied_env("PYTHONSTARTUP").is_some() && denied_env("LD_AUDIT").is_some());
-    assert!(denied_env("NCCL_PROTO").is_none() && denied_env("OMP_NUM_THREADS").is_none());
+}
+
+/// Issue 23: the environment is an allow-list. Names that load a library, redirect downloads or
+/// move a code cache were accepted by the deny-list; now they need the admin.
+#[test]
+fn a_server_sets_only_the_variables_listed_or_allowed() {
+    let bad = [
+        ("NCCL_NET_PLUGIN", "/shared/models/x/libnccl-net.so"),
+        ("NVTX_INJECTION64_PATH", "/shared/models/x/lib.so"),
+        ("HF_ENDPOINT", "https://evil.example"),
+        ("HTTPS_PROXY", "http://evil.example:3128"),
+        ("XDG_CACHE_HOME", "/shared/models/x"),
+        ("TORCH_EXTENSIONS_DIR", "/shared/models/x"),
+        ("SGLANG_EXTERNAL_MODEL_PACKAGE", "evil"),
+    ];
+    let e = server_errors(|s| {
+        for (n, v) in bad {
+            s.spec.env.push(EnvVar {
+                name: n.into(),
+                value: v.into(),
+            });
+        }
+    });
+    for (i, (n, _)) in bad.iter().enumerate() {
+        let field = format!("spec.env[{}].name", i + 3);
+        assert!(
+            has(
+                &e,
+                &field,
+                &format!("{n} is not among the variables a server may set")
+            ),
+            "{n}: {e:?}"
+        );
+        assert!(has(&e, &field, "servers.allowedEnv"), "{e:?}");
+    }
+    // Tunables pass; what the admin allows passes, by name or by prefix.
+    assert!(tenant_may_set("NCCL_PROTO", &[]) && tenant_may_set("OMP_NUM_THREADS", &[]));
+    assert!(!tenant_may_set("HF_ENDPOINT", &[]));
+    assert!(tenant_may_set("HF_ENDPOINT", &["HF_ENDPOINT".into()]));
+    assert!(tenant_may_set("STANDIN_X", &["STANDIN_*".into()]));
+    assert!(!tenant_may_set("STANDIN", &["STANDIN_*".into()]));
+    let e = errors(
+        |p| {
+            let sv = p.spec.slices[0].servers.as_mut().unwrap();
+            sv.allowed_env.push("HF_ENDPOINT".into())
+        },
+        |s| {
+            s.spec.env.push(EnvVar {
+                name: "HF_ENDPOINT".into(),
+                value: "https://mirror.example".into(),
+            })
+        },
+    );
+    assert_eq!(e, Vec::<String>::new());
+    // The reference server's CUDA_HOME is a path: its admin allows it (examples/kpro6).
+    let e = errors(
+        |p| {
+            p.spec.slices[0]
+                .servers
+                .as_mut()
+                .unwrap()
+                .allowed_env
+                .clear()
+        },
+        |_| {},
+    );
+    assert!(
+        has(&e, "spec.env[0].name", "CUDA_HOME is not among"),
+        "{e:?}"
+    );
+}
+
+/// An admin cannot hand out what the agent sets, nor the loader's and interpreter's families.
+#[test]
+fn the_admin_s_allowed_env_is_checked() {
+    let mut p = manifests().partitions[0].clone();
+    p.spec.slices[0].servers.as_mut().unwrap().allowed_env = [
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_*",
+        "LD_PRELOAD",
+        "PY*",
+        "*",
+        "NCCL_ALGO",
+    ]
+    .map(String::from)
+    .to_vec();
+    let e = match resolve_partition(&p, &twin().observe().unwrap(), "10de", "nvidia") {
+        Ok(_) => vec![],
+        Err(e) => e
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect(),
+    };
+    let f = |j: usize| format!("spec.slices[0].servers.allowedEnv[{j}]");
+    assert!(has(&e, &f(0), "which the agent sets"), "{e:?}");
+    assert!(has(&e, &f(1), "covers CUDA_VISIBLE_DEVICES"), "{e:?}");
+    assert!(has(&e, &f(2), "load code"), "{e:?}");
+    assert!(has(&e, &f(3), "load code"), "{e:?}");
+    assert!(has(&e, &f(4), "a prefix followed by *"), "{e:?}");
+    assert!(!e.iter().any(|x| x.starts_with(&f(5))), "{e:?}");
 }
 
 /// The admin's variables are the admin's: a server may not override them.
@@ -90,7 +189,7 @@ fn a_server_may_not_set_what_the_admin_sets() {
         })
     });
     assert!(
-        has(&e, "spec.env[3].name", "may not be set by a server"),
+        has(&e, "spec.env[3].name", "is set by the slice's admin"),
         "{e:?}"
     );
 }
@@ -123,25 +222,98 @@ fn models_lie_under_the_model_roots() {
     assert!(under("/a/b", "/a") && under("/a", "/a/") && !under("/ab", "/a"));
 }
 
-/// Paths in extraArgs are confined to the model roots too; hub code is never trusted.
+/// `extraArgs` with `args`, on the reference partition with `allowed` as its admin's
+/// `servers.allowedFlags`.
+fn args_errors(allowed: &[&str], args: &[&str]) -> Vec<String> {
+    let allowed: Vec<String> = allowed.iter().map(|x| x.to_string()).collect();
+    let args: Vec<String> = args.iter().map(|x| x.to_string()).collect();
+    errors(
+        move |p| p.spec.slices[0].servers.as_mut().unwrap().allowed_flags = allowed,
+        move |s| s.spec.extra_args = args,
+    )
+}
+
+/// Issue 23: the flags of the review that ran code or read other files converged on the
+/// reference example; each is now refused, naming the field and who may allow it.
 #[test]
-fn paths_in_extra_args_lie_under_the_model_roots() {
-    let args = |a: &[&str]| {
-        let a: Vec<String> = a.iter().map(|x| x.to_string()).collect();
-        server_errors(move |s| s.spec.extra_args = a)
-    };
-    // Inside the roots, or not a path at all: fine.
-    let ok = args(&[
-        "--chat-template",
-        "/shared/models/t.jinja",
-        "--tokenizer-path=/shared/models/tok",
-        "--lora-paths",
-        "a=/shared/models/lora-a",
-        "--hf-chat-template-name",
-        "chatml",
-    ]);
+fn flags_that_load_code_need_the_admin() {
+    for (args, at) in [
+        (
+            &[
+                "--forward-hooks",
+                r#"[{"name":"x","target_modules":["lm_head"],"hook_factory":"subprocess:Popen","config":{}}]"#,
+            ][..],
+            0,
+        ),
+        (&["--enable-custom-logit-processor"][..], 0),
+        (&["--config", "/shared/models/x.yaml"][..], 0),
+        (
+            &["--tokenizer-path", "org/name", "--trust-remote-code"][..],
+            0,
+        ),
+        (
+            &["--max-running-requests", "8", "--trust-remote-code"][..],
+            2,
+        ),
+        (&["--custom-weight-loader", "evil.loader"][..], 0),
+        (&["--tool-server", "demo"][..], 0),
+        (&["--trust-request-chat-template"][..], 0),
+        (&["--model-loader-extra-config", "{}"][..], 0),
+        (&["--json-model-override-args", "{}"][..], 0),
+        (&["--hicache-storage-backend", "dynamic"][..], 0),
+        (&["--load-format", "remote"][..], 0),
+        (&["--lora-paths", "a=org/lora"][..], 0),
+    ] {
+        let e = args_errors(&[], args);
+        let field = format!("spec.extraArgs[{at}]");
+        assert!(
+            has(&e, &field, "may not be set by a server")
+                && has(&e, &field, "servers.allowedFlags"),
+            "{args:?}: {e:?}"
+        );
+    }
+    // The admin's word lets a flag through.
+    assert_eq!(
+        args_errors(&["--trust-remote-code"], &["--trust-remote-code"]),
+        Vec::<String>::new()
+    );
+    // Serving tunables are anyone's.
+    assert_eq!(
+        args_errors(
+            &[],
+            &[
+                "--max-running-requests",
+                "64",
+                "--schedule-policy",
+                "lpm",
+                "--log-level",
+                "debug"
+            ]
+        ),
+        Vec::<String>::new()
+    );
+}
+
+/// Paths come from the flag table, not from how a value looks: such a value is absolute,
+/// normalized and under a model root, whoever allowed the flag; relative ones are refused.
+#[test]
+fn path_values_lie_under_the_model_roots() {
+    let ok = args_errors(
+        &["--tokenizer-path", "--download-dir"],
+        &[
+            "--chat-template",
+            "/shared/models/t.jinja",
+            "--tokenizer-path=/shared/models/tok",
+            "--hf-chat-template-name",
+            "chatml",
+            "--completion-template",
+            "deepseek-coder",
+            "--download-dir",
+            "/shared/models",
+        ],
+    );
     assert_eq!(ok, Vec::<String>::new());
-    let e = args(&["--chat-template", "/etc/shadow"]);
+    let e = args_errors(&[], &["--chat-template", "/etc/shadow"]);
     assert!(
         has(
             &e,
@@ -150,35 +322,42 @@ fn paths_in_extra_args_lie_under_the_model_roots() {
         ),
         "{e:?}"
     );
-    let e = args(&["--download-dir=/root/.ssh"]);
+    // `etc/shadow` passed the old check (it did not look like a path); the unit ran in `/`.
+    let e = args_errors(&[], &["--chat-template", "etc/shadow"]);
+    assert!(has(&e, "spec.extraArgs[1]", "is a relative path"), "{e:?}");
+    let e = args_errors(&["--download-dir"], &["--download-dir=/root/.ssh"]);
     assert!(
         has(&e, "spec.extraArgs[0]", "is not under a model root"),
         "{e:?}"
     );
-    let e = args(&["--lora-paths", "a=/shared/models/../../etc"]);
-    assert!(
-        has(&e, "spec.extraArgs[1]", "is not under a model root"),
-        "{e:?}"
+    let e = args_errors(
+        &["--download-dir"],
+        &["--download-dir", "/shared/models/../../etc"],
     );
-    let e = args(&["--tokenizer-path", "../../root"]);
+    assert!(has(&e, "spec.extraArgs[1]", "without '.', '..'"), "{e:?}");
+    let e = args_errors(&["--tokenizer-path"], &["--tokenizer-path", "../../root"]);
     assert!(has(&e, "spec.extraArgs[1]", "is a relative path"), "{e:?}");
-    // Remote code: only from a model under the roots.
-    assert_eq!(args(&["--trust-remote-code"]), Vec::<String>::new());
-    let e = errors(
-        |p| p.spec.slices[0].servers.as_mut().unwrap().allow_hub_models = true,
-        |s| {
-            s.spec.model.path = "Qwen/Qwen3-8B".into();
-            s.spec.extra_args = vec!["--trust-remote-code".into()];
-        },
-    );
-    assert!(
-        has(
-            &e,
-            "spec.extraArgs[0]",
-            "would run code fetched from the hub"
-        ),
-        "{e:?}"
-    );
+}
+
+/// The admin's allowedFlags are real flags, never the agent's own.
+#[test]
+fn the_admin_s_allowed_flags_are_checked() {
+    let mut p = manifests().partitions[0].clone();
+    p.spec.slices[0].servers.as_mut().unwrap().allowed_flags =
+        ["--tp", "--port", "--trust-remote-code"]
+            .map(String::from)
+            .to_vec();
+    let e = match resolve_partition(&p, &twin().observe().unwrap(), "10de", "nvidia") {
+        Ok(_) => vec![],
+        Err(e) => e
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect(),
+    };
+    let f = |j: usize| format!("spec.slices[0].servers.allowedFlags[{j}]");
+    assert!(has(&e, &f(0), "is not an SGLang 0.5.23 flag"), "{e:?}");
+    assert!(has(&e, &f(1), "set by the agent"), "{e:?}");
+    assert!(!e.iter().any(|x| x.starts_with(&f(2))), "{e:?}");
 }
 
 /// Finding 2: any namespace could use any slice.

@@ -18,3 +18,16 @@ fn host_units_get_more_sandboxing_than_container_units() {
         );
     }
 }
+
+#[test]
+fn the_private_directory_is_plain_text_per_unit() {
+    assert_eq!(
+        super::runtime_directory("gpuplane-qwen.service"),
+        "gpuplane/gpuplane-qwen"
+    );
+    assert_eq!(
+        super::runtime_directory("sglang-qwen"),
+        "gpuplane/sglang-qwen"
+    );
+    assert_eq!(super::runtime_directory("a@b\\x2d%n"), "gpuplane/a_b_x2d_n");
+}

@@ -180,7 +180,7 @@ fn a_tenant_asking_beyond_its_slice_is_denied() {
             s.spec.python = "/bin/sh".into()
         }),
         (
-            "spec.env[3].name: BROWSER may not be set by a server",
+            "spec.env[3].name: BROWSER is not among the variables a server may set",
             |s| {
                 s.spec.env.push(gpuplane_crds::EnvVar {
                     name: "BROWSER".into(),
