@@ -95,6 +95,99 @@ pub fn boot_scenario_with_standin(script: &str, name: &str) -> String {
     out
 }
 
+/// One boot of `e2e/vm/shared-boot.sh`: several scenarios that need the same image and kernel
+/// arguments, run one after another with `reset_host` (scenario-lib.sh) between them.
+pub struct SharedBoot {
+    /// What each scenario printed and its exit status, by scenario name (`story`, not `story.sh`).
+    pub scenarios: BTreeMap<String, (String, Option<i32>)>,
+    /// `host_digest` lines in order: `pristine` (before the first scenario), then one per
+    /// scenario after the reset that follows it.
+    pub digests: Vec<(String, Vec<String>)>,
+    /// The boot's stderr and wall time, for messages.
+    pub stderr: String,
+    pub secs: f64,
+}
+
+impl SharedBoot {
+    /// What scenario `name` printed; panics (naming the boot's end) when it did not run to the end.
+    pub fn output(&self, name: &str) -> &str {
+        match self.scenarios.get(name) {
+            Some((out, Some(_))) => out,
+            Some((out, None)) => panic!("scenario {name} did not finish:\n{out}\n{}", self.stderr),
+            None => panic!(
+                "scenario {name} did not run in the shared boot\n{}",
+                self.stderr
+            ),
+        }
+    }
+}
+
+/// What shared-boot.sh printed, split into its scenarios and digests (`stderr` empty, `secs` 0).
+pub fn parse_shared(out: &str) -> SharedBoot {
+    let mut b = SharedBoot {
+        scenarios: BTreeMap::new(),
+        digests: Vec::new(),
+        stderr: String::new(),
+        secs: 0.0,
+    };
+    let mut current: Option<String> = None;
+    for l in out.lines() {
+        if let Some(name) = l.strip_prefix("@@SCENARIO@@ ") {
+            current = Some(name.to_string());
+            b.scenarios.insert(name.to_string(), (String::new(), None));
+        } else if let Some(rest) = l.strip_prefix("@@SCENARIO-END@@ ") {
+            let (name, rc) = rest.split_once(' ').unwrap_or((rest, ""));
+            if let Some(s) = b.scenarios.get_mut(name) {
+                s.1 = rc.parse().ok();
+            }
+            current = None;
+        } else if let (None, Some(rest)) = (&current, l.strip_prefix("DIGEST ")) {
+            let (name, json) = rest.split_once(' ').unwrap_or((rest, "[]"));
+            let lines: Vec<String> = serde_json::from_str(json)
+                .unwrap_or_else(|e| vec![format!("unreadable digest ({e}): {json}")]);
+            b.digests.push((name.to_string(), lines));
+        } else if let Some(name) = &current {
+            let s = &mut b.scenarios.get_mut(name).expect("inserted").0;
+            s.push_str(l);
+            s.push('\n');
+        }
+    }
+    b
+}
+
+/// Boots the base image once and runs `scenarios` (names under `e2e/vm/scenarios/`, without
+/// `.sh`) in that order with the gpuplane binary, the SGLang stand-in and scenario-lib.sh, the
+/// host reset between them. Does not assert on the scenarios: each test judges its own.
+pub fn boot_shared(scenarios: &[&str]) -> SharedBoot {
+    let (dir, tar) = standin_tar("gpuplane-vm-shared");
+    let mut files = vec![
+        gpuplane_for_vm(),
+        tar,
+        repo_root().join("e2e/vm/scenario-lib.sh"),
+    ];
+    for s in scenarios {
+        files.push(repo_root().join("e2e/vm/scenarios").join(format!("{s}.sh")));
+    }
+    let kargs = format!("gpuplane.scenarios={}", scenarios.join(","));
+    let r = run(
+        &repo_root().join("e2e/vm/shared-boot.sh"),
+        &files,
+        &[("KARGS", &kargs), ("VM_TIMEOUT", "1800")],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("--- shared boot ({kargs}): {:.0}s\n{}", r.secs, r.stdout);
+    assert!(
+        r.code != Some(2),
+        "the VM is not set up: run e2e/setup/install-vm-deps.sh and e2e/vm/build-image.sh\n{}",
+        r.stderr
+    );
+    SharedBoot {
+        stderr: r.stderr,
+        secs: r.secs,
+        ..parse_shared(&r.stdout)
+    }
+}
+
 /// The gpuplane binary under test ([`gpuplane_bin`]) as a file named `gpuplane`, which is what
 /// the scenarios run (run.sh installs files under their own names): `GPUPLANE_BIN` under another
 /// name is linked as `gpuplane` in a temporary directory.
@@ -204,4 +297,36 @@ pub fn ready(j: &Value, resource: &str) -> (String, String, String) {
         c["reason"].as_str().unwrap_or("").into(),
         c["message"].as_str().unwrap_or("").into(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_shared;
+
+    #[test]
+    fn a_shared_boot_s_output_is_split_by_scenario() {
+        let out = "DIGEST pristine [\"file /srv\"]\n@@SCENARIO@@ a\nRC x 0\nDIGEST inside a\n\
+                   @@SCENARIO-END@@ a 3\nDIGEST a [\"file /srv\"]\n@@SCENARIO@@ b\nRC x 1\n";
+        let b = parse_shared(out);
+        assert_eq!(
+            b.output("a"),
+            "RC x 0\nDIGEST inside a\n",
+            "a scenario's own lines stay its own"
+        );
+        assert_eq!(b.scenarios["a"].1, Some(3));
+        assert_eq!(
+            b.scenarios["b"],
+            ("RC x 1\n".to_string(), None),
+            "b never ended"
+        );
+        let names: Vec<&str> = b.digests.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["pristine", "a"]);
+        assert_eq!(b.digests[1].1, ["file /srv"]);
+    }
+
+    #[test]
+    #[should_panic(expected = "scenario b did not finish")]
+    fn a_scenario_that_did_not_finish_is_said() {
+        parse_shared("@@SCENARIO@@ b\nRC x 1\n").output("b");
+    }
 }

@@ -41,7 +41,7 @@ spec:
     - name: host
       gpus: $2
       driver: nvidia
-      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, adoptUnits: [sglang-e2e]}
+      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, allowedEnv: ["STANDIN_*"], adoptUnits: [sglang-e2e]}
     - name: vm
       gpus: $3
       driver: $4
@@ -50,3 +50,42 @@ EOF
 }
 # The vm slice's consumer: VM 300 through the PCI mapping emu-vm.
 VMC='      consumer: {vm: {vmid: 300, pciMapping: emu-vm}}'
+# host_digest: what a scenario may leave behind, on one line: the observed host (gpuplane observe
+# without manifests), the files and units the scenarios write, the mounts and loaded vfio modules.
+# A shared boot (e2e/vm/shared-boot.sh) prints it before the first scenario and after each reset.
+host_digest() {
+  {
+    echo "observe $($G observe $GP --output json | json)"
+    find /etc/pve /var/lib/gpuplane /root/m /srv /etc/gpuplane-standin /opt /run/gpuplane-standin -maxdepth 2 2>/dev/null | sort | sed 's/^/file /'
+    ls /etc/systemd/system | grep -i sglang | sed 's/^/unitfile /'
+    systemctl list-units --all --plain --no-legend 'sglang*' | awk '{print "unit", $1, $3, $4}'
+    findmnt -rn -o TARGET | grep -E '^/(etc|srv|root|opt|var)' | sed 's/^/mount /'
+    lsmod | awk '$1 ~ /^vfio/ {print "module", $1}' | sort
+    ls /dev/vfio 2>/dev/null | sed 's/^/vfio /'
+  } | python3 -c 'import json,sys; print(json.dumps([l.rstrip("\n") for l in sys.stdin], separators=(",",":")))'
+}
+# reset_host: undoes what the scenarios do to the host, so that the next scenario of a shared boot
+# starts from the host the image boots into: units stopped and removed, the stand-in GPUs back on
+# bochs-drm with no driver_override, vfio modules unloaded, the agent's state, /etc/pve,
+# models, manifests and the stand-in removed, leftover mounts unmounted, the journal emptied.
+# What it cannot undo: the kernel log (IO_PAGE_FAULT lines written to /dev/kmsg stay), so
+# scenarios that write there run last.
+reset_host() {
+  for u in $(systemctl list-units --all --plain --no-legend 'sglang*' | awk '{print $1}'); do systemctl stop "$u"; done
+  rm -rf /etc/systemd/system/sglang*
+  systemctl daemon-reload; systemctl reset-failed 2>/dev/null
+  pkill -f sglang.launch_server; pkill -x sleep
+  for m in $(findmnt -rn -o TARGET | grep -E '^/(etc/pve|srv|root/m)' | sort -r); do umount -l "$m"; done
+  for d in /sys/bus/pci/devices/*; do
+    [ "$(cat $d/vendor)" = 0x1234 ] || continue
+    echo > $d/driver_override
+    drv=$(basename "$(readlink $d/driver)" 2>/dev/null)
+    [ "$drv" = bochs-drm ] && continue
+    [ -n "$drv" ] && echo "$(basename $d)" > $d/driver/unbind
+    echo "$(basename $d)" > /sys/bus/pci/drivers_probe
+  done
+  for _ in 1 2 3; do for m in $(lsmod | awk '$1 ~ /^vfio/ {print $1}'); do modprobe -r "$m" 2>/dev/null; done; done
+  rm -rf /etc/pve /var/lib/gpuplane /root/m /srv/models /etc/gpuplane-standin /opt/sglang-venv /opt/standin-src /run/gpuplane-standin /tmp/out.json /tmp/err /tmp/pci.cfg.keep
+  mkdir -p $M
+  journalctl --rotate >/dev/null 2>&1; journalctl --vacuum-time=1s >/dev/null 2>&1
+}

@@ -7,9 +7,9 @@
 //! once the fault is gone the next converge succeeds and the one after writes nothing.
 //! The simulated host's 20 injected faults are `controller/tests/faults.rs`.
 //!
-//!     cargo build --bin gpuplane && cargo test -p gpuplane-e2e --test vm_faults -- --nocapture
+//!     cargo build --bin gpuplane && cargo test -p gpuplane-e2e --test vm_host faults -- --nocapture
 
-use gpuplane_e2e::vm::{boot_scenario_with_standin, ready, Report};
+use gpuplane_e2e::vm::{ready, Report};
 
 const FOREIGN: &str =
     "# mappings kept by hand\nnic\n\tmap id=8086:100e,node=vmhost,path=0000:44:02.0";
@@ -73,13 +73,13 @@ fn check_config_fault(
 
 #[test]
 fn real_host_faults_are_reported_leave_files_whole_and_recover() {
-    let out = boot_scenario_with_standin("faults.sh", "gpuplane-vm-faults");
-    let m = Report::parse(&out);
+    let out = crate::scenario("faults");
+    let m = Report::parse(out);
 
     // Read-only /etc/pve/mapping.
     assert_eq!(m.get("MOUNT", "ro")[0], "ro");
     check_config_fault(
-        &out,
+        out,
         &m,
         "ro",
         Some("ro-still"),
@@ -91,7 +91,7 @@ fn real_host_faults_are_reported_leave_files_whole_and_recover() {
     // A full disk.
     assert_eq!(m.get("MOUNT", "full")[0], "0", "the tmpfs is full");
     check_config_fault(
-        &out,
+        out,
         &m,
         "full",
         None,

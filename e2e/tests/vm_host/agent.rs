@@ -4,9 +4,7 @@
 //! Needs `e2e/setup/install-vm-deps.sh`, `e2e/vm/build-image.sh` and `cargo build --bin gpuplane`
 //! (or `GPUPLANE_BIN`). The VM helpers are in `gpuplane_e2e::vm` (e2e/src/vm.rs).
 
-use gpuplane_e2e::vm::{
-    boot_scenario, boot_scenario_with_standin, gpuplane_for_vm, ready, step_kinds, Report,
-};
+use gpuplane_e2e::vm::{boot_scenario, gpuplane_for_vm, ready, step_kinds, Report};
 use serde_json::Value;
 
 /// split (NUMA 1 to vfio-pci), again (zero writes), back (NUMA 1 to the host driver).
@@ -158,10 +156,7 @@ fn check_unit_and_move(m: &Report) {
 
 #[test]
 fn real_kernel_partition_rebinding_refusals_and_a_real_unit() {
-    let m = Report::parse(&boot_scenario_with_standin(
-        "host-agent.sh",
-        "gpuplane-vm-agent",
-    ));
+    let m = Report::parse(crate::scenario("host-agent"));
 
     check_split_and_back(&m);
     check_refusals(&m);
@@ -170,8 +165,12 @@ fn real_kernel_partition_rebinding_refusals_and_a_real_unit() {
 
 #[test]
 fn iommu_mode_is_observed_from_the_kernel() {
+    // Without iommu=pt: the shared boot's; with it, a boot of its own.
     for (kargs, want) in [("", "DMA-FQ"), ("iommu=pt", "identity")] {
-        let out = boot_scenario("iommu-mode.sh", &[gpuplane_for_vm()], kargs);
+        let out = match kargs {
+            "" => crate::scenario("iommu-mode").to_string(),
+            _ => boot_scenario("iommu-mode.sh", &[gpuplane_for_vm()], kargs),
+        };
         let il = out
             .lines()
             .find(|l| l.starts_with("IOMMU "))
@@ -209,7 +208,7 @@ fn iommu_mode_is_observed_from_the_kernel() {
 /// The reference story on a real kernel with a real systemd unit running the SGLang stand-in.
 #[test]
 fn reference_story_stall_then_p2p_auto_then_one_restart() {
-    let m = Report::parse(&boot_scenario_with_standin("story.sh", "gpuplane-vm-story"));
+    let m = Report::parse(crate::scenario("story"));
     const S: &str = "InferenceServer/default/qwen";
 
     // P2P on: the server hangs in NCCL init; the agent says StartupStalled within stallAfter + one poll.

@@ -2,9 +2,9 @@
 //! model directory written there (two safetensors shards, one cut short), and runs the smoke test
 //! against the SGLang stand-in as a real systemd unit. One boot for every case
 //! (e2e/vm/scenarios/preflight.sh). Needs the VM set-up and `cargo build --bin gpuplane`.
-//! Run: cargo test -p gpuplane-e2e --test vm_preflight -- --nocapture
+//! Run: cargo test -p gpuplane-e2e --test vm_host preflight -- --nocapture
 
-use gpuplane_e2e::vm::{boot_scenario_with_standin, ready, step_kinds, Report};
+use gpuplane_e2e::vm::{ready, step_kinds, Report};
 use serde_json::Value;
 
 const S: &str = "InferenceServer/default/pf";
@@ -22,10 +22,7 @@ fn condition(j: &Value, t: &str) -> (String, String, String) {
 
 #[test]
 fn vm_preflight_catches_a_truncated_shard_and_the_smoke_test_checks_tool_calls() {
-    let m = Report::parse(&boot_scenario_with_standin(
-        "preflight.sh",
-        "gpuplane-vm-preflight",
-    ));
+    let m = Report::parse(crate::scenario("preflight"));
 
     // The cut shard: `gpuplane preflight` names it, converge is blocked and writes nothing.
     let pf = m.json("pf-truncated");
