@@ -54,6 +54,9 @@ pub fn run(argv: &[String], deadline: Duration) -> Result<CmdOutput, LocalError>
 ///   group is killed (`SIGKILL`), so grandchildren (`pct exec` → `lxc-attach` → the command)
 ///   do not outlive it.
 /// * At most [`OUTPUT_MAX`] bytes of each stream are kept; the text is lossy UTF-8.
+/// * The call returns within the deadline (or 200 ms after the child's exit, if later), also
+///   when a process the child left behind keeps its stdout or stderr open: that is
+///   [`LocalError::OutputHeld`].
 pub fn run_with_input(
     argv: &[String],
     input: Option<&[u8]>,
@@ -88,15 +91,16 @@ pub fn run_with_input(
     let t_out = reader(child.stdout.take());
     let t_err = reader(child.stderr.take());
     let start = Instant::now();
+    let killed = || LocalError::Killed {
+        command: argv.join(" "),
+        seconds: deadline.as_secs(),
+    };
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break s,
             Ok(None) if start.elapsed() > deadline => {
                 kill_group(&mut child);
-                return Err(LocalError::Killed {
-                    command: argv.join(" "),
-                    seconds: deadline.as_secs(),
-                });
+                return Err(killed());
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => {
@@ -108,10 +112,30 @@ pub fn run_with_input(
             }
         }
     };
+    // The child has exited; its output ends when every holder of the pipes closes them. A
+    // process it left behind (`sleep 100000 &`, or one inside a container that `pct exec` does
+    // not own) may never do so: the rest of the deadline is all it gets, then its group is
+    // killed, and a holder out of reach is abandoned with its reader thread.
+    let left = deadline.saturating_sub(start.elapsed());
+    let ends = Instant::now() + left.max(Duration::from_millis(200));
+    let mut outs = [None, None];
+    for (slot, rx) in outs.iter_mut().zip([&t_out, &t_err]) {
+        *slot = rx
+            .recv_timeout(ends.saturating_duration_since(Instant::now()))
+            .ok();
+    }
+    if outs.iter().any(Option::is_none) {
+        kill_group(&mut child);
+        return Err(LocalError::OutputHeld {
+            command: argv.join(" "),
+            seconds: deadline.as_secs(),
+        });
+    }
+    let [stdout, stderr] = outs.map(Option::unwrap_or_default);
     Ok(CmdOutput {
         code: status.code(),
-        stdout: t_out.join().unwrap_or_default(),
-        stderr: t_err.join().unwrap_or_default(),
+        stdout,
+        stderr,
     })
 }
 
@@ -128,25 +152,27 @@ fn kill_group(child: &mut std::process::Child) {
     let _ = child.wait();
 }
 
-/// Reads a stream to its end on a thread, keeping at most [`OUTPUT_MAX`] bytes.
-fn reader<R: Read + Send + 'static>(stream: Option<R>) -> std::thread::JoinHandle<String> {
+/// Reads a stream to its end on a thread, keeping at most [`OUTPUT_MAX`] bytes; the text
+/// arrives on the channel once the stream ends (never, while someone holds it open).
+fn reader<R: Read + Send + 'static>(stream: Option<R>) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut kept = Vec::new();
-        let Some(mut r) = stream else {
-            return String::new();
-        };
-        let mut buf = [0u8; 8192];
-        loop {
-            match r.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    let room = OUTPUT_MAX.saturating_sub(kept.len());
-                    kept.extend_from_slice(&buf[..n.min(room)]);
+        if let Some(mut r) = stream {
+            let mut buf = [0u8; 8192];
+            loop {
+                match r.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let room = OUTPUT_MAX.saturating_sub(kept.len());
+                        kept.extend_from_slice(&buf[..n.min(room)]);
+                    }
                 }
             }
         }
-        String::from_utf8_lossy(&kept).into_owned()
-    })
+        let _ = tx.send(String::from_utf8_lossy(&kept).into_owned());
+    });
+    rx
 }
 
 /// Writes `value` to a sysfs attribute, failing if the write takes longer than `deadline`.

@@ -77,3 +77,56 @@ fn children_get_only_a_minimal_environment() {
     let o = run_with_input(&["cat".into()], Some(b"from stdin"), Duration::from_secs(5)).unwrap();
     assert_eq!(o.stdout, "from stdin");
 }
+
+/// Issue 23: a child that exits but leaves a process holding its stdout (a container's `cat`
+/// that leaves `sleep 100000 &` behind) hung the agent: the readers waited for an end of file
+/// that never came, the host lock held all along. Now the call ends within its deadline, kills
+/// what is left of the group, and says so.
+#[test]
+fn a_process_left_holding_the_output_does_not_hang_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let script = format!("echo hi; sleep 100 & echo $! > {}", pidfile.display());
+    let start = Instant::now();
+    let e = run(
+        &["sh".into(), "-c".into(), script],
+        Duration::from_millis(800),
+    )
+    .unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "returned after {:?}",
+        start.elapsed()
+    );
+    assert!(matches!(e, LocalError::OutputHeld { .. }), "{e}");
+    assert!(e.to_string().contains("kept its output open"), "{e}");
+    // The one left behind was in the child's group: it is gone.
+    let pid = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut gone = false;
+    for _ in 0..100 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.is_empty() || stat.split(' ').nth(2) == Some("Z") {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(gone, "sleep {pid} outlived the call");
+
+    // One that left its own session (out of reach of the group kill) is abandoned, not waited for.
+    let start = Instant::now();
+    let e = run(
+        &["sh".into(), "-c".into(), "setsid sleep 30 & echo hi".into()],
+        Duration::from_millis(800),
+    )
+    .unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "returned after {:?}",
+        start.elapsed()
+    );
+    assert!(matches!(e, LocalError::OutputHeld { .. }), "{e}");
+}
