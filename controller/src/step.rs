@@ -55,8 +55,9 @@ pub enum Step {
     SaveReadyUnit { unit: UnitRef, content: String },
     /// Record that the unit with this SHA-256 failed to start, so it is not written again.
     MarkUnitFailed { unit: UnitRef, hash: String },
-    /// Stop-and-forget for a deleted server: remove the unit file (and the agent's records of
-    /// it) and `systemctl daemon-reload`.
+    /// Stop-and-forget for a deleted server or an older unit of a renamed or moved one: stop it
+    /// if it runs, remove the unit file (and the agent's records of it), `systemctl
+    /// daemon-reload`.
     RemoveUnit { unit: UnitRef },
     /// Write the unit file (atomically).
     WriteUnit { unit: UnitRef, content: String },

@@ -1,6 +1,7 @@
 # Sourced by the scenarios in e2e/vm/scenarios/ inside the VM, where e2e/src/vm.rs installs it as
 # /usr/local/bin/scenario-lib.sh: the gpuplane binary and its flags for the emulated host, and
-# helpers that print machine-readable lines for e2e/tests/vm_agent.rs.
+# helpers that print machine-readable lines for e2e/tests/vm_host/, and reset_host/host_digest for
+# a boot shared by several scenarios (e2e/vm/shared-boot.sh).
 G=/usr/local/bin/gpuplane
 GP="--host local --node-name vmhost --gpu-vendor 1234 --gpu-driver bochs-drm"
 M=/root/m; mkdir -p $M

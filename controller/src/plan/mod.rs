@@ -21,6 +21,7 @@ pub mod companions;
 mod containers;
 mod holders;
 mod mappings;
+mod occupants;
 mod output;
 mod preflight;
 pub mod servers;

@@ -122,6 +122,9 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
                 }
             }
         }
+        if p.block_if_occupied(s) {
+            continue;
+        }
         let Some(content) = unit_content(p, ctx, s) else {
             continue;
         };

@@ -706,3 +706,133 @@ fn a_preflight_that_cannot_look_before_the_teardown_is_said_up_front() {
         .iter()
         .any(|n| n.reason == "PreflightNotChecked"));
 }
+
+/// The reference server renamed to `gpuplane-sglang-qwen` (as the refusal of a non-adopted name
+/// advises).
+fn renamed(d: &crate::desired::Desired) -> crate::desired::Desired {
+    let mut d2 = d.clone();
+    d2.servers[0].unit.name = "gpuplane-sglang-qwen.service".into();
+    d2.servers[0].spec.unit.name = "gpuplane-sglang-qwen".into();
+    d2
+}
+
+/// Issue 22: renaming a converged server's unit wrote and started the new unit beside the old
+/// one: same GPUs, same port, `Ready=True`. The old unit is the agent's own (its header, the
+/// server's id in its description): it is stopped and removed before the new one starts.
+#[test]
+fn a_renamed_unit_replaces_the_old_one_instead_of_starting_beside_it() {
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    let mut door = crate::apply::Door::new(&mut h);
+    assert!(crate::converge::converge(&d, &mut door, &Default::default()).converged());
+    let d2 = renamed(&d);
+    let p = plan(&d2, &h.observe().unwrap());
+    assert!(p.blockers.is_empty(), "{:?}", p.blockers);
+    let old = &d.servers[0].unit;
+    // One step removes it (stopped first: once stopped it would be out of sight), then the new
+    // unit is written and started.
+    let remove = index(
+        &p,
+        |s| matches!(s, Step::RemoveUnit { unit } if unit == old),
+    )
+    .unwrap();
+    let start = index(&p, |s| matches!(s, Step::StartUnit { .. })).unwrap();
+    assert!(remove < start, "{:?}", kinds(&p));
+    assert!(p.steps[remove]
+        .why
+        .contains("older unit of InferenceServer default/qwen35-122b"));
+    let r = crate::converge::converge(
+        &d2,
+        &mut crate::apply::Door::new(&mut h),
+        &Default::default(),
+    );
+    assert!(r.converged(), "{:?}", r.stop);
+    let st = h.observe().unwrap();
+    assert!(
+        st.unit(old)
+            .is_none_or(|u| u.file.is_none() && !u.is_active()),
+        "{:?} {:?}",
+        st.unit(old),
+        r.applied
+            .iter()
+            .map(|a| a.planned.step.to_string())
+            .collect::<Vec<_>>()
+    );
+    assert!(st.unit(&d2.servers[0].unit).is_some_and(|u| u.is_active()));
+    assert!(plan(&d2, &st).is_empty(), "converged after the rename");
+}
+
+/// A server on the GPUs that is not this server's (a hand-written unit, another server's):
+/// the new unit is refused, naming it, and nothing is written.
+#[test]
+fn a_stranger_on_the_gpus_blocks_the_server_and_is_named() {
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    let mut door = crate::apply::Door::new(&mut h);
+    assert!(crate::converge::converge(&d, &mut door, &Default::default()).converged());
+    // The old unit as a person wrote it: no header.
+    let key = d.servers[0].unit.key();
+    let file = h.file.units[&key].file.clone().unwrap();
+    h.file.units.get_mut(&key).unwrap().file = Some(
+        file.lines()
+            .filter(|l| !l.starts_with(crate::systemd::unit::HEADER))
+            .map(|l| format!("{l}\n"))
+            .collect(),
+    );
+    let p = plan(&renamed(&d), &h.observe().unwrap());
+    assert!(
+        !p.steps.iter().any(|s| matches!(
+            &s.step,
+            Step::StartUnit { .. }
+                | Step::WriteUnit { .. }
+                | Step::StopUnit { .. }
+                | Step::RemoveUnit { .. }
+        )),
+        "{:?}",
+        kinds(&p)
+    );
+    let b = p
+        .blockers
+        .iter()
+        .find(|b| b.resource == "InferenceServer/default/qwen35-122b")
+        .unwrap_or_else(|| panic!("the server is blocked: {p:#?}"));
+    assert_eq!(b.reason, "GpuInUse");
+    assert!(
+        b.message.contains("unit sglang-qwen.service in container 129 (pid 10000, 10001, 10002, 10003) holds 0000:01:00.0"),
+        "{}",
+        b.message
+    );
+}
+
+/// Non-server holders of every GPU (nvidia-persistenced) never block a server from starting.
+#[test]
+fn a_daemon_holding_every_gpu_does_not_block_a_server() {
+    let mut h = twin();
+    for g in [
+        "0000:01:00.0",
+        "0000:11:00.0",
+        "0000:61:00.0",
+        "0000:71:00.0",
+    ] {
+        h.file.holders.push(crate::host::sim::SimHolder {
+            address: g.into(),
+            holder: Holder {
+                pid: 4242,
+                command: "nvidia-persiste".into(),
+                container: None,
+                vm: None,
+                unit: Some("nvidia-persistenced.service".into()),
+            },
+        });
+    }
+    let d = desired(&mut h, &manifests());
+    let st = h.observe().unwrap();
+    let p = plan(&d, &st);
+    assert!(
+        !p.blockers
+            .iter()
+            .any(|b| b.resource.starts_with("InferenceServer/")),
+        "{:?}",
+        p.blockers
+    );
+}

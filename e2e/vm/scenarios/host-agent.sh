@@ -1,7 +1,7 @@
 #!/bin/bash
 # Runs inside the VM (as /usr/local/bin/check.sh): the real gpuplane binary against the real kernel.
 # Stand-in GPUs are bochs-display devices (vendor 1234, driver bochs-drm); Proxmox is not installed,
-# so /etc/pve is a plain directory. Prints machine-readable lines for e2e/tests/vm_agent.rs.
+# so /etc/pve is a plain directory. Prints machine-readable lines for e2e/tests/vm_host/agent.rs.
 set -u
 . /usr/local/bin/scenario-lib.sh
 mkdir -p /etc/pve/lxc /etc/pve/qemu-server /etc/pve/mapping

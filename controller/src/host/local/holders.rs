@@ -88,7 +88,9 @@ fn attribution(cgroup: &str) -> (Option<u32>, Option<u32>, Option<String>) {
                 });
             }
         }
-        if container.is_none() && vm.is_none() {
+        // The unit: the host's, or inside a container its own systemd's (the path goes on
+        // below the container: `/lxc/129/ns/system.slice/x.service`). A VM's is its scope.
+        if vm.is_none() {
             if let Some(u) = parts.iter().rev().find(|p| p.ends_with(".service")) {
                 unit = unit.or_else(|| Some(u.to_string()));
             }

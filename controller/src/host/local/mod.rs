@@ -39,6 +39,9 @@ use pci::GpuFilter;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// Most units of GPU holders observed beyond the watched ones (see `observe_holder_units`).
+const HOLDER_UNITS_MAX: usize = 16;
+
 /// Paths under a root directory (`/` on a real host).
 #[derive(Debug, Clone)]
 pub struct Root(pub PathBuf);
@@ -172,6 +175,49 @@ impl LocalHost {
         exec::sysfs_write(&self.root.path(abs), value, self.write_timeout)
     }
 
+    /// Units whose processes hold a GPU, not yet observed: read too, so the planner can tell
+    /// an old unit of one of its servers (a rename, a move out of a container) from a stranger.
+    /// Names come from cgroup paths a container may choose, so only valid service names, at
+    /// most [`HOLDER_UNITS_MAX`] of them, each passed after `--`.
+    fn observe_holder_units(&self, st: &mut HostState) {
+        let mut extra: Vec<UnitRef> = Vec::new();
+        for d in st.pci_devices.values() {
+            for h in &d.holders {
+                let (Some(name), None) = (&h.unit, h.vm) else {
+                    continue;
+                };
+                let location = match h.container {
+                    Some(c)
+                        if st
+                            .containers
+                            .get(&c)
+                            .is_some_and(|c| c.state == RunState::Running) =>
+                    {
+                        Location::Container(c)
+                    }
+                    Some(_) => continue,
+                    None => Location::Host,
+                };
+                let r = UnitRef {
+                    location,
+                    name: name.clone(),
+                };
+                if name.ends_with(".service")
+                    && crate::systemd::name::validate_unit_name(name).is_ok()
+                    && !st.units.contains_key(&r.key())
+                    && !extra.contains(&r)
+                    && extra.len() < HOLDER_UNITS_MAX
+                {
+                    extra.push(r);
+                }
+            }
+        }
+        for r in extra {
+            let u = self.observe_unit(&r);
+            st.units.insert(r.key(), u);
+        }
+    }
+
     fn observe_state(&mut self) -> Result<HostState, LocalError> {
         let mut devices = pci::scan(&self.root, &self.filter);
         for (addr, hs) in holders::scan(&self.root, &devices) {
@@ -227,6 +273,7 @@ impl LocalHost {
             u.server = self.observe_server(r, &u);
             st.units.insert(r.key(), u);
         }
+        self.observe_holder_units(&mut st);
         let containers = st.containers.clone();
         st.preflight = self.observe_preflight(&|loc| match loc {
             Location::Host => true,

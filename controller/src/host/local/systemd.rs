@@ -111,7 +111,7 @@ impl LocalHost {
                 &self.tools.journalctl,
                 // The unit's processes only: `--unit=` adds systemd's own lines about the unit
                 // ("Main process exited", "Consumed 4 s CPU time"), which pushed the server's
-                // last words out of the Crashed message (found by e2e/tests/vm_faults.rs). A
+                // last words out of the Crashed message (found by e2e/tests/vm_host/faults.rs). A
                 // match, not an option: it never starts with '-'.
                 &format!("_SYSTEMD_UNIT={}", r.name),
                 "-n",
@@ -249,8 +249,16 @@ impl LocalHost {
 
     /// Removes the unit file and the agent's records of it, then reloads systemd; never a unit
     /// file the agent did not write.
+    /// Removes a unit the agent wrote: stopped first (a no-op when it is not running), then its
+    /// file and the agent's state about it, then a daemon-reload.
     pub(super) fn remove_unit(&self, r: &UnitRef) -> Result<(), LocalError> {
         self.ours_or_absent(r)?;
+        if self
+            .read_at(r.location, &format!("{UNIT_DIR}/{}", r.name))
+            .is_some()
+        {
+            self.unit_action(r, "stop")?;
+        }
         let paths = [
             format!("{UNIT_DIR}/{}", r.name),
             format!("{STATE_DIR}/{}.ready", r.name),

@@ -150,10 +150,8 @@ fn server_holder(unit_ref: &UnitRef, i: usize) -> Holder {
             Location::Host => None,
         },
         vm: None,
-        unit: match unit_ref.location {
-            Location::Host => Some(unit_ref.name.clone()),
-            Location::Container(_) => None,
-        },
+        // The unit where it runs: the host's, or the container's own systemd's.
+        unit: Some(unit_ref.name.clone()),
     }
 }
 

@@ -4,7 +4,8 @@ use super::*;
 fn cgroups_attribute_processes() {
     assert_eq!(
         attribution("0::/lxc/129/ns/system.slice/sglang-qwen.service\n"),
-        (Some(129), None, None)
+        (Some(129), None, Some("sglang-qwen.service".into())),
+        "a container's process names the unit of the container's own systemd"
     );
     assert_eq!(
         attribution("0::/lxc.payload.130/init.scope\n"),

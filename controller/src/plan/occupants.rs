@@ -1,0 +1,155 @@
+//! No two servers on one GPU: before a server's unit is written or started, every process
+//! that holds one of its GPUs and looks like a server (a Python or SGLang process) must be its
+//! own unit's, or one the plan stops for good. An older unit the agent wrote for the same server
+//! (renamed, or moved between a container and the host) is stopped and removed first. Anything
+//! else blocks that server, naming the holder: a unit of another server, a hand-started SGLang.
+//!
+//! Why a command test: a GPU host also has processes that hold every GPU and are no server
+//! (`nvidia-persistenced`, monitoring agents); they do not take GPU memory a server needs and
+//! must not block it. Rebinding a GPU is stricter: there every holder counts (`holders.rs`).
+//!
+//! # Caveats
+//! The port is not checked here (the observation has no listening sockets yet). An older unit is
+//! found through the GPUs its processes hold: one that is stopped and not running is not seen,
+//! and a kill between its stop and its removal (one step) leaves its file, which is found and
+//! removed again when it next starts.
+
+use super::{Planner, Step};
+use crate::desired::DesiredServer;
+use crate::host::model::{Holder, Location, UnitRef};
+use crate::systemd::unit;
+use std::collections::BTreeMap;
+
+/// Whether a holder looks like an inference server (SGLang's processes are Python, and its
+/// schedulers rename themselves `sglang::scheduler...`).
+fn looks_like_a_server(h: &Holder) -> bool {
+    let c = h.command.to_ascii_lowercase();
+    c.starts_with("python") || c.starts_with("sglang")
+}
+
+/// `x.service` and `x` are one unit.
+fn same_unit(a: &str, b: &str) -> bool {
+    a.strip_suffix(".service").unwrap_or(a) == b.strip_suffix(".service").unwrap_or(b)
+}
+
+impl Planner<'_> {
+    /// Blocks `s` when another server holds one of its GPUs; `true` when it did.
+    pub(super) fn block_if_occupied(&mut self, s: &DesiredServer) -> bool {
+        let h = self.h;
+        // Who holds which of the server's GPUs: by unit where known, else by process.
+        let mut by_who: BTreeMap<String, (Vec<u32>, Vec<&str>)> = BTreeMap::new();
+        let mut old_units: Vec<UnitRef> = Vec::new();
+        for g in &s.gpus {
+            let Some(dev) = h.pci_devices.get(g) else {
+                continue;
+            };
+            for holder in dev.holders.iter().filter(|x| looks_like_a_server(x)) {
+                if self.own(s, holder) || self.goes_away(holder) {
+                    continue;
+                }
+                if let Some(r) = self.older_unit_of(s, holder) {
+                    if !old_units.contains(&r) {
+                        old_units.push(r);
+                    }
+                    continue;
+                }
+                let e = by_who.entry(who(holder)).or_default();
+                if !e.0.contains(&holder.pid) {
+                    e.0.push(holder.pid);
+                }
+                if !e.1.contains(&g.as_str()) {
+                    e.1.push(g);
+                }
+            }
+        }
+        if by_who.is_empty() {
+            for r in old_units {
+                let why = format!(
+                    "it is an older unit of InferenceServer {} (renamed or moved), and holds the GPUs {} needs",
+                    s.id, s.unit.name
+                );
+                // One step: the unit is observed through the GPUs it holds, so once stopped
+                // it would be out of sight; removing stops it first.
+                self.push(Step::RemoveUnit { unit: r }, why);
+            }
+            return false;
+        }
+        let said: Vec<String> = by_who
+            .iter()
+            .take(4)
+            .map(|(who, (pids, gpus))| {
+                let pids: Vec<String> = pids.iter().take(8).map(u32::to_string).collect();
+                format!("{who} (pid {}) holds {}", pids.join(", "), gpus.join(", "))
+            })
+            .collect();
+        self.block(
+            format!("InferenceServer/{}", s.id),
+            "GpuInUse",
+            format!(
+                "another server runs on this server's GPUs: {}; the agent starts {} only once it has them alone: stop and disable that server (an old unit left after a rename, or one in a container that no longer consumes the slice), or delete the InferenceServer that runs it",
+                said.join("; "),
+                s.unit.name
+            ),
+        );
+        true
+    }
+
+    /// The holder's unit, when it is one the agent wrote for `s` itself under another name or
+    /// in another place (its header, and `s`'s id in its description): the agent removes it.
+    fn older_unit_of(&self, s: &DesiredServer, holder: &Holder) -> Option<UnitRef> {
+        let r = UnitRef {
+            location: match holder.container {
+                Some(c) => Location::Container(c),
+                None => Location::Host,
+            },
+            name: holder.unit.clone()?,
+        };
+        let file = self.h.unit(&r)?.file.as_deref()?;
+        let mine = format!("(gpuplane InferenceServer {})", s.id);
+        let owned = unit::is_managed(file)
+            && file
+                .lines()
+                .any(|l| l.starts_with("Description=") && l.trim_end().ends_with(&mine));
+        (owned && !self.d.servers.iter().any(|o| o.unit == r)).then_some(r)
+    }
+
+    /// The holder is a process of `s`'s own unit, where it runs.
+    fn own(&self, s: &DesiredServer, holder: &Holder) -> bool {
+        let Some(u) = &holder.unit else { return false };
+        match s.unit.location {
+            Location::Host => {
+                holder.container.is_none() && holder.vm.is_none() && same_unit(u, &s.unit.name)
+            }
+            Location::Container(v) => holder.container == Some(v) && same_unit(u, &s.unit.name),
+        }
+    }
+
+    /// The plan stops the holder for good: its host unit is stopped, or its container is
+    /// stopped and not started again.
+    fn goes_away(&self, holder: &Holder) -> bool {
+        let steps = &self.plan.steps;
+        match (holder.container, &holder.unit) {
+            (Some(c), _) => {
+                steps.iter().any(|p| p.step == Step::StopContainer { vmid: c })
+                    && !steps.iter().any(|p| p.step == Step::StartContainer { vmid: c })
+            }
+            (None, Some(u)) => steps.iter().any(|p| {
+                matches!(&p.step, Step::StopUnit { unit } if unit.location == Location::Host && same_unit(&unit.name, u))
+            }),
+            (None, None) => false,
+        }
+    }
+}
+
+/// A holder's unit and place (`unit sglang-qwen.service in container 129`), or its command.
+fn who(h: &Holder) -> String {
+    let place = match (h.container, h.vm) {
+        (Some(c), _) => format!(" in container {c}"),
+        (None, Some(v)) => format!(" of VM {v}"),
+        (None, None) => " on the host".to_string(),
+    };
+    match &h.unit {
+        Some(u) => format!("unit {u}{place}"),
+        None => format!("{}{place}", h.command),
+    }
+}
