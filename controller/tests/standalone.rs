@@ -99,4 +99,14 @@ fn converges_from_files_writes_status_files_and_refuses_invalid_ones() {
             .contains("spec.listen.host"),
         "{inv:?}"
     );
+    // Issue 22: the refused server's own status file says so; it kept `Ready=True` from the
+    // last good pass before.
+    let srv = status(d, "InferenceServer-default-qwen35-122b.yaml");
+    let (s, r, _) = ready(&srv);
+    assert_eq!(
+        (s.as_str(), r.as_str()),
+        ("False", "InvalidSpec"),
+        "{srv:?}"
+    );
+    assert!(format!("{srv:?}").contains("spec.listen.host"), "{srv:?}");
 }

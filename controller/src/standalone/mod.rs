@@ -139,7 +139,13 @@ fn round(
             let observed = host.observe().map_err(|e| e.to_string())?;
             select::for_host(&m, &observed, &opts.gpu_vendor, &opts.gpu_driver)
                 .map(|d| (d, observed))
-                .map_err(|e| e.to_string())
+                .map_err(|e| {
+                    // Each resource the refusal names reads it in its own status file too.
+                    if let select::SelectError::Invalid(errs) = &e {
+                        status_files::write_refusals(&opts.status_dir, errs);
+                    }
+                    e.to_string()
+                })
         });
     let (desired, observed) = match desired {
         Ok(d) => d,

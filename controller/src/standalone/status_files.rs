@@ -12,17 +12,22 @@ pub fn write(dir: &Path, status: &BTreeMap<String, ResourceStatus>) {
         for c in &st.conditions {
             tracing::info!(resource = %resource, "{}={} ({}): {}", c.type_, c.status, c.reason, c.message);
         }
-        let name = file_name(resource);
-        // lastTransitionTime survives unless a condition's status flips, as in the API.
-        let conditions = gpuplane_crds::condition::merge(&previous(dir, &name), &st.conditions);
-        let text = serde_yaml::to_string(&serde_json::json!({
-            "resource": resource,
-            "conditions": conditions,
-        }))
-        .unwrap_or_default();
-        put(dir, &name, &text);
+        put_conditions(dir, resource, &st.conditions);
     }
     let _ = std::fs::remove_file(dir.join("_invalid.yaml"));
+}
+
+/// Writes `resource`'s file with `conditions` merged into what it held: lastTransitionTime
+/// survives unless a condition's status flips, as in the API.
+fn put_conditions(dir: &Path, resource: &str, conditions: &[gpuplane_crds::condition::Condition]) {
+    let name = file_name(resource);
+    let conditions = gpuplane_crds::condition::merge(&previous(dir, &name), conditions);
+    let text = serde_yaml::to_string(&serde_json::json!({
+        "resource": resource,
+        "conditions": conditions,
+    }))
+    .unwrap_or_default();
+    put(dir, &name, &text);
 }
 
 /// The conditions in the status file `name`, if it is there and readable.
@@ -37,6 +42,22 @@ fn previous(dir: &Path, name: &str) -> Vec<gpuplane_crds::condition::Condition> 
         .and_then(|t| serde_yaml::from_str::<File>(&t).ok())
         .map(|f| f.conditions)
         .unwrap_or_default()
+}
+
+/// Marks each resource that `errs` names `Ready=False InvalidSpec`, with its own messages, in
+/// its status file: a reader of one resource's file sees the refusal there, not the last good
+/// pass. (`_invalid.yaml`, written next, has the whole list.)
+pub fn write_refusals(dir: &Path, errs: &[crate::desired::SpecError]) {
+    let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for e in errs {
+        by.entry(e.resource.clone())
+            .or_default()
+            .push(format!("{}: {}", e.field, e.message));
+    }
+    for (resource, msgs) in by {
+        let st = crate::status::refusal::invalid(&msgs, None);
+        put_conditions(dir, &resource, &st.conditions);
+    }
 }
 
 /// Records why the manifests were not applied.

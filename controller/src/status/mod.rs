@@ -11,6 +11,8 @@ use gpuplane_crds::{set_condition, IommuModeExpectation};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
+pub mod refusal;
+
 /// Conditions of one resource.
 #[derive(Debug, Clone, Serialize, Default)]
 #[serde(rename_all = "camelCase")]
