@@ -1,4 +1,5 @@
 use super::*;
+use gpuplane_crds::condition::{Condition, Time};
 
 fn c(t: &str, s: &str, at: &str) -> Condition {
     Condition {
