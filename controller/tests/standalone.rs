@@ -69,7 +69,7 @@ fn converges_from_files_writes_status_files_and_refuses_invalid_ones() {
     run(d);
     let (s, r, t0) = ready(&status(d, "GpuPartition-kpro6.yaml"));
     assert_eq!((s.as_str(), r.as_str()), ("True", "Converged"));
-    let (s, r, _) = ready(&status(d, "InferenceServer-default-qwen35-122b.yaml"));
+    let (s, r, _) = ready(&status(d, "InferenceServer-default_qwen35-122b.yaml"));
     assert_eq!((s.as_str(), r.as_str()), ("True", "ServerReady"));
     let host = std::fs::read(d.join("host.yaml")).unwrap();
     assert_ne!(
@@ -101,7 +101,7 @@ fn converges_from_files_writes_status_files_and_refuses_invalid_ones() {
     );
     // Issue 22: the refused server's own status file says so; it kept `Ready=True` from the
     // last good pass before.
-    let srv = status(d, "InferenceServer-default-qwen35-122b.yaml");
+    let srv = status(d, "InferenceServer-default_qwen35-122b.yaml");
     let (s, r, _) = ready(&srv);
     assert_eq!(
         (s.as_str(), r.as_str()),

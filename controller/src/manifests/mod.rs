@@ -41,6 +41,8 @@ pub enum ManifestError {
         name: String,
         errors: Vec<schema::SchemaError>,
     },
+    #[error("{path} is not read: {why}")]
+    Refused { path: String, why: String },
     #[error("{0} has no *.yaml or *.yml files")]
     Empty(String),
     #[error("{resource} is defined twice: in {first} and in {second}; keep one")]
@@ -141,15 +143,19 @@ impl Manifests {
     }
 
     /// Reads a file or every YAML file of a directory.
+    ///
+    /// # Guarantees
+    /// Only regular files are read, each at most [`MANIFEST_MAX`] bytes (a link to `/dev/zero`
+    /// grew the agent without bound before). A directory's entry may be a symlink only to a file
+    /// inside the same directory (as a ConfigMap volume's `..data/` links are); one that leads
+    /// out is refused, naming it.
     pub fn load(path: &Path) -> Result<Manifests, ManifestError> {
-        let read = |p: &Path| {
-            std::fs::read_to_string(p).map_err(|e| ManifestError::Read {
-                path: p.display().to_string(),
-                source: e,
-            })
-        };
         let mut m = Manifests::default();
         if path.is_dir() {
+            let dir = std::fs::canonicalize(path).map_err(|e| ManifestError::Read {
+                path: path.display().to_string(),
+                source: e,
+            })?;
             let mut files: Vec<_> = std::fs::read_dir(path)
                 .map_err(|e| ManifestError::Read {
                     path: path.display().to_string(),
@@ -163,13 +169,59 @@ impl Manifests {
                 return Err(ManifestError::Empty(path.display().to_string()));
             }
             for f in files {
-                m.add_text(&read(&f)?, &f.display().to_string())?;
+                let real = std::fs::canonicalize(&f).map_err(|e| ManifestError::Read {
+                    path: f.display().to_string(),
+                    source: e,
+                })?;
+                if !real.starts_with(&dir) {
+                    return Err(ManifestError::Refused {
+                        path: f.display().to_string(),
+                        why: format!(
+                            "it is a link to {}, outside {}",
+                            real.display(),
+                            dir.display()
+                        ),
+                    });
+                }
+                m.add_text(&read_bounded(&f)?, &f.display().to_string())?;
             }
         } else {
-            m.add_text(&read(path)?, &path.display().to_string())?;
+            m.add_text(&read_bounded(path)?, &path.display().to_string())?;
         }
         Ok(m)
     }
+}
+
+/// Largest manifest file read (bytes): far above any real set of partitions and servers.
+pub const MANIFEST_MAX: u64 = 4 * 1024 * 1024;
+
+/// A regular file's text, at most [`MANIFEST_MAX`] bytes.
+fn read_bounded(p: &Path) -> Result<String, ManifestError> {
+    use std::io::Read;
+    let io = |e: std::io::Error| ManifestError::Read {
+        path: p.display().to_string(),
+        source: e,
+    };
+    let meta = std::fs::metadata(p).map_err(io)?;
+    if !meta.is_file() {
+        return Err(ManifestError::Refused {
+            path: p.display().to_string(),
+            why: "it is not a regular file".into(),
+        });
+    }
+    let mut text = String::new();
+    std::fs::File::open(p)
+        .map_err(io)?
+        .take(MANIFEST_MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(io)?;
+    if text.len() as u64 > MANIFEST_MAX {
+        return Err(ManifestError::Refused {
+            path: p.display().to_string(),
+            why: format!("it is larger than {} MiB", MANIFEST_MAX / (1024 * 1024)),
+        });
+    }
+    Ok(text)
 }
 
 /// Deserializes a document; an error names the field's path (`spec.listen.port: ...`).
@@ -183,3 +235,6 @@ fn from_value<T: serde::de::DeserializeOwned>(v: serde_yaml::Value) -> Result<T,
         }
     })
 }
+
+#[cfg(test)]
+mod tests;

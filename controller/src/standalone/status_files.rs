@@ -1,5 +1,5 @@
 //! Status as files: one YAML file per resource under the status directory
-//! (`GpuPartition-kpro6.yaml`, `InferenceServer-default-qwen35-122b.yaml`), the conditions in the
+//! (`GpuPartition-kpro6.yaml`, `InferenceServer-default_qwen35-122b.yaml`), the conditions in the
 //! Kubernetes shape, replaced atomically; `_invalid.yaml` while the manifests are invalid.
 
 use crate::status::ResourceStatus;
@@ -70,9 +70,23 @@ pub fn write_invalid(dir: &Path, message: &str) {
     put(dir, "_invalid.yaml", &text);
 }
 
-/// `Kind/ns/name` → `Kind-ns-name.yaml`.
+/// `Kind/name` → `Kind-name.yaml`, `Kind/ns/name` → `Kind-ns_name.yaml`. Kinds have no `-`,
+/// namespaces and names no `_`, so no two resources share a file (`a-b/c` and `a/b-c` did, as
+/// `Kind-a-b-c.yaml`); any other byte (only in names validation refuses) becomes `_` too, so
+/// the name stays one file in the status directory.
 pub fn file_name(resource: &str) -> String {
-    format!("{}.yaml", resource.replace('/', "-"))
+    let (kind, rest) = resource.split_once('/').unwrap_or((resource, ""));
+    let safe = |s: &str| -> String {
+        s.chars()
+            .map(|c| match c {
+                'A'..='Z' | 'a'..='z' | '0'..='9' | '-' | '.' => c,
+                _ => '_',
+            })
+            .collect()
+    };
+    let rest = safe(rest);
+    let rest = rest.trim_start_matches('.');
+    format!("{}-{rest}.yaml", safe(kind))
 }
 
 /// Replaces `dir/name` atomically; failures are logged.
@@ -84,5 +98,30 @@ fn put(dir: &Path, name: &str, text: &str) {
         .and_then(|_| std::fs::rename(&tmp, &path));
     if let Err(e) = r {
         tracing::warn!("cannot write {}: {e}", path.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::file_name;
+
+    /// Issue 23: `a-b/c` and `a/b-c` wrote one file.
+    #[test]
+    fn no_two_resources_share_a_status_file() {
+        assert_eq!(file_name("GpuPartition/kpro6"), "GpuPartition-kpro6.yaml");
+        assert_eq!(
+            file_name("InferenceServer/default/qwen35-122b"),
+            "InferenceServer-default_qwen35-122b.yaml"
+        );
+        assert_ne!(
+            file_name("InferenceServer/a-b/c"),
+            file_name("InferenceServer/a/b-c")
+        );
+        // An invalid name stays one file of the directory.
+        assert_eq!(
+            file_name("InferenceServer/default/../../etc/x"),
+            "InferenceServer-default_.._.._etc_x.yaml"
+        );
+        assert!(!file_name("GpuPartition/..").contains('/'));
     }
 }

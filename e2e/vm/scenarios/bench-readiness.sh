@@ -55,7 +55,7 @@ server 0 1
 systemd-run --unit=gpuplane-bench --setenv=NO_COLOR=1 --setenv=GPUPLANE_LOG=${AGENT_LOG:-info} \
   $G run --manifests $M/live --status-dir /tmp/st --metrics-addr 127.0.0.1:9465 \
   --poll-interval $POLL --drift-interval 3600 $GP >/dev/null
-ST=/tmp/st/InferenceServer-default-bench.yaml
+ST=/tmp/st/InferenceServer-default_bench.yaml
 # until_reason REASON: waits (at most 120 s) until the server's status file no longer shows
 # REASON (the previous round's) and then shows it again, reading the file only (no command run,
 # so the wait itself does not load the VM)

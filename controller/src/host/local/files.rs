@@ -68,8 +68,18 @@ impl std::fmt::Display for Leftover {
 }
 
 /// Writes `content` to `path` atomically (temp file in the same directory + rename); returns
-/// what dead writers had left beside it and was removed.
+/// what dead writers had left beside it and was removed. The file keeps the old one's mode
+/// (a new one gets 0640 under `/etc/pve`, 0644 elsewhere).
 pub fn write_atomic(path: &Path, content: &str) -> Result<Vec<Leftover>, LocalError> {
+    write_atomic_mode(path, content, None)
+}
+
+/// [`write_atomic`] with the mode `mode` when given, whatever the old file had.
+pub fn write_atomic_mode(
+    path: &Path,
+    content: &str,
+    mode: Option<u32>,
+) -> Result<Vec<Leftover>, LocalError> {
     if content.len() > 1024 * 1024 {
         return Err(LocalError::TooLarge {
             path: path.to_path_buf(),
@@ -84,13 +94,15 @@ pub fn write_atomic(path: &Path, content: &str) -> Result<Vec<Leftover>, LocalEr
     ));
     let _ = std::fs::remove_file(&tmp);
     let leftovers = remove_dead_temps(path);
-    let mode = std::fs::metadata(path)
-        .map(|m| m.permissions().mode() & 0o777)
-        .unwrap_or(if path.to_string_lossy().contains("/etc/pve/") {
-            0o640
-        } else {
-            0o644
-        });
+    let mode = mode.unwrap_or_else(|| {
+        std::fs::metadata(path)
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or(if path.to_string_lossy().contains("/etc/pve/") {
+                0o640
+            } else {
+                0o644
+            })
+    });
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -11,6 +11,8 @@ use crate::host::model::{Location, Unit, UnitRef};
 
 const UNIT_DIR: &str = "/etc/systemd/system";
 const STATE_DIR: &str = "/var/lib/gpuplane/units";
+/// Mode of the unit files the agent writes: not world-readable.
+const UNIT_MODE: u32 = 0o640;
 /// Longest journal line kept from a server's log (bytes); the rest is cut on a character boundary.
 pub const LOG_LINE_MAX: usize = 512;
 
@@ -224,10 +226,15 @@ impl LocalHost {
         content: &str,
     ) -> Result<Vec<super::files::Leftover>, LocalError> {
         let path = format!("{UNIT_DIR}/{}", r.name);
+        // 0640: the unit carries the admin's environment; systemd reads it as root. (systemd
+        // still shows Environment= to any local user through `systemctl show`: a secret belongs
+        // in a file only the server's user can read, named by the admin.)
         match r.location {
-            Location::Host => super::files::write_atomic(&self.root.path(&path), content),
+            Location::Host => {
+                super::files::write_atomic_mode(&self.root.path(&path), content, Some(UNIT_MODE))
+            }
             Location::Container(v) => {
-                self.push_atomic(v, content, &path, Some("0644"))?;
+                self.push_atomic(v, content, &path, Some("0640"))?;
                 Ok(vec![])
             }
         }

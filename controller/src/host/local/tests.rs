@@ -372,7 +372,7 @@ fn recording_pct(t: &tempfile::TempDir) {
         &p,
         "#!/bin/sh\nd=\"$(dirname \"$0\")\"\ncase \"$1\" in\n status) echo 'status: running'; exit 0;;\n \
          exec) echo \"$@\" >> \"$d/exec.log\"; case \"$*\" in *' -') cat > \"$d/stdin.txt\"; echo '{\"pairs\": []}';; esac; exit 0;;\n \
-         push) echo \"$3\" >> \"$d/push.src\"; cp \"$3\" \"$d/pushed.copy\"; exit 0;;\nesac\n",
+         push) echo \"$3\" >> \"$d/push.src\"; echo \"$@\" >> \"$d/push.args\"; cp \"$3\" \"$d/pushed.copy\"; exit 0;;\nesac\n",
     )
     .unwrap();
     std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -421,6 +421,43 @@ fn probe_through_stdin_and_private_staging() {
     assert!(std::fs::read_to_string(bin.join("pushed.copy"))
         .unwrap()
         .starts_with("# Managed"));
+    let args = std::fs::read_to_string(bin.join("push.args")).unwrap();
+    assert!(
+        args.contains("--perms 0640"),
+        "the pushed unit is not world-readable: {args}"
+    );
+}
+
+/// Issue 23: a unit carries the admin's environment; it is not world-readable, also when an
+/// older file of it was.
+#[test]
+fn a_unit_file_on_the_host_is_not_world_readable() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = fake_root();
+    let mut h = host(&t);
+    h.tools.systemctl = "true".into();
+    let dir = t.path().join("etc/systemd/system");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("gpuplane-x.service");
+    std::fs::write(
+        &file,
+        "# Managed by gpuplane; local edits are overwritten.\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let unit = UnitRef {
+        location: Location::Host,
+        name: "gpuplane-x.service".into(),
+    };
+    h.step(&Step::WriteUnit {
+        unit,
+        content: "# Managed by gpuplane; local edits are overwritten.\n[Service]\nEnvironment=HF_TOKEN=x\n".into(),
+    })
+    .unwrap();
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o640
+    );
 }
 
 /// Finding 3: the agent removed any unit file it was asked to; one it did not write stays.

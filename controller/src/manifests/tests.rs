@@ -1,0 +1,48 @@
+//! Issue 23: the manifest directory is read as the agent's input, not followed anywhere.
+
+use super::*;
+
+const PART: &str = "apiVersion: gpuplane.dev/v1alpha1\nkind: GpuPartition\nmetadata: {name: p}\nspec:\n  nodeName: n\n  slices:\n    - {name: a, gpus: {count: 1}, driver: nvidia}\n";
+
+fn refused(r: Result<Manifests, ManifestError>) -> String {
+    match r {
+        Err(e @ ManifestError::Refused { .. }) => e.to_string(),
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("read"),
+    }
+}
+
+#[test]
+fn a_link_out_of_the_directory_is_refused_and_one_inside_is_read() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir(d.path().join("..data")).unwrap();
+    std::fs::write(d.path().join("..data/p.yaml"), PART).unwrap();
+    // A ConfigMap volume's shape: the file is a link into ..data/ of the same directory.
+    std::os::unix::fs::symlink("..data/p.yaml", d.path().join("p.yaml")).unwrap();
+    let m = Manifests::load(d.path()).unwrap();
+    assert_eq!(m.partitions.len(), 1);
+    // A link to /dev/zero grew the standalone agent to 1.6 GB in 6 s.
+    std::os::unix::fs::symlink("/dev/zero", d.path().join("zero.yaml")).unwrap();
+    let e = refused(Manifests::load(d.path()));
+    assert!(e.contains("zero.yaml") && e.contains("outside"), "{e}");
+}
+
+#[test]
+fn only_regular_files_of_bounded_size_are_read() {
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("f.yaml");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let e = refused(Manifests::load(d.path()));
+    assert!(e.contains("not a regular file"), "{e}");
+    let e = refused(Manifests::load(Path::new("/dev/zero")));
+    assert!(e.contains("not a regular file"), "{e}");
+    std::fs::remove_file(&fifo).unwrap();
+    let big = format!("{PART}# {}\n", "x".repeat(MANIFEST_MAX as usize));
+    std::fs::write(d.path().join("big.yaml"), big).unwrap();
+    let e = refused(Manifests::load(d.path()));
+    assert!(e.contains("larger than 4 MiB"), "{e}");
+}
