@@ -569,8 +569,16 @@ impl Host for OneServerPerGpu {
 
 static EDITS_TRIED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// `PROPTEST_CASES` when set (the long run of docs/RELIABILITY.md), else `default`.
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(128), failure_persistence: None, ..ProptestConfig::default() })]
 
     /// Issue 22: on a converged host, an edit that renames the unit or takes the container away
     /// from the slice (its server moving to the host) never has two servers on one GPU, after

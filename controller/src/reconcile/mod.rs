@@ -13,9 +13,6 @@ pub mod conflict;
 mod guard;
 mod host_io;
 mod kube_io;
-pub mod lease;
-pub use lease::lease_name;
-pub mod metrics;
 mod orphans;
 mod partition;
 pub mod scope;
@@ -26,6 +23,7 @@ mod tests;
 mod wake;
 
 use crate::host::Host;
+use crate::metrics;
 use futures::StreamExt;
 use gpuplane_crds::{GpuPartition, InferenceServer};
 use kube::runtime::controller::Action;
@@ -38,8 +36,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use crate::kubeapi::lease::NodeLease;
 pub use kube_io::SERVER_FINALIZER;
-pub use lease::NodeLease;
 
 /// Field manager of every status write.
 pub const MANAGER: &str = "gpuplane-agent";
@@ -111,26 +109,9 @@ impl Ctx {
     }
 }
 
-/// Loads the client: the kubeconfig given, else the usual inference (in-cluster, then ~/.kube/config).
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, String> {
-    let config = match kubeconfig {
-        Some(p) => {
-            let kc = kube::config::Kubeconfig::read_from(p)
-                .map_err(|e| format!("cannot read kubeconfig {}: {e}", p.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| format!("kubeconfig {}: {e}", p.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| format!("no Kubernetes configuration: {e}"))?,
-    };
-    Client::try_from(config).map_err(|e| format!("cannot build the Kubernetes client: {e}"))
-}
-
 /// Runs the agent until the process is stopped.
 pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), String> {
-    let client = client(opts.kubeconfig.as_deref()).await?;
+    let client = crate::kubeapi::client(opts.kubeconfig.as_deref()).await?;
     let metrics = metrics::Metrics::new().map_err(|e| e.to_string())?;
     let api_ok = Arc::new(AtomicBool::new(false));
     let lease = NodeLease::new(

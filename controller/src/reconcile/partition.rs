@@ -561,7 +561,7 @@ fn record_metrics(ctx: &Ctx, r: &Resolved<'_>, report: &Report, ready: i64, was_
             m.gpus
                 .with_label_values(&[s.name.as_str(), driver.as_str()])
                 .inc();
-            let bus_id = super::metrics::dcgm_bus_id(g);
+            let bus_id = crate::metrics::dcgm_bus_id(g);
             m.gpu_owner
                 .with_label_values(&[&ctx.opts.node, &bus_id, &s.name, &driver])
                 .set(1);

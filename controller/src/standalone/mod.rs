@@ -45,14 +45,14 @@ pub struct StandaloneOptions {
 
 /// Runs until stopped (or `max_rounds`).
 pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<(), String> {
-    let metrics = crate::reconcile::metrics::Metrics::new().map_err(|e| e.to_string())?;
+    let metrics = crate::metrics::Metrics::new().map_err(|e| e.to_string())?;
     let ready = Arc::new(AtomicBool::new(false));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    rt.spawn(crate::reconcile::metrics::serve(
+    rt.spawn(crate::metrics::serve(
         opts.metrics_addr.clone(),
         metrics.clone(),
         ready.clone(),
@@ -124,7 +124,7 @@ type Watched = (
 fn round(
     opts: &StandaloneOptions,
     host: &mut dyn Host,
-    metrics: &crate::reconcile::metrics::Metrics,
+    metrics: &crate::metrics::Metrics,
     progress: &mut std::collections::BTreeMap<String, crate::converge::Progress>,
     watched: &mut Watched,
 ) -> Option<Vec<crate::host::model::UnitRef>> {

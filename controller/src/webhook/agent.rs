@@ -16,10 +16,10 @@
 //! The chart registers the Lease rule with an object selector on [`NODE_LABEL`], so the API
 //! server's own node heartbeats never reach the webhook. The agent labels its Lease with its
 //! node and honours a Lease of its name only when it carries that label (an unlabelled one was
-//! never judged here, see `reconcile::lease`): a stolen credential can neither take another
+//! never judged here, see `kubeapi::lease`): a stolen credential can neither take another
 //! node's labelled Lease nor keep an unlabelled one from its rightful agent.
 
-use crate::reconcile::lease_name;
+use crate::kubeapi::lease::lease_name;
 use gpuplane_crds::NODE_LABEL;
 use serde_json::Value;
 

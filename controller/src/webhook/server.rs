@@ -42,7 +42,7 @@ pub async fn serve(opts: WebhookOptions) -> Result<(), String> {
     let tls = Arc::new(tls_config(&opts)?);
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     // Without a cluster the review still checks each object alone.
-    let client = match crate::reconcile::client(opts.kubeconfig.as_deref()).await {
+    let client = match crate::kubeapi::client(opts.kubeconfig.as_deref()).await {
         Ok(c) => Some(c),
         Err(e) => {
             tracing::warn!("no Kubernetes client ({e}); objects are checked one by one");
@@ -186,7 +186,7 @@ async fn served_nodes(client: &Client, ns: &str) -> Option<std::collections::BTr
             .iter()
             .filter_map(|l| {
                 let node = l.metadata.labels.as_ref()?.get(gpuplane_crds::NODE_LABEL)?;
-                crate::reconcile::lease::is_live_claim(l, node, now).then(|| node.clone())
+                crate::kubeapi::lease::is_live_claim(l, node, now).then(|| node.clone())
             })
             .collect(),
     )

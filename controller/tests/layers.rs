@@ -1,0 +1,262 @@
+//! The layer rules of ARCHITECTURE.md, checked on the source: each top-level module of
+//! `controller/src` uses (`crate::x`) only the modules its row there allows. A new dependency
+//! that breaks a rule fails here, naming the file and the line; a new rule goes in both places.
+//! Test code (`tests.rs`, `tests/`, modules declared under `#[cfg(test)]`) and comments are not
+//! checked: tests may reach anywhere.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Module → the modules it may use (its row's "may use" column).
+const RULES: &[(&str, &[&str])] = &[
+    // Leaves.
+    ("systemd", &[]),
+    ("proxmox", &[]),
+    ("text", &[]),
+    ("crashpoint", &[]),
+    ("http", &[]),
+    ("kubeapi", &[]),
+    ("metrics", &["http"]),
+    ("modelfiles", &["text"]),
+    ("sglang", &["systemd", "text"]),
+    ("manifests", &[]),
+    // The host and its model, steps.
+    ("step", &["host", "proxmox", "text"]),
+    (
+        "host",
+        &[
+            "step",
+            "proxmox",
+            "systemd",
+            "sglang",
+            "text",
+            "modelfiles",
+            "crashpoint",
+            "http",
+        ],
+    ),
+    // Pure deciding.
+    (
+        "desired",
+        &[
+            "host",
+            "manifests",
+            "modelfiles",
+            "sglang",
+            "systemd",
+            "proxmox",
+            "text",
+        ],
+    ),
+    ("p2p", &["desired", "host"]),
+    (
+        "plan",
+        &[
+            "desired", "p2p", "step", "host", "sglang", "systemd", "proxmox", "text",
+        ],
+    ),
+    // Doing.
+    ("apply", &["host", "step", "crashpoint"]),
+    (
+        "converge",
+        &[
+            "apply", "plan", "desired", "host", "step", "sglang", "p2p", "text",
+        ],
+    ),
+    (
+        "status",
+        &["converge", "desired", "p2p", "host", "step", "plan", "text"],
+    ),
+    // The front doors: never each other, except the CLI that starts them all.
+    (
+        "reconcile",
+        &[
+            "apply",
+            "converge",
+            "desired",
+            "host",
+            "kubeapi",
+            "metrics",
+            "sglang",
+            "status",
+            "step",
+            "systemd",
+            "text",
+            "plan",
+            "p2p",
+            "manifests",
+        ],
+    ),
+    (
+        "webhook",
+        &["desired", "manifests", "http", "kubeapi", "text", "sglang"],
+    ),
+    (
+        "standalone",
+        &[
+            "apply",
+            "converge",
+            "desired",
+            "host",
+            "manifests",
+            "metrics",
+            "status",
+            "step",
+            "text",
+        ],
+    ),
+    (
+        "cli",
+        &[
+            "apply",
+            "converge",
+            "crashpoint",
+            "desired",
+            "host",
+            "manifests",
+            "plan",
+            "reconcile",
+            "standalone",
+            "status",
+            "step",
+            "systemd",
+            "webhook",
+            "sglang",
+            "text",
+            "p2p",
+            "proxmox",
+            "modelfiles",
+            "http",
+            "metrics",
+            "kubeapi",
+        ],
+    ),
+];
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rs_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Names of modules declared right after `#[cfg(test)]` anywhere (`mod fuzz;`, `mod tests;`).
+fn test_modules(files: &[PathBuf]) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for f in files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        for w in lines.windows(2) {
+            if w[0] == "#[cfg(test)]" {
+                if let Some(m) = w[1].strip_prefix("mod ").and_then(|r| r.strip_suffix(';')) {
+                    names.insert(m.to_string());
+                }
+            }
+        }
+    }
+    names
+}
+
+/// The top-level modules `line` names through `crate::` (also `crate::{a, b::c}`).
+fn uses(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = line;
+    while let Some(i) = rest.find("crate::") {
+        rest = &rest[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            for part in group[..end].split(',') {
+                let t: String = part
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !t.is_empty() {
+                    out.push(t);
+                }
+            }
+        } else {
+            let t: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            out.push(t);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_module_uses_only_what_its_layer_allows() {
+    let rules: BTreeMap<&str, BTreeSet<&str>> = RULES
+        .iter()
+        .map(|(m, a)| (*m, a.iter().copied().collect()))
+        .collect();
+    let root = src();
+    let mut files = Vec::new();
+    rs_files(&root, &mut files);
+    files.sort();
+    let tests = test_modules(&files);
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for f in &files {
+        let rel = f
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let top = rel
+            .split('/')
+            .next()
+            .unwrap()
+            .trim_end_matches(".rs")
+            .to_string();
+        if ["main", "lib", "testutil"].contains(&top.as_str()) {
+            continue;
+        }
+        let stem = f.file_stem().unwrap().to_string_lossy().into_owned();
+        if rel.contains("/tests/") || tests.contains(&stem) {
+            continue;
+        }
+        let allowed = rules.get(top.as_str()).unwrap_or_else(|| {
+            panic!("{top} (controller/src/{rel}) has no row in RULES (and ARCHITECTURE.md)")
+        });
+        checked += 1;
+        for (n, line) in std::fs::read_to_string(f).unwrap().lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                continue;
+            }
+            let code = code.split(" //").next().unwrap_or(code);
+            for u in uses(code) {
+                if u != top && !allowed.contains(u.as_str()) {
+                    broken.push(format!("controller/src/{rel}:{}: {top} uses {u}", n + 1));
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} files checked");
+    assert!(
+        broken.is_empty(),
+        "layer rules broken (see ARCHITECTURE.md):\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_rule_reader_sees_grouped_and_plain_uses() {
+    assert_eq!(
+        uses("use crate::{host::model, step::Step};"),
+        ["host", "step"]
+    );
+    assert_eq!(uses("let m = crate::metrics::Metrics::new();"), ["metrics"]);
+    assert!(uses("no use here").is_empty());
+}
