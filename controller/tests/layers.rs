@@ -236,7 +236,11 @@ fn every_module_uses_only_what_its_layer_allows() {
                 continue;
             }
             let code = code.split(" //").next().unwrap_or(code);
-            for u in uses(code) {
+            // Upper-case names are items of the crate root (`EMBEDDED_HOST`), not modules.
+            for u in uses(code)
+                .into_iter()
+                .filter(|u| u.starts_with(|c: char| c.is_ascii_lowercase()))
+            {
                 if u != top && !allowed.contains(u.as_str()) {
                     broken.push(format!("controller/src/{rel}:{}: {top} uses {u}", n + 1));
                 }
