@@ -2,23 +2,12 @@
 //!
 //! One idea carries the design: **observe → plan → apply**, with the plan a pure function.
 //!
-//! | folder      | concern                                                          |
-//! |-------------|------------------------------------------------------------------|
-//! | `host`      | the host model and its backends (`local` real host, `sim`)       |
-//! | `step`      | `Step`: the words the planner and the backends share             |
-//! | `desired`   | validation of specs and resolution against the host             |
-//! | `p2p`       | GPU peer-to-peer policy and the correctness probe                |
-//! | `plan`      | the pure planner: ordered, typed steps                           |
-//! | `apply`     | the one door every host write goes through                       |
-//! | `converge`  | the loop: observe, plan, apply one step, repeat; readiness       |
-//! | `status`    | conditions from what was observed                                |
-//! | `proxmox`   | byte-preserving editors of `/etc/pve` files                      |
-//! | `systemd`   | unit rendering with systemd's quoting rules, unit names          |
-//! | `sglang`    | SGLang's flags, launch command, startup phases, speculative checks |
-//! | `manifests` | reading resources from YAML files and directories                |
-//! | `modelfiles`| model directories read without trusting them (safetensors headers) |
-//! | `reconcile` | the Kubernetes agent (`gpuplane run`): controller, lease, metrics |
-//! | `cli`       | the `gpuplane` command                                           |
+//! The map of the modules, each with its concern and what it may use, is `ARCHITECTURE.md`
+//! (one map, kept true: `controller/tests/layers.rs` checks its rules on the source). In short:
+//! leaves (`systemd`, `proxmox`, `sglang`, `manifests`, `modelfiles`, `text`, `http`,
+//! `crashpoint`, `metrics`, `kubeapi`); the host model and its backends (`host`, `step`); the
+//! pure middle (`desired`, `p2p`, `plan`, `status`); the doing (`apply`, `converge`); the front
+//! doors (`reconcile`, `standalone`, `webhook`, `cli`).
 //!
 //! Dependency rules (`ARCHITECTURE.md` has the picture): `desired`, `p2p`, `plan` and
 //! `status` are pure; `plan` knows `desired`, `step` and `host::model`, never a backend; `host`

@@ -27,7 +27,7 @@ mod preflight;
 pub mod servers;
 
 pub use crate::step::Step;
-pub use output::{Blocker, Note, Plan, PlannedStep};
+pub use output::{Blocker, Note, Plan, PlannedStep, ROLLED_BACK};
 
 use crate::desired::Desired;
 use crate::host::model::{HostState, RunState};

@@ -39,6 +39,9 @@ pub struct Plan {
     pub notes: Vec<Note>,
 }
 
+/// The reason of the note a rollback leaves: others match on it, never on the message's words.
+pub const ROLLED_BACK: &str = "RolledBack";
+
 /// A decision worth telling the user about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -45,7 +45,7 @@ pub(super) fn gate(d: &Desired, h: &HostState, plan: &mut Plan) {
         let rolling_back = plan
             .notes
             .iter()
-            .any(|n| n.resource == res && n.message.starts_with("Rolled back"));
+            .any(|n| n.resource == res && n.reason == super::output::ROLLED_BACK);
         if touches(plan, s) && !rolling_back {
             failed.push(Blocker {
                 resource: res,

@@ -275,7 +275,7 @@ fn choose_unit(p: &mut Planner<'_>, s: &DesiredServer, content: String) -> Chose
         (Some(r), true) => {
             p.plan.notes.push(Note {
                 resource: format!("InferenceServer/{}", s.id),
-                reason: "RolledBack".into(),
+                reason: super::output::ROLLED_BACK.into(),
                 message: format!("Rolled back: the unit rendered from this spec failed to start, so {} runs the last unit that reached Ready; change the spec to try again", s.unit),
             });
             r.clone()

@@ -556,13 +556,13 @@ fn degraded_condition(
     let rolled_back = r
         .notes
         .iter()
-        .find(|n| n.resource == res && n.message.starts_with("Rolled back"))
+        .find(|n| n.resource == res && n.reason == crate::plan::ROLLED_BACK)
         .map(|n| n.message.clone());
     let drift = obs.and_then(|o| effective_config_drift(&s.spec, &o.server_info));
     // The most actionable problem wins.
     let degraded = mismatch
         .map(|m| ("DriverMismatch", m))
-        .or_else(|| rolled_back.map(|m| ("RolledBack", m)))
+        .or_else(|| rolled_back.map(|m| (crate::plan::ROLLED_BACK, m)))
         .or_else(|| drift.map(|m| ("EffectiveConfigDrift", m)));
     match degraded {
         Some((reason, m)) => st.set(types::DEGRADED, true, reason, m, now, g),
