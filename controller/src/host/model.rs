@@ -42,6 +42,10 @@ pub struct HostState {
     /// Results of P2P correctness probes the agent ran (its cache).
     #[serde(default)]
     pub p2p_probes: Vec<P2pProbe>,
+    /// TCP ports in LISTEN state per network namespace, by `Location::key` (`host`, `lxc-129`):
+    /// the host's, and each running consumer container's. Absent: not looked at.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub listening: BTreeMap<String, BTreeSet<u16>>,
     /// Preflight reads for each server the agent was told about ([`PreflightRequest`]), by
     /// server id (`namespace/name`). Absent: the backend was asked for none, or cannot look.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -246,6 +250,17 @@ pub struct Vm {
 pub enum Location {
     Host,
     Container(u32),
+}
+
+impl Location {
+    /// `host` or `lxc-<vmid>`: the prefix of [`UnitRef::key`], and the key of
+    /// [`HostState::listening`].
+    pub fn key(&self) -> String {
+        match self {
+            Location::Host => "host".into(),
+            Location::Container(v) => format!("lxc-{v}"),
+        }
+    }
 }
 
 impl std::fmt::Display for Location {

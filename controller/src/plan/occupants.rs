@@ -1,4 +1,4 @@
-//! No two servers on one GPU: before a server's unit is written or started, every process
+//! No two servers on one GPU or port: before a server's unit is written or started, every process
 //! that holds one of its GPUs and looks like a server (a Python or SGLang process) must be its
 //! own unit's, or one the plan stops for good. An older unit the agent wrote for the same server
 //! (renamed, or moved between a container and the host) is stopped and removed first. Anything
@@ -9,7 +9,9 @@
 //! must not block it. Rebinding a GPU is stricter: there every holder counts (`holders.rs`).
 //!
 //! # Caveats
-//! The port is not checked here (the observation has no listening sockets yet). An older unit is
+//! The port: a server whose own unit is not running is blocked (`PortInUse`) when its port is
+//! listened on where it runs (the host's network namespace, or its container's), whatever the
+//! address. An older unit is
 //! found through the GPUs its processes hold: one that is stopped and not running is not seen,
 //! and a kill between its stop and its removal (one step) leaves its file, which is found and
 //! removed again when it next starts.
@@ -62,6 +64,9 @@ impl Planner<'_> {
                 }
             }
         }
+        if by_who.is_empty() && old_units.is_empty() && self.port_taken(s) {
+            return true;
+        }
         if by_who.is_empty() {
             for r in old_units {
                 let why = format!(
@@ -89,6 +94,31 @@ impl Planner<'_> {
                 "another server runs on this server's GPUs: {}; the agent starts {} only once it has them alone: stop and disable that server (an old unit left after a rename, or one in a container that no longer consumes the slice), or delete the InferenceServer that runs it",
                 said.join("; "),
                 s.unit.name
+            ),
+        );
+        true
+    }
+
+    /// Blocks `s` when its port is listened on where it runs while its own unit is not running
+    /// (so another program holds it: SGLang would fail to bind, or a client would reach the
+    /// other program). `true` when it did.
+    fn port_taken(&mut self, s: &DesiredServer) -> bool {
+        let h = self.h;
+        let port = s.spec.listen.port;
+        let own_runs = h.unit(&s.unit).is_some_and(|u| u.is_active());
+        let taken = h
+            .listening
+            .get(&s.unit.location.key())
+            .is_some_and(|p| p.contains(&port));
+        if own_runs || !taken {
+            return false;
+        }
+        self.block(
+            format!("InferenceServer/{}", s.id),
+            "PortInUse",
+            format!(
+                "port {port} is already listened on ({}), and not by {}, which is not running: stop the program that holds it, or give this server another spec.listen.port",
+                s.unit.location, s.unit.name
             ),
         );
         true

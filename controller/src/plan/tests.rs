@@ -836,3 +836,51 @@ fn a_daemon_holding_every_gpu_does_not_block_a_server() {
         p.blockers
     );
 }
+
+/// Issue 22: a server never starts on a port another program holds where it runs. Its own
+/// running unit listening there is no conflict.
+#[test]
+fn a_port_held_by_another_program_blocks_the_server() {
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    let mut door = crate::apply::Door::new(&mut h);
+    assert!(crate::converge::converge(&d, &mut door, &Default::default()).converged());
+    let st = h.observe().unwrap();
+    assert!(
+        st.listening["lxc-129"].contains(&30000),
+        "the running server listens: {:?}",
+        st.listening
+    );
+    assert!(plan(&d, &st).is_empty(), "its own port is no conflict");
+    // The server's unit stopped, and something else on 30000 in the container.
+    let mut st2 = st.clone();
+    let key = d.servers[0].unit.key();
+    st2.units.get_mut(&key).unwrap().active_state = "inactive".into();
+    for dev in st2.pci_devices.values_mut() {
+        dev.holders.clear();
+    }
+    let p = plan(&d, &st2);
+    let b = p
+        .blockers
+        .iter()
+        .find(|b| b.resource == "InferenceServer/default/qwen35-122b")
+        .unwrap_or_else(|| panic!("blocked: {p:#?}"));
+    assert_eq!(b.reason, "PortInUse");
+    assert!(
+        b.message.contains("port 30000") && b.message.contains("container 129"),
+        "{}",
+        b.message
+    );
+    assert!(!p
+        .steps
+        .iter()
+        .any(|s| matches!(s.step, Step::StartUnit { .. })));
+    // Nothing listening: it starts.
+    st2.listening.clear();
+    let p = plan(&d, &st2);
+    assert!(p.blockers.is_empty(), "{:?}", p.blockers);
+    assert!(p
+        .steps
+        .iter()
+        .any(|s| matches!(s.step, Step::StartUnit { .. })));
+}

@@ -21,6 +21,7 @@ mod files;
 mod fuzz;
 pub mod holders;
 pub mod iommu;
+mod listening;
 pub mod pci;
 mod preflight;
 mod probe;
@@ -218,6 +219,40 @@ impl LocalHost {
         }
     }
 
+    /// The LISTEN ports of the host's network namespace and of each running container a
+    /// watched unit lives in.
+    fn observe_listening(&self, st: &mut HostState) {
+        let host: String = ["/proc/net/tcp", "/proc/net/tcp6"]
+            .iter()
+            .filter_map(|p| self.root.read(p))
+            .collect();
+        if !host.is_empty() {
+            st.listening
+                .insert(Location::Host.key(), listening::parse(&host));
+        }
+        let vmids: std::collections::BTreeSet<u32> = self
+            .units
+            .iter()
+            .filter_map(|r| match r.location {
+                Location::Container(v) => Some(v),
+                Location::Host => None,
+            })
+            .filter(|v| {
+                st.containers
+                    .get(v)
+                    .is_some_and(|c| c.state == RunState::Running)
+            })
+            .collect();
+        for v in vmids {
+            let loc = Location::Container(v);
+            if let Ok(o) = self.at(loc, &["cat", "/proc/net/tcp", "/proc/net/tcp6"]) {
+                if !o.stdout.is_empty() {
+                    st.listening.insert(loc.key(), listening::parse(&o.stdout));
+                }
+            }
+        }
+    }
+
     fn observe_state(&mut self) -> Result<HostState, LocalError> {
         let mut devices = pci::scan(&self.root, &self.filter);
         for (addr, hs) in holders::scan(&self.root, &devices) {
@@ -274,6 +309,7 @@ impl LocalHost {
             st.units.insert(r.key(), u);
         }
         self.observe_holder_units(&mut st);
+        self.observe_listening(&mut st);
         let containers = st.containers.clone();
         st.preflight = self.observe_preflight(&|loc| match loc {
             Location::Host => true,

@@ -134,10 +134,25 @@ impl SimHost {
                         .or_default()
                         .push(server_holder(&unit_ref, i));
                 }
+                // A running server listens on its `--port` where it runs.
+                if let Some(port) = u.running.as_deref().and_then(listen_port) {
+                    st.listening
+                        .entry(unit_ref.location.key())
+                        .or_default()
+                        .insert(port);
+                }
             }
             st.units.insert(key.clone(), run.unit);
         }
     }
+}
+
+/// The `--port` of the SGLang launch in unit file `text`.
+fn listen_port(text: &str) -> Option<u16> {
+    let argv = crate::systemd::unit::parse(text).ok()?.exec_start;
+    argv.windows(2)
+        .find(|w| w[0] == "--port")
+        .and_then(|w| w[1].parse().ok())
 }
 
 /// The process of rank `i` of the server that `unit_ref` runs.
