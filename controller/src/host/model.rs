@@ -119,6 +119,23 @@ pub struct Holder {
     pub unit: Option<String>,
 }
 
+impl Holder {
+    /// The systemd unit the process runs in, where it runs (the host's, or its container's own
+    /// systemd's); `None` for a VM's process or one in no service.
+    pub fn unit_ref(&self) -> Option<UnitRef> {
+        if self.vm.is_some() {
+            return None;
+        }
+        Some(UnitRef {
+            location: match self.container {
+                Some(c) => Location::Container(c),
+                None => Location::Host,
+            },
+            name: self.unit.clone()?,
+        })
+    }
+}
+
 impl std::fmt::Display for Holder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "pid {} ({})", self.pid, self.command)?;

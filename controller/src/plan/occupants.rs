@@ -19,6 +19,7 @@
 use super::{Planner, Step};
 use crate::desired::DesiredServer;
 use crate::host::model::{Holder, Location, UnitRef};
+use crate::sglang::command;
 use crate::systemd::unit;
 use std::collections::BTreeMap;
 
@@ -127,31 +128,17 @@ impl Planner<'_> {
     /// The holder's unit, when it is one the agent wrote for `s` itself under another name or
     /// in another place (its header, and `s`'s id in its description): the agent removes it.
     fn older_unit_of(&self, s: &DesiredServer, holder: &Holder) -> Option<UnitRef> {
-        let r = UnitRef {
-            location: match holder.container {
-                Some(c) => Location::Container(c),
-                None => Location::Host,
-            },
-            name: holder.unit.clone()?,
-        };
+        let r = holder.unit_ref()?;
         let file = self.h.unit(&r)?.file.as_deref()?;
-        let mine = format!("(gpuplane InferenceServer {})", s.id);
-        let owned = unit::is_managed(file)
-            && file
-                .lines()
-                .any(|l| l.starts_with("Description=") && l.trim_end().ends_with(&mine));
+        let owned = unit::is_managed(file) && command::written_for(file, &s.id);
         (owned && !self.d.servers.iter().any(|o| o.unit == r)).then_some(r)
     }
 
     /// The holder is a process of `s`'s own unit, where it runs.
     fn own(&self, s: &DesiredServer, holder: &Holder) -> bool {
-        let Some(u) = &holder.unit else { return false };
-        match s.unit.location {
-            Location::Host => {
-                holder.container.is_none() && holder.vm.is_none() && same_unit(u, &s.unit.name)
-            }
-            Location::Container(v) => holder.container == Some(v) && same_unit(u, &s.unit.name),
-        }
+        holder
+            .unit_ref()
+            .is_some_and(|r| r.location == s.unit.location && same_unit(&r.name, &s.unit.name))
     }
 
     /// The plan stops the holder for good: its host unit is stopped, or its container is

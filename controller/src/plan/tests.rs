@@ -7,6 +7,15 @@ fn kinds(p: &Plan) -> Vec<&'static str> {
     p.steps.iter().map(|s| s.step.kind()).collect()
 }
 
+/// The twin converged to the reference split, and the split.
+fn converged_twin() -> (crate::host::sim::SimHost, crate::desired::Desired) {
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    let mut door = crate::apply::Door::new(&mut h);
+    assert!(crate::converge::converge(&d, &mut door, &Default::default()).converged());
+    (h, d)
+}
+
 fn index(p: &Plan, f: impl Fn(&Step) -> bool) -> Option<usize> {
     p.steps.iter().position(|s| f(&s.step))
 }
@@ -159,10 +168,7 @@ fn converged_host_plans_nothing() {
 
 #[test]
 fn unit_change_restarts_once_and_unrelated_reconcile_does_not() {
-    let mut h = twin();
-    let d = desired(&mut h, &manifests());
-    let mut door = crate::apply::Door::new(&mut h);
-    assert!(crate::converge::converge(&d, &mut door, &Default::default()).converged());
+    let (mut h, d) = converged_twin();
     let mut d2 = d.clone();
     d2.servers[0].spec.speculative.as_mut().unwrap().num_steps = Some(4);
     d2.servers[0]
@@ -189,10 +195,7 @@ fn unit_change_restarts_once_and_unrelated_reconcile_does_not() {
 
 #[test]
 fn crash_between_reload_and_restart_is_finished() {
-    let mut h = twin();
-    let d = desired(&mut h, &manifests());
-    let mut door = crate::apply::Door::new(&mut h);
-    assert!(crate::converge::converge(&d, &mut door, &Default::default()).converged());
+    let (mut h, d) = converged_twin();
     let mut d2 = d.clone();
     d2.servers[0].spec.mem_fraction_static = Some(0.8);
     let p = plan(&d2, &h.observe().unwrap());
@@ -721,10 +724,7 @@ fn renamed(d: &crate::desired::Desired) -> crate::desired::Desired {
 /// server's id in its description): it is stopped and removed before the new one starts.
 #[test]
 fn a_renamed_unit_replaces_the_old_one_instead_of_starting_beside_it() {
-    let mut h = twin();
-    let d = desired(&mut h, &manifests());
-    let mut door = crate::apply::Door::new(&mut h);
-    assert!(crate::converge::converge(&d, &mut door, &Default::default()).converged());
+    let (mut h, d) = converged_twin();
     let d2 = renamed(&d);
     let p = plan(&d2, &h.observe().unwrap());
     assert!(p.blockers.is_empty(), "{:?}", p.blockers);
@@ -766,10 +766,7 @@ fn a_renamed_unit_replaces_the_old_one_instead_of_starting_beside_it() {
 /// the new unit is refused, naming it, and nothing is written.
 #[test]
 fn a_stranger_on_the_gpus_blocks_the_server_and_is_named() {
-    let mut h = twin();
-    let d = desired(&mut h, &manifests());
-    let mut door = crate::apply::Door::new(&mut h);
-    assert!(crate::converge::converge(&d, &mut door, &Default::default()).converged());
+    let (mut h, d) = converged_twin();
     // The old unit as a person wrote it: no header.
     let key = d.servers[0].unit.key();
     let file = h.file.units[&key].file.clone().unwrap();
@@ -841,10 +838,7 @@ fn a_daemon_holding_every_gpu_does_not_block_a_server() {
 /// running unit listening there is no conflict.
 #[test]
 fn a_port_held_by_another_program_blocks_the_server() {
-    let mut h = twin();
-    let d = desired(&mut h, &manifests());
-    let mut door = crate::apply::Door::new(&mut h);
-    assert!(crate::converge::converge(&d, &mut door, &Default::default()).converged());
+    let (mut h, d) = converged_twin();
     let st = h.observe().unwrap();
     assert!(
         st.listening["lxc-129"].contains(&30000),

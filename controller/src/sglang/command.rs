@@ -177,10 +177,7 @@ pub fn unit_spec(
     let mut sandbox = super::sandbox::options(rt.on_host);
     sandbox.push(("RuntimeDirectory".into(), run_dir.clone()));
     UnitSpec {
-        description: format!(
-            "SGLang server {} (gpuplane InferenceServer {id})",
-            spec.model.served_name
-        ),
+        description: format!("SGLang server {} {}", spec.model.served_name, owner_tag(id)),
         exec_start: argv(spec, p2p_disabled),
         environment,
         working_directory: Some(format!("/run/{run_dir}")),
@@ -192,6 +189,20 @@ pub fn unit_spec(
         wanted_by: vec!["multi-user.target".into()],
         sandbox,
     }
+}
+
+/// The end of a server unit's `Description=`: which InferenceServer (`namespace/name`) the
+/// agent wrote it for.
+fn owner_tag(id: &str) -> String {
+    format!("(gpuplane InferenceServer {id})")
+}
+
+/// Whether unit file `file` is one the agent wrote for server `id` (its description's tag).
+pub fn written_for(file: &str, id: &str) -> bool {
+    crate::systemd::unit::parse(file)
+        .ok()
+        .and_then(|u| u.description)
+        .is_some_and(|d| d.ends_with(&owner_tag(id)))
 }
 
 /// Whether a flag's value is a secret (`--api-key`, `--ssl-keyfile-password`, ...).

@@ -8,7 +8,7 @@ use crate::desired::{
 };
 use crate::host::Host;
 use crate::testutil::{manifests, twin};
-use gpuplane_crds::{EnvVar, GpuPartition, InferenceServer, UnitLocation};
+use gpuplane_crds::{EnvVar, GpuPartition, InferenceServer, ServerPolicy, UnitLocation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// The reference partition (with its policy) resolved on the twin.
@@ -39,6 +39,20 @@ fn errors(p: impl FnOnce(&mut GpuPartition), s: impl FnOnce(&mut InferenceServer
 /// `errors` with the partition as given.
 fn server_errors(s: impl FnOnce(&mut InferenceServer)) -> Vec<String> {
     errors(|_| {}, s)
+}
+
+/// The `field: message` lines of the reference partition with its inference slice's policy
+/// changed by `edit`.
+fn policy_errors(edit: impl FnOnce(&mut ServerPolicy)) -> Vec<String> {
+    let mut p = manifests().partitions[0].clone();
+    edit(p.spec.slices[0].servers.as_mut().unwrap());
+    match resolve_partition(&p, &twin().observe().unwrap(), "10de", "nvidia") {
+        Ok(_) => vec![],
+        Err(e) => e
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect(),
+    }
 }
 
 fn has(errs: &[String], field: &str, words: &str) -> bool {
@@ -152,24 +166,18 @@ fn a_server_sets_only_the_variables_listed_or_allowed() {
 /// An admin cannot hand out what the agent sets, nor the loader's and interpreter's families.
 #[test]
 fn the_admin_s_allowed_env_is_checked() {
-    let mut p = manifests().partitions[0].clone();
-    p.spec.slices[0].servers.as_mut().unwrap().allowed_env = [
-        "CUDA_VISIBLE_DEVICES",
-        "CUDA_*",
-        "LD_PRELOAD",
-        "PY*",
-        "*",
-        "NCCL_ALGO",
-    ]
-    .map(String::from)
-    .to_vec();
-    let e = match resolve_partition(&p, &twin().observe().unwrap(), "10de", "nvidia") {
-        Ok(_) => vec![],
-        Err(e) => e
-            .iter()
-            .map(|e| format!("{}: {}", e.field, e.message))
-            .collect(),
-    };
+    let e = policy_errors(|pol| {
+        pol.allowed_env = [
+            "CUDA_VISIBLE_DEVICES",
+            "CUDA_*",
+            "LD_PRELOAD",
+            "PY*",
+            "*",
+            "NCCL_ALGO",
+        ]
+        .map(String::from)
+        .to_vec()
+    });
     let f = |j: usize| format!("spec.slices[0].servers.allowedEnv[{j}]");
     assert!(has(&e, &f(0), "which the agent sets"), "{e:?}");
     assert!(has(&e, &f(1), "covers CUDA_VISIBLE_DEVICES"), "{e:?}");
@@ -342,18 +350,11 @@ fn path_values_lie_under_the_model_roots() {
 /// The admin's allowedFlags are real flags, never the agent's own.
 #[test]
 fn the_admin_s_allowed_flags_are_checked() {
-    let mut p = manifests().partitions[0].clone();
-    p.spec.slices[0].servers.as_mut().unwrap().allowed_flags =
-        ["--tp", "--port", "--trust-remote-code"]
+    let e = policy_errors(|pol| {
+        pol.allowed_flags = ["--tp", "--port", "--trust-remote-code"]
             .map(String::from)
-            .to_vec();
-    let e = match resolve_partition(&p, &twin().observe().unwrap(), "10de", "nvidia") {
-        Ok(_) => vec![],
-        Err(e) => e
-            .iter()
-            .map(|e| format!("{}: {}", e.field, e.message))
-            .collect(),
-    };
+            .to_vec()
+    });
     let f = |j: usize| format!("spec.slices[0].servers.allowedFlags[{j}]");
     assert!(has(&e, &f(0), "is not an SGLang 0.5.23 flag"), "{e:?}");
     assert!(has(&e, &f(1), "set by the agent"), "{e:?}");

@@ -91,16 +91,15 @@ pub fn run_with_input(
     let t_out = reader(child.stdout.take());
     let t_err = reader(child.stderr.take());
     let start = Instant::now();
-    let killed = || LocalError::Killed {
-        command: argv.join(" "),
-        seconds: deadline.as_secs(),
-    };
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break s,
             Ok(None) if start.elapsed() > deadline => {
                 kill_group(&mut child);
-                return Err(killed());
+                return Err(LocalError::Killed {
+                    command: argv.join(" "),
+                    seconds: deadline.as_secs(),
+                });
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => {

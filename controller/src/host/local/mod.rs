@@ -184,25 +184,17 @@ impl LocalHost {
         let mut extra: Vec<UnitRef> = Vec::new();
         for d in st.pci_devices.values() {
             for h in &d.holders {
-                let (Some(name), None) = (&h.unit, h.vm) else {
-                    continue;
-                };
-                let location = match h.container {
-                    Some(c)
-                        if st
-                            .containers
-                            .get(&c)
-                            .is_some_and(|c| c.state == RunState::Running) =>
+                let Some(r) = h.unit_ref() else { continue };
+                if let Location::Container(c) = r.location {
+                    if !st
+                        .containers
+                        .get(&c)
+                        .is_some_and(|c| c.state == RunState::Running)
                     {
-                        Location::Container(c)
+                        continue;
                     }
-                    Some(_) => continue,
-                    None => Location::Host,
-                };
-                let r = UnitRef {
-                    location,
-                    name: name.clone(),
-                };
+                }
+                let name = &r.name;
                 if name.ends_with(".service")
                     && crate::systemd::name::validate_unit_name(name).is_ok()
                     && !st.units.contains_key(&r.key())

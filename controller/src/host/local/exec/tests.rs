@@ -1,5 +1,12 @@
 use super::*;
 
+/// `sh -c script` under `deadline`, and how long the call took.
+fn sh(script: &str, deadline: Duration) -> (Result<CmdOutput, LocalError>, Duration) {
+    let t = Instant::now();
+    let r = run(&["sh".into(), "-c".into(), script.into()], deadline);
+    (r, t.elapsed())
+}
+
 #[test]
 fn commands_get_killed_at_the_deadline() {
     let e = run(&["sleep".into(), "5".into()], Duration::from_millis(200)).unwrap_err();
@@ -40,17 +47,10 @@ fn the_deadline_kills_the_whole_process_group() {
     let dir = tempfile::tempdir().unwrap();
     let mark = dir.path().join("grandchild-ran");
     let script = format!("(sleep 1; touch {}) & sleep 5", mark.display());
-    let t = Instant::now();
-    let e = run(
-        &["sh".into(), "-c".into(), script],
-        Duration::from_millis(200),
-    )
-    .unwrap_err();
+    let (r, took) = sh(&script, Duration::from_millis(200));
+    let e = r.unwrap_err();
     assert!(e.to_string().contains("did not finish"), "{e}");
-    assert!(
-        t.elapsed() < Duration::from_secs(3),
-        "waited for the grandchild"
-    );
+    assert!(took < Duration::from_secs(3), "waited for the grandchild");
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!mark.exists(), "the grandchild outlived the deadline");
 }
@@ -87,17 +87,9 @@ fn a_process_left_holding_the_output_does_not_hang_the_call() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
     let script = format!("echo hi; sleep 100 & echo $! > {}", pidfile.display());
-    let start = Instant::now();
-    let e = run(
-        &["sh".into(), "-c".into(), script],
-        Duration::from_millis(800),
-    )
-    .unwrap_err();
-    assert!(
-        start.elapsed() < Duration::from_secs(20),
-        "returned after {:?}",
-        start.elapsed()
-    );
+    let (r, took) = sh(&script, Duration::from_millis(800));
+    let e = r.unwrap_err();
+    assert!(took < Duration::from_secs(20), "returned after {took:?}");
     assert!(matches!(e, LocalError::OutputHeld { .. }), "{e}");
     assert!(e.to_string().contains("kept its output open"), "{e}");
     // The one left behind was in the child's group: it is gone.
@@ -117,16 +109,8 @@ fn a_process_left_holding_the_output_does_not_hang_the_call() {
     assert!(gone, "sleep {pid} outlived the call");
 
     // One that left its own session (out of reach of the group kill) is abandoned, not waited for.
-    let start = Instant::now();
-    let e = run(
-        &["sh".into(), "-c".into(), "setsid sleep 30 & echo hi".into()],
-        Duration::from_millis(800),
-    )
-    .unwrap_err();
-    assert!(
-        start.elapsed() < Duration::from_secs(20),
-        "returned after {:?}",
-        start.elapsed()
-    );
+    let (r, took) = sh("setsid sleep 30 & echo hi", Duration::from_millis(800));
+    let e = r.unwrap_err();
+    assert!(took < Duration::from_secs(20), "returned after {took:?}");
     assert!(matches!(e, LocalError::OutputHeld { .. }), "{e}");
 }
