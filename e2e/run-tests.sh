@@ -5,7 +5,11 @@
 # alone (after the set-up) as `e2e/run-tests.sh [FILTER]`, FILTER a regex over "NAME KIND"
 # (e.g. `vm_`, `^kube_agent test$`, ` lib$` for the unit tests).
 #
-# Environment: TEST_THREADS (default 2) is passed to each test binary as --test-threads.
+# Each target's output is printed whole when it ends ("== test NAME (ok, 12s)").
+#
+# Environment: TEST_THREADS (default 2) is passed to each test binary as --test-threads;
+# TEST_LANES (default 2) runs the VM targets (vm_*) in a second lane beside the others, 1 runs
+# every target one after another.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FILTER=${1:-}
@@ -35,36 +39,62 @@ for t in sorted(found, key=key):
 ' >"$T/targets" || { cat "$T/build.err" >&2; exit 1; }
 [ -s "$T/targets" ] || { echo "run-tests: no test targets found" >&2; cat "$T/build.err" >&2; exit 1; }
 threads=${TEST_THREADS:-2}
+lanes=${TEST_LANES:-2}
 total0=$(date +%s)
-: >"$T/summary"
-failed=0
 # Every run selects with --workspace, as the build above did: selecting by package (-p,
 # --manifest-path) unifies features differently and rebuilds crates (minutes on two cores).
 # The unit tests of all crates run as one step, the binaries' as another, then each test target.
 { echo "- lib (unit tests of every crate)"; echo "- bin (the binaries' own tests)"
   awk '$2 == "test" {print $1, $2, $3}' "$T/targets"; } >"$T/steps"
-while read -r manifest kind name; do
-  [ -z "$FILTER" ] || [[ "$name $kind" =~ $FILTER ]] || continue
+mkdir -p "$T/res"
+# step I KIND NAME: runs one target; its output is printed whole when it ends (under a lock, so
+# two lanes never interleave), its result line goes to $T/res/I.
+step() {
+  local i=$1 kind=$2 name=$3 sel t0 rc secs n r
   case $kind in
     lib) sel=(--lib) ; name="(unit tests)" ;;
     bin) sel=(--bins) ; name="(binaries)" ;;
     test) sel=(--test "$name") ;;
+    doc) sel=(--doc) ; name="(doc tests)" ;;
   esac
-  echo "== test $name"
+  { flock 9; echo "-- started $name"; } 9>"$T/print.lock"
   t0=$(date +%s)
-  cargo test --workspace "${sel[@]}" -- --test-threads="$threads" 2>&1 | tee "$T/out"
-  rc=${PIPESTATUS[0]}
+  if [ "$kind" = doc ]; then
+    cargo test -q --workspace "${sel[@]}" >"$T/out.$i" 2>&1
+  else
+    cargo test --workspace "${sel[@]}" -- --test-threads="$threads" >"$T/out.$i" 2>&1
+  fi
+  rc=$?
   secs=$(( $(date +%s) - t0 ))
-  n=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$T/out" | awk '{p+=$4; f+=$6} END {printf "%d passed, %d failed", p, f}')
-  if [ "$rc" = 0 ]; then r=ok; else r=FAILED; failed=$((failed + 1)); fi
-  printf '%-8s %5ss  %-32s %s\n' "$r" "$secs" "$name" "$n" >>"$T/summary"
+  n=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$T/out.$i" | awk '{p+=$4; f+=$6} END {printf "%d passed, %d failed", p, f}')
+  if [ "$rc" = 0 ]; then r=ok; else r=FAILED; fi
+  printf '%-8s %5ss  %-32s %s\n' "$r" "$secs" "$name" "$n" >"$T/res/$i"
+  { flock 9; echo "== test $name ($r, ${secs}s)"; cat "$T/out.$i"; } 9>"$T/print.lock"
+}
+# lane FILE: runs the steps listed in FILE ("I KIND NAME" lines) one after another.
+lane() { while read -r i kind name; do step "$i" "$kind" "$name"; done <"$1"; }
+i=0
+: >"$T/lane.vm"; : >"$T/lane.main"
+while read -r manifest kind name; do
+  i=$((i + 1))
+  [ -z "$FILTER" ] || [[ "$name $kind" =~ $FILTER ]] || continue
+  # Two lanes (TEST_LANES=2, the default): the VM targets (qemu under TCG) beside the rest. The
+  # others mostly wait on real servers (a kube-apiserver test keeps about a fifth of two cores
+  # busy), so the lanes fit beside each other; TEST_LANES=1 runs everything in one lane.
+  if [ "$lanes" -ge 2 ] && [[ $name == vm_* ]]; then echo "$i $kind $name" >>"$T/lane.vm"
+  else echo "$i $kind $name" >>"$T/lane.main"; fi
 done <"$T/steps"
-if [ -z "$FILTER" ]; then
-  echo "== doc tests"
-  t0=$(date +%s)
-  if cargo test -q --workspace --doc 2>&1 | tee "$T/out"; then r=ok; else r=FAILED; failed=$((failed + 1)); fi
-  printf '%-8s %5ss  %-32s\n' "$r" "$(( $(date +%s) - t0 ))" "(doc tests)" >>"$T/summary"
-fi
+[ -n "$FILTER" ] || echo "$((i + 1)) doc doc" >>"$T/lane.main"
+echo "== running $(cat "$T/lane.vm" "$T/lane.main" | grep -c .) test steps in $([ -s "$T/lane.vm" ] && echo 2 || echo 1) lane(s)"
+lane "$T/lane.vm" & vm=$!
+lane "$T/lane.main"
+wait $vm
+# The summary in the steps' order; a step that left no result line counts as failed.
+: >"$T/summary"
+while read -r i kind name; do
+  if [ -s "$T/res/$i" ]; then cat "$T/res/$i"; else printf '%-8s %5ss  %-32s\n' FAILED "?" "$name (no result)"; fi
+done < <(sort -n "$T/lane.vm" "$T/lane.main") >>"$T/summary"
+failed=$(grep -c '^FAILED' "$T/summary")
 echo
 echo "== test summary: $(grep -c . "$T/summary") targets, $failed failed, $(( $(date +%s) - total0 )) s"
 cat "$T/summary"

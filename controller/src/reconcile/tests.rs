@@ -423,10 +423,17 @@ async fn a_starting_server_that_answers_wakes_its_partition_before_the_poll_inte
         early.is_err(),
         "no wake while the server is loading: {early:?}"
     );
+    // The first probe ends at its 1 s; on a starved machine it may end later, and a second
+    // probe for the same partition is not started while one runs: wait for it to end.
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    while c.wake.is_probing("kpro6") && std::time::Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!c.wake.is_probing("kpro6"), "the first probe ends");
     // The simulated minutes of loading pass; the next probe sees 200.
     c.host.lock().unwrap().sleep(900);
     wake::probe_until_ready(&c, "kpro6", vec![unit], Duration::from_secs(30));
-    let got = tokio::time::timeout(Duration::from_secs(10), woken.next())
+    let got = tokio::time::timeout(Duration::from_secs(25), woken.next())
         .await
         .expect("woken")
         .expect("a partition to reconcile");

@@ -41,6 +41,15 @@ impl Wake {
             rx,
         )
     }
+
+    /// Whether a probe for partition `name` still runs (tests wait for one to end).
+    #[cfg(test)]
+    pub(crate) fn is_probing(&self, name: &str) -> bool {
+        self.probing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(name)
+    }
 }
 
 /// Starts probing `units` for partition `name` until one answers `/health_generate` 200 (then
