@@ -13,9 +13,9 @@
 //! Each figure: iterations, median, p99, min and max of one run. `GPUPLANE_BENCH_SCALE=N`
 //! multiplies the iterations. docs/BENCHMARKS.md explains the method and the figures.
 
-use gpuplane::apply::Door;
 use gpuplane::converge::{converge, Options};
 use gpuplane::desired::Desired;
+use gpuplane::door::Door;
 use gpuplane::host::local::LocalHost;
 use gpuplane::host::model::HostState;
 use gpuplane::host::sim::SimHost;

@@ -6,20 +6,21 @@
 //! (one map, kept true: `controller/tests/layers.rs` checks its rules on the source). In short:
 //! leaves (`systemd`, `proxmox`, `sglang`, `manifests`, `modelfiles`, `text`, `http`,
 //! `crashpoint`, `metrics`, `kubeapi`); the host model and its backends (`host`, `step`); the
-//! pure middle (`desired`, `p2p`, `plan`, `status`); the doing (`apply`, `converge`); the front
+//! pure middle (`desired`, `p2p`, `plan`, `status`); the doing (`door`, `converge`); the front
 //! doors (`reconcile`, `standalone`, `webhook`, `cli`).
 //!
 //! Dependency rules (`ARCHITECTURE.md` has the picture): `desired`, `p2p`, `plan` and
 //! `status` are pure; `plan` knows `desired`, `step` and `host::model`, never a backend; `host`
 //! knows nothing of Kubernetes. Host writes happen only in a backend's `Host::apply`, reached
-//! only through `apply::Door`, which `converge` holds (and `cli` for the single P2P probe step);
+//! only through `door::Door`, which `converge` holds (and `cli` for the single P2P probe step);
 //! `reconcile` and `cli` are the only places where observe, plan and apply meet the outside.
 
-pub mod apply;
 pub mod cli;
+pub mod clock;
 pub mod converge;
 pub mod crashpoint;
 pub mod desired;
+pub mod door;
 pub mod host;
 pub mod http;
 pub mod kubeapi;

@@ -3,9 +3,9 @@
 //! second converge makes zero writes, and no step is unsafe on the way (a GPU unbound
 //! while held, a server started before its GPUs are in place).
 
-use gpuplane::apply::Door;
 use gpuplane::converge::{converge, Options, Stop};
 use gpuplane::desired::{resolve_partition, resolve_server, Desired};
+use gpuplane::door::Door;
 use gpuplane::host::model::Holder;
 use gpuplane::host::model::{HostState, Location, RunState};
 use gpuplane::host::sim::{

@@ -9,9 +9,9 @@
 //! there, most of CI's budget for one property); the long run is
 //! `PROPTEST_CASES=20000 cargo test -p gpuplane --release --test validation_props`.
 
-use gpuplane::apply::Door;
 use gpuplane::cli::desired_for_host;
 use gpuplane::converge::{converge, Options, Stop, WaitOutcome};
+use gpuplane::door::Door;
 use gpuplane::host::sim::SimHost;
 use gpuplane::manifests::Manifests;
 use proptest::prelude::*;

@@ -90,8 +90,8 @@ pub enum Command {
         /// (objects of this node without the label get the condition NodeLabelMissing); or
         /// `cluster`, every object of the cluster, filtered by spec.nodeName (for clusters not
         /// labelled yet; every agent then holds the whole cluster).
-        #[arg(long, default_value = "node", value_parser = ["node", "cluster"])]
-        watch_scope: String,
+        #[arg(long, default_value = "node", value_parser = watch_scope())]
+        watch_scope: crate::reconcile::scope::WatchScope,
         /// Without Kubernetes: reconcile the manifests in this file or directory (watched for
         /// changes) instead of the API's objects; status goes to files under --status-dir.
         #[arg(long, conflicts_with_all = ["kubeconfig", "lease_namespace", "identity"])]
@@ -192,4 +192,13 @@ pub enum Format {
 pub enum ObserveFormat {
     Yaml,
     Json,
+}
+
+/// `--watch-scope`: one of [`WatchScope::NAMES`](crate::reconcile::scope::WatchScope::NAMES),
+/// listed by `--help`.
+fn watch_scope() -> impl clap::builder::TypedValueParser<Value = crate::reconcile::scope::WatchScope>
+{
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(crate::reconcile::scope::WatchScope::NAMES)
+        .try_map(|s| s.parse::<crate::reconcile::scope::WatchScope>())
 }

@@ -4,8 +4,8 @@ use super::args::{Format, HostArgs, InputArgs, ObserveFormat};
 use super::failure::Failure;
 use super::input::{load_desired, load_desired_seeded, open_host};
 use super::output;
-use crate::apply::Door;
 use crate::converge::Options;
+use crate::door::Door;
 use crate::host::sim::SimHost;
 use crate::host::Host;
 use gpuplane_crds::condition::{types, ConditionStatus};
@@ -190,7 +190,7 @@ pub fn preflight(input: &InputArgs) -> Result<i32, Failure> {
 /// The crash-recovery harness's hook: `GPUPLANE_KILL_AFTER_WRITE=N` kills `converge` with
 /// SIGKILL right after its N-th host write.
 fn kill_after_write() -> Result<Option<u64>, Failure> {
-    let name = crate::apply::KILL_AFTER_WRITE_ENV;
+    let name = crate::door::KILL_AFTER_WRITE_ENV;
     match std::env::var(name) {
         Err(_) => Ok(None),
         Ok(v) => v.trim().parse().map(Some).map_err(|_| {
@@ -221,7 +221,8 @@ pub fn converge(
             seed,
         )
     };
-    let status = crate::status::compute(&desired, &report, &Default::default());
+    let status =
+        crate::status::compute(&desired, &report, &Default::default(), &crate::clock::now());
     output::print_converge(&desired, &report, &status, format);
     if let Some(file) = super::input::read_only_sim_file(&input.host) {
         if report.writes > 0 && !dry_run {

@@ -86,10 +86,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
                     .unwrap_or_else(|| "default".into()),
                 lease_duration: std::time::Duration::from_secs(lease_duration.max(3)),
                 identity: identity.unwrap_or_else(|| format!("{hostname}-{}", std::process::id())),
-                watch_scope: match watch_scope.as_str() {
-                    "cluster" => crate::reconcile::scope::WatchScope::Cluster,
-                    _ => crate::reconcile::scope::WatchScope::Node,
-                },
+                watch_scope,
             };
             commands::run_agent(&host, opts, sim_speed)
         }

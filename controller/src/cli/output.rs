@@ -97,23 +97,11 @@ pub fn print_converge(
             match &r.stop {
                 None if r.final_plan.is_empty() => println!("Converged: a new plan has no steps."),
                 None => println!("Stopped with {} steps left.", r.final_plan.steps.len()),
-                Some(Stop::Blocked { blockers }) => {
-                    for b in blockers {
-                        println!("BLOCKED {} ({}): {}", b.resource, b.reason, b.message);
-                    }
+                Some(stop @ Stop::Blocked { .. }) => {
+                    println!("{stop}");
                     println!("Nothing more was changed.");
                 }
-                Some(Stop::StepFailed { step, error }) => {
-                    println!("STOPPED: {step} failed: {error}")
-                }
-                Some(Stop::NotReady { unit }) => println!("STOPPED: {unit} did not become ready."),
-                Some(Stop::Waiting { unit }) => println!("{unit} is still starting."),
-                Some(Stop::WaitingForLock { step, message, .. }) => println!(
-                    "WAITING: {step}: {message}. Nothing more was changed; run again later (the agent retries by itself)."
-                ),
-                Some(Stop::NoProgress { steps }) => {
-                    println!("STOPPED: no convergence after {steps} steps.")
-                }
+                Some(stop) => println!("{stop}"),
             }
             println!("\nStatus:");
             for (res, st) in status {

@@ -14,10 +14,10 @@
 
 mod wait;
 
-pub use wait::{wait_ready, Progress, WaitOutcome};
+pub use wait::{wait_ready, StartupTrack, WaitOutcome};
 
-use crate::apply::Door;
 use crate::desired::Desired;
+use crate::door::Door;
 use crate::host::model::HostState;
 use crate::host::HostError;
 use crate::plan::{plan, Blocker, Note, Plan, PlannedStep, Step};
@@ -91,6 +91,33 @@ pub enum Stop {
     },
 }
 
+/// The human words for why a run stopped: the CLI prints them, events carry them.
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stop::Blocked { blockers } => {
+                for (i, b) in blockers.iter().enumerate() {
+                    if i > 0 {
+                        writeln!(f)?;
+                    }
+                    write!(f, "BLOCKED {} ({}): {}", b.resource, b.reason, b.message)?;
+                }
+                Ok(())
+            }
+            Stop::StepFailed { step, error } => write!(f, "STOPPED: {step} failed: {error}"),
+            Stop::NotReady { unit } => write!(f, "STOPPED: {unit} did not become ready."),
+            Stop::Waiting { unit } => write!(f, "{unit} is still starting."),
+            Stop::WaitingForLock { step, message, .. } => write!(
+                f,
+                "WAITING: {step}: {message}. Nothing more was changed; run again later (the agent retries by itself)."
+            ),
+            Stop::NoProgress { steps } => {
+                write!(f, "STOPPED: no convergence after {steps} steps.")
+            }
+        }
+    }
+}
+
 /// What a converge run did.
 #[derive(Debug, Clone)]
 pub struct Report {
@@ -145,7 +172,7 @@ pub fn converge_with(
     desired: &Desired,
     door: &mut Door<'_>,
     opts: &Options,
-    progress: &mut BTreeMap<String, Progress>,
+    progress: &mut BTreeMap<String, StartupTrack>,
 ) -> Report {
     converge_seeded(desired, door, opts, progress, None)
 }
@@ -159,7 +186,7 @@ pub fn converge_seeded(
     desired: &Desired,
     door: &mut Door<'_>,
     opts: &Options,
-    progress: &mut BTreeMap<String, Progress>,
+    progress: &mut BTreeMap<String, StartupTrack>,
     seed: Option<HostState>,
 ) -> Report {
     let mut r = Report {
@@ -333,7 +360,7 @@ fn wait_step(
     desired: &Desired,
     door: &mut Door<'_>,
     opts: &Options,
-    progress: &mut BTreeMap<String, Progress>,
+    progress: &mut BTreeMap<String, StartupTrack>,
     r: &mut Report,
     next: &PlannedStep,
     at: u64,
@@ -359,7 +386,7 @@ fn wait_step(
     } else {
         let p = progress
             .entry(unit.key())
-            .or_insert_with(|| Progress::new(at));
+            .or_insert_with(|| StartupTrack::new(at));
         let host = r.final_host.clone().unwrap_or_default();
         p.check(
             &host,

@@ -1,6 +1,6 @@
 //! Waiting for a server to become ready, and telling a slow start from a stall.
 //!
-//! Progress is the startup phase from the journal plus GPU memory per device: the
+//! StartupTrack is the startup phase from the journal plus GPU memory per device: the
 //! reference hang loaded weights (59.6 GB per GPU in 20 s) and then sat flat while the
 //! unit stayed `active`. No change in either for `stall_after` seconds is a stall.
 
@@ -69,18 +69,18 @@ impl WaitOutcome {
 /// (phase, GPU memory). Kept by the caller between polls (in memory: it is observation history,
 /// not host state; losing it only restarts the stall timer).
 #[derive(Debug, Clone)]
-pub struct Progress {
+pub struct StartupTrack {
     start: u64,
     last_sig: Option<(Option<StartupPhase>, Vec<u64>)>,
     last_progress: u64,
     phases: Vec<(String, u64)>,
-    /// `stall_after` of the last check (for [`Progress::stall_due_in`]).
+    /// `stall_after` of the last check (for [`StartupTrack::stall_due_in`]).
     stall_after: Option<u64>,
 }
 
-impl Progress {
-    pub fn new(now: u64) -> Progress {
-        Progress {
+impl StartupTrack {
+    pub fn new(now: u64) -> StartupTrack {
+        StartupTrack {
             start: now,
             last_sig: None,
             last_progress: now,
@@ -174,7 +174,7 @@ pub fn wait_ready(
     deadline: u64,
     poll: u64,
 ) -> WaitOutcome {
-    let mut p = Progress::new(host.now());
+    let mut p = StartupTrack::new(host.now());
     loop {
         let st = match host.observe() {
             Ok(s) => s,

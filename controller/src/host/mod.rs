@@ -2,7 +2,7 @@
 //!
 //! A backend observes (reads only) and applies one plan step at a time. Backends
 //! know nothing of Kubernetes. All host writes reach a backend through
-//! [`crate::apply::Door`], the one place that counts, logs and dry-runs them.
+//! [`crate::door::Door`], the one place that counts, logs and dry-runs them.
 
 pub mod local;
 pub mod model;

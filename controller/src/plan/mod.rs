@@ -148,7 +148,7 @@ impl Planner<'_> {
             .copied()
             .collect();
         let rebound: BTreeSet<String> = rebind.iter().map(|(a, _)| (*a).clone()).collect();
-        let ctx = servers::Ctx {
+        let ctx = servers::AfterPartition {
             targets: &targets_driver(&targets),
             container_minors: &container_targets,
             restarted: &restarted,

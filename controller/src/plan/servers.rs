@@ -9,7 +9,7 @@ use crate::systemd::unit::{self, UnitError, UnitSpec};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the partition part of the plan leaves behind, as the server part needs it.
-pub(super) struct Ctx<'a> {
+pub(super) struct AfterPartition<'a> {
     /// Driver each partition GPU will have.
     pub targets: &'a BTreeMap<String, String>,
     /// Minors each LXC consumer will have (all known at this point).
@@ -99,7 +99,7 @@ pub fn observed_server_unit(
 }
 
 /// Units of deleted servers, then each server's unit: write, reload, (re)start, wait, roll back.
-pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &Ctx<'_>) {
+pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &AfterPartition<'_>) {
     plan_removed_units(p);
     for s in &p.d.servers {
         if let Some(file) = p.h.unit(&s.unit).and_then(|u| u.file.as_deref()) {
@@ -184,7 +184,11 @@ fn plan_removed_units(p: &mut Planner<'_>) {
 
 /// The unit the spec renders to, with P2P decided. `None` when the plan cannot go on for this
 /// server yet: a P2P probe must run first, or the unit cannot be rendered (blocked).
-fn unit_content(p: &mut Planner<'_>, ctx: &Ctx<'_>, s: &DesiredServer) -> Option<String> {
+fn unit_content(
+    p: &mut Planner<'_>,
+    ctx: &AfterPartition<'_>,
+    s: &DesiredServer,
+) -> Option<String> {
     let h = p.h;
     let res = format!("InferenceServer/{}", s.id);
     let container_minors = match s.unit.location {
@@ -292,7 +296,7 @@ fn choose_unit(p: &mut Planner<'_>, s: &DesiredServer, content: String) -> Chose
 }
 
 /// The steps that take the server's unit from what is observed to `chosen`, running and Ready.
-fn plan_unit(p: &mut Planner<'_>, ctx: &Ctx<'_>, s: &DesiredServer, chosen: ChosenUnit) {
+fn plan_unit(p: &mut Planner<'_>, ctx: &AfterPartition<'_>, s: &DesiredServer, chosen: ChosenUnit) {
     let observed = p.h.unit(&s.unit);
     let restarted = matches!(s.unit.location, Location::Container(v) if ctx.restarted.contains(&v));
     let active = !restarted && observed.is_some_and(|u| u.is_active());

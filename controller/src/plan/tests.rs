@@ -11,7 +11,7 @@ fn kinds(p: &Plan) -> Vec<&'static str> {
 fn converged_twin() -> (crate::host::sim::SimHost, crate::desired::Desired) {
     let mut h = twin();
     let d = desired(&mut h, &manifests());
-    let mut door = crate::apply::Door::new(&mut h);
+    let mut door = crate::door::Door::new(&mut h);
     assert!(crate::converge::converge(&d, &mut door, &Default::default()).converged());
     (h, d)
 }
@@ -137,7 +137,7 @@ fn running_vm_blocks_return_to_nvidia() {
     let mut h = twin();
     let m = manifests();
     let d = desired(&mut h, &m);
-    let mut door = crate::apply::Door::new(&mut h);
+    let mut door = crate::door::Door::new(&mut h);
     let r = crate::converge::converge(&d, &mut door, &Default::default());
     assert!(r.converged());
     h.file.vms.get_mut(&200).unwrap().state = RunState::Running;
@@ -160,7 +160,7 @@ fn running_vm_blocks_return_to_nvidia() {
 fn converged_host_plans_nothing() {
     let mut h = twin();
     let d = desired(&mut h, &manifests());
-    let mut door = crate::apply::Door::new(&mut h);
+    let mut door = crate::door::Door::new(&mut h);
     let r = crate::converge::converge(&d, &mut door, &Default::default());
     assert!(r.converged(), "{:?}", r.stop);
     assert!(plan(&d, &h.observe().unwrap()).is_empty());
@@ -240,7 +240,7 @@ fn audio_function_moves_with_its_gpu_both_ways() {
     // 0000:81:00.0 is in group 14 in the twin; give it its HDMI audio function.
     add_device(&mut h, "0000:81:00.1", "040300", 14, "snd_hda_intel");
     let d = desired(&mut h, &manifests());
-    let mut door = crate::apply::Door::new(&mut h);
+    let mut door = crate::door::Door::new(&mut h);
     assert!(crate::converge::converge(&d, &mut door, &Default::default()).converged());
     let st = h.observe().unwrap();
     let audio = &st.pci_devices["0000:81:00.1"];
@@ -260,7 +260,7 @@ fn audio_function_moves_with_its_gpu_both_ways() {
     let mut back = d.clone();
     back.partition.slices[1].driver = gpuplane_crds::GpuDriver::Nvidia;
     back.partition.slices[1].consumer = None;
-    let mut door = crate::apply::Door::new(&mut h);
+    let mut door = crate::door::Door::new(&mut h);
     let r = crate::converge::converge(&back, &mut door, &Default::default());
     assert!(r.converged(), "{:?}", r.stop);
     let steps: Vec<String> = r
@@ -311,7 +311,7 @@ fn rollback_auto_returns_to_the_last_ready_unit_and_does_not_retry_the_failed_on
     let mut d = desired(&mut h, &manifests());
     d.servers[0].spec.rollback = gpuplane_crds::RollbackPolicy::Auto;
     let run = |h: &mut crate::host::sim::SimHost, d: &crate::desired::Desired| {
-        let mut door = crate::apply::Door::new(h);
+        let mut door = crate::door::Door::new(h);
         crate::converge::converge(d, &mut door, &Default::default())
     };
     let r = run(&mut h, &d);
@@ -348,7 +348,7 @@ fn rollback_auto_returns_to_the_last_ready_unit_and_does_not_retry_the_failed_on
         .unwrap()
         .models
         .contains(&"qwen3.5-122b".to_string()));
-    let status = crate::status::compute(&bad, &r, &Default::default());
+    let status = crate::status::compute(&bad, &r, &Default::default(), &crate::clock::now());
     let deg = status["InferenceServer/default/qwen35-122b"]
         .condition("Degraded")
         .unwrap();
@@ -383,7 +383,7 @@ fn drift_that_crashes_the_server_is_corrected() {
     let d = desired(&mut h, &manifests());
     assert!(crate::converge::converge(
         &d,
-        &mut crate::apply::Door::new(&mut h),
+        &mut crate::door::Door::new(&mut h),
         &Default::default()
     )
     .converged());
@@ -403,11 +403,7 @@ fn drift_that_crashes_the_server_is_corrected() {
         st.units["lxc-129/sglang-qwen.service"].active_state, "failed",
         "the drift crashed the server"
     );
-    let r = crate::converge::converge(
-        &d,
-        &mut crate::apply::Door::new(&mut h),
-        &Default::default(),
-    );
+    let r = crate::converge::converge(&d, &mut crate::door::Door::new(&mut h), &Default::default());
     assert!(r.converged(), "{:?}", r.stop);
     let st = h.observe().unwrap();
     assert_eq!(
@@ -555,7 +551,7 @@ fn smoke_story(
     edit(&mut h, &mut d);
     h.watch_units(&[d.servers[0].unit.clone()]);
     h.watch_preflight(&crate::desired::preflight::requests(&d));
-    let mut door = crate::apply::Door::new(&mut h);
+    let mut door = crate::door::Door::new(&mut h);
     let r = crate::converge::converge(&d, &mut door, &Default::default());
     (r, h, d)
 }
@@ -566,7 +562,7 @@ const QWEN: &str = "InferenceServer/default/qwen35-122b";
 fn a_passing_smoke_test_is_reported_and_makes_the_unit_the_one_to_go_back_to() {
     let (r, mut h, d) = smoke_story(|_, _| {});
     assert!(r.converged(), "{:?}", r.stop);
-    let st = crate::status::compute(&d, &r, &Default::default());
+    let st = crate::status::compute(&d, &r, &Default::default(), &crate::clock::now());
     let c = st[QWEN].condition("SmokeTested").unwrap();
     assert_eq!(
         (c.status.as_str(), c.message.as_str()),
@@ -591,7 +587,7 @@ fn a_passing_smoke_test_is_reported_and_makes_the_unit_the_one_to_go_back_to() {
 #[test]
 fn a_failing_smoke_test_says_what_failed_and_the_unit_is_not_kept_as_good() {
     let (r, mut h, d) = smoke_story(|h, _| h.file.behaviour.smoke_no_tool_call = true);
-    let st = crate::status::compute(&d, &r, &Default::default());
+    let st = crate::status::compute(&d, &r, &Default::default(), &crate::clock::now());
     let c = st[QWEN].condition("SmokeTested").unwrap();
     assert_eq!(c.status, "False");
     assert!(
@@ -624,7 +620,7 @@ fn a_new_unit_that_fails_its_smoke_test_is_rolled_back_to_the_last_good_one() {
     let mut d2 = d.clone();
     d2.servers[0].spec.tool_call_parser = None;
     let r2 = {
-        let mut door = crate::apply::Door::new(&mut h);
+        let mut door = crate::door::Door::new(&mut h);
         crate::converge::converge(&d2, &mut door, &Default::default())
     };
     let mark = r2
@@ -647,7 +643,7 @@ fn a_new_unit_that_fails_its_smoke_test_is_rolled_back_to_the_last_good_one() {
         .unwrap();
     assert_eq!(u.file, good, "the last good unit runs again");
     assert!(u.active_state == "active");
-    let st = crate::status::compute(&d2, &r2, &Default::default());
+    let st = crate::status::compute(&d2, &r2, &Default::default(), &crate::clock::now());
     assert_eq!(
         st[QWEN].condition("SmokeTested").unwrap().status,
         "True",
@@ -743,7 +739,7 @@ fn a_renamed_unit_replaces_the_old_one_instead_of_starting_beside_it() {
         .contains("older unit of InferenceServer default/qwen35-122b"));
     let r = crate::converge::converge(
         &d2,
-        &mut crate::apply::Door::new(&mut h),
+        &mut crate::door::Door::new(&mut h),
         &Default::default(),
     );
     assert!(r.converged(), "{:?}", r.stop);

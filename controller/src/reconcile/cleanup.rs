@@ -121,7 +121,11 @@ pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Actio
         .await;
         Ok(Action::await_change())
     } else {
-        let why = format!("{:?}", report.stop);
+        let why = report
+            .stop
+            .as_ref()
+            .map(|s| s.to_string().replace('\n', "; "))
+            .unwrap_or_else(|| format!("{} steps left", report.final_plan.steps.len()));
         publish(
             &ctx,
             &p_ref,

@@ -19,18 +19,15 @@
 //! A partition for a node that no agent serves is not seen by any agent (each watches only its
 //! own node's partition): it keeps no status at all, which `kubectl get` shows as such.
 
-use super::kube_io::publish;
-use super::status::{merge, patch_partition};
+use super::write_status::{refuse, Refusal};
 use super::{Ctx, Error, FINALIZER};
-use crate::status::ResourceStatus;
-use gpuplane_crds::condition::{Condition, Time};
-use gpuplane_crds::{GpuPartition, GpuPartitionStatus};
+use crate::status::refusal;
+use gpuplane_crds::GpuPartition;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 
 /// The reason of the loser's conditions.
-pub const REASON: &str = "Conflict";
+pub const REASON: &str = refusal::CONFLICT;
 
 /// The claim order: creation time (none last), then namespace and name.
 pub fn claim_key<K: Resource>(o: &K) -> (bool, String, String, String) {
@@ -59,29 +56,6 @@ pub fn partition_loses(p: &GpuPartition, all: &[GpuPartition]) -> Option<String>
     ))
 }
 
-/// `Ready=False` and `Progressing=False` with reason `Conflict` and `message`.
-pub fn conflict_status(message: &str, generation: Option<i64>) -> ResourceStatus {
-    let now = Time(jiff::Timestamp::now());
-    let c = |t: &str, m: String| Condition {
-        type_: t.into(),
-        status: "False".into(),
-        reason: REASON.into(),
-        message: m,
-        observed_generation: generation,
-        last_transition_time: now.clone(),
-    };
-    ResourceStatus {
-        conditions: vec![
-            c("Ready", message.to_string()),
-            c(
-                "Progressing",
-                "nothing on the host is changed for this object while the older claim stands"
-                    .into(),
-            ),
-        ],
-    }
-}
-
 /// Before a partition is reconciled: when it loses its node, says so on it (and lets it go when
 /// it is being deleted) and returns when to look again; `None` when it is the node's partition.
 pub(super) async fn settle_partition(p: &GpuPartition, ctx: &Ctx) -> Result<Option<Action>, Error> {
@@ -107,22 +81,13 @@ pub(super) async fn settle_partition(p: &GpuPartition, ctx: &Ctx) -> Result<Opti
         }
         return Ok(Some(Action::await_change()));
     }
-    let old = p.status.clone().unwrap_or_default();
-    let computed = conflict_status(&message, p.metadata.generation);
-    let was_conflict = old
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.reason == REASON);
-    let st = GpuPartitionStatus {
-        observed_generation: p.metadata.generation,
-        conditions: merge(&old.conditions, &computed.conditions),
-        ..old
+    let refusal = Refusal {
+        reason: REASON.into(),
+        status: refusal::conflict(&message, p.metadata.generation, &crate::clock::now()),
+        note: message,
+        action: "Claim",
     };
-    patch_partition(&api, &name, &st).await?;
-    if !was_conflict {
-        let r = p.object_ref(&());
-        publish(ctx, &r, EventType::Warning, REASON, "Claim", message).await;
-    }
+    refuse(ctx, p, refusal, |_| {}).await?;
     Ok(Some(Action::requeue(ctx.opts.drift_interval)))
 }
 

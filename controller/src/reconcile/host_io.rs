@@ -2,9 +2,9 @@
 //! host mutex (a host backend is synchronous; one converge at a time per node).
 
 use super::{Ctx, Error};
-use crate::apply::Door;
 use crate::converge::{converge_with, Options, Report};
 use crate::desired::Desired;
+use crate::door::Door;
 use crate::host::model::HostState;
 use std::sync::Arc;
 

@@ -16,11 +16,11 @@ mod kube_io;
 mod orphans;
 mod partition;
 pub mod scope;
-mod status;
 mod strays;
 #[cfg(test)]
 mod tests;
 mod wake;
+mod write_status;
 
 use crate::host::Host;
 use crate::metrics;
@@ -83,7 +83,7 @@ pub struct Ctx {
     pub metrics: metrics::Metrics,
     pub lease: NodeLease,
     /// Readiness progress by unit key, across reconciles.
-    pub progress: Mutex<BTreeMap<String, crate::converge::Progress>>,
+    pub progress: Mutex<BTreeMap<String, crate::converge::StartupTrack>>,
     /// Consecutive failures per object, for exponential backoff.
     pub failures: Mutex<HashMap<String, u32>>,
     /// Set once the API server has answered.

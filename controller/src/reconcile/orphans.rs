@@ -12,14 +12,11 @@
 
 use super::kube_io::servers_of;
 use super::scope::{partition_problem, server_problem, LabelProblem};
-use super::status::{merge, patch_server, waiting_for_partition};
+use super::write_status::{refuse, Refusal};
 use super::Ctx;
-use gpuplane_crds::condition::types;
-use gpuplane_crds::{GpuPartition, InferenceServerStatus};
+use crate::status::refusal;
+use gpuplane_crds::GpuPartition;
 use kube::{Api, ResourceExt};
-
-/// Reason of a server whose partition does not exist.
-pub const PARTITION_NOT_FOUND: &str = "PartitionNotFound";
 
 /// Marks the servers that name the missing partition `partition`. Under node scoping the
 /// partition may exist but not be this node's (the server's label is wrong) or lack the label
@@ -44,30 +41,15 @@ pub(super) async fn report(ctx: &Ctx, partition: &str) {
         }
     };
     for s in servers {
-        let old = s.status.clone().unwrap_or_default();
-        let known = old
-            .conditions
-            .iter()
-            .any(|c| c.type_ == types::READY && c.reason == PARTITION_NOT_FOUND)
-            && old.observed_generation == s.metadata.generation;
-        if known {
-            continue;
-        }
-        let w = waiting_for_partition(
-            PARTITION_NOT_FOUND,
-            format!(
-                "spec.partitionRef.name: GpuPartition {partition:?} does not exist; create it or name an existing one (kubectl get gpupartitions)"
-            ),
-            s.metadata.generation,
-        );
-        let st = InferenceServerStatus {
-            observed_generation: s.metadata.generation,
-            conditions: merge(&old.conditions, &w.conditions),
-            ..old
+        let status =
+            refusal::partition_not_found(partition, s.metadata.generation, &crate::clock::now());
+        let refusal = Refusal {
+            reason: refusal::PARTITION_NOT_FOUND.into(),
+            note: status.conditions[0].message.clone(),
+            status,
+            action: "Resolve",
         };
-        let api: Api<gpuplane_crds::InferenceServer> =
-            Api::namespaced(ctx.client.clone(), &s.namespace().unwrap_or_default());
-        if let Err(e) = patch_server(&api, &s.name_any(), &st).await {
+        if let Err(e) = refuse(ctx, &s, refusal, |_| {}).await {
             tracing::warn!("cannot report PartitionNotFound on {}: {e}", s.name_any());
         }
     }
@@ -94,7 +76,7 @@ async fn label_report(ctx: &Ctx, p: &GpuPartition) {
             })
         });
         if let Some(problem) = problem {
-            super::strays::report_server(ctx, &s, &problem).await;
+            super::strays::report(ctx, &s, &problem).await;
         }
     }
 }

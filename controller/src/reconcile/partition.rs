@@ -16,7 +16,7 @@ use super::host_io::{observe, run_converge};
 use super::kube_io::{
     has_server_finalizer, publish, release_server, servers_of, set_finalizers, SERVER_FINALIZER,
 };
-use super::status::{invalid, merge, patch_partition, patch_server, waiting_for_partition};
+use super::write_status::{merge, refuse, write, Refusal};
 use super::{Ctx, Error, FINALIZER};
 use crate::converge::{Report, Stop};
 use crate::desired::{
@@ -24,6 +24,7 @@ use crate::desired::{
     DesiredPartition, DesiredServer, SpecError,
 };
 use crate::host::model::{HostState, UnitRef};
+use crate::status::refusal;
 use crate::step::Step;
 use gpuplane_crds::condition::{types, Condition, ConditionStatus};
 use gpuplane_crds::{
@@ -78,7 +79,7 @@ async fn label_mismatch(p: &GpuPartition, ctx: &Ctx) -> Action {
     }
     if p.metadata.deletion_timestamp.is_none() {
         if let Some(problem) = super::scope::partition_problem(p) {
-            super::strays::report_partition(ctx, p, &problem).await;
+            super::strays::report(ctx, p, &problem).await;
         }
     }
     Action::await_change()
@@ -224,35 +225,29 @@ async fn report_invalid_partition(
     errs: &[SpecError],
 ) -> Result<Action, Error> {
     let name = p.name_any();
-    let api: Api<GpuPartition> = Api::all(ctx.client.clone());
     let msgs = field_messages(errs);
-    let computed = invalid(&msgs, p.metadata.generation);
-    let old = p.status.clone().unwrap_or_default();
-    let st = GpuPartitionStatus {
-        observed_generation: p.metadata.generation,
-        conditions: merge(&old.conditions, &computed.conditions),
-        slice_count: p.spec.slices.len() as u32,
-        slices: vec![],
-        last_applied_plan: old.last_applied_plan,
+    let now = crate::clock::now();
+    let slice_count = p.spec.slices.len() as u32;
+    let refused = Refusal {
+        reason: refusal::INVALID_SPEC.into(),
+        status: refusal::invalid(&msgs, p.metadata.generation, &now),
+        note: msgs.join("; "),
+        action: "Validate",
     };
-    patch_partition(&api, &name, &st).await?;
-    ctx.metrics
-        .set_conditions("GpuPartition", "", &name, &st.conditions);
-    publish_refusal(ctx, &p.object_ref(&()), "InvalidSpec", &msgs).await;
+    refuse(ctx, p, refused, |st| {
+        st.slice_count = slice_count;
+        st.slices = vec![];
+    })
+    .await?;
     for s in servers {
-        let w = waiting_for_partition(
-            "PartitionInvalid",
-            format!("GpuPartition {name} is invalid: {}", msgs.join("; ")),
-            s.metadata.generation,
-        );
-        let old = s.status.clone().unwrap_or_default();
-        let st = InferenceServerStatus {
-            observed_generation: s.metadata.generation,
-            conditions: merge(&old.conditions, &w.conditions),
-            ..old
+        let status = refusal::partition_invalid(&name, &msgs, s.metadata.generation, &now);
+        let refused = Refusal {
+            reason: refusal::PARTITION_INVALID.into(),
+            note: status.conditions[0].message.clone(),
+            status,
+            action: "Validate",
         };
-        patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
-        record_server_conditions(ctx, s, &st.conditions);
+        refuse(ctx, s, refused, |_| {}).await?;
     }
     ctx.metrics.errors.with_label_values(&["InvalidSpec"]).inc();
     Ok(Action::await_change())
@@ -317,7 +312,7 @@ async fn write_status(
             s.metadata.generation.unwrap_or(0),
         );
     }
-    let computed = crate::status::compute(&r.desired, report, &generations);
+    let computed = crate::status::compute(&r.desired, report, &generations, &crate::clock::now());
     let host = report.final_host.clone().unwrap_or_default();
 
     let old = p.status.clone().unwrap_or_default();
@@ -334,9 +329,7 @@ async fn write_status(
             applied
         },
     };
-    patch_partition(&Api::all(ctx.client.clone()), &name, &st).await?;
-    ctx.metrics
-        .set_conditions("GpuPartition", "", &name, &st.conditions);
+    write(ctx, p, &st).await?;
 
     let mut ready = 0i64;
     for (d, s) in &r.valid {
@@ -348,8 +341,7 @@ async fn write_status(
             ready += 1;
         }
         let st = server_status(d, s, &sc.conditions, &host);
-        patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
-        record_server_conditions(ctx, s, &st.conditions);
+        write(ctx, *s, &st).await?;
     }
     for (s, reason, msgs) in &r.invalid {
         write_invalid_server(ctx, s, reason, msgs).await?;
@@ -385,30 +377,27 @@ fn server_status(
     }
 }
 
-/// An invalid (or conflicting, `reason` `Conflict`) server's condition, and an event when it
-/// was not so before.
+/// An invalid (or conflicting, `reason` `Conflict`) server's condition, and an event once per
+/// generation.
 async fn write_invalid_server(
     ctx: &Ctx,
     s: &InferenceServer,
     reason: &'static str,
     msgs: &[String],
 ) -> Result<(), Error> {
-    let computed = if reason == super::conflict::REASON {
-        super::conflict::conflict_status(&msgs.join("; "), s.metadata.generation)
+    let now = crate::clock::now();
+    let status = if reason == refusal::CONFLICT {
+        refusal::conflict(&msgs.join("; "), s.metadata.generation, &now)
     } else {
-        invalid(msgs, s.metadata.generation)
+        refusal::invalid(msgs, s.metadata.generation, &now)
     };
-    let old = s.status.clone().unwrap_or_default();
-    let st = InferenceServerStatus {
-        observed_generation: s.metadata.generation,
-        conditions: merge(&old.conditions, &computed.conditions),
-        ..old
+    let refused = Refusal {
+        reason: reason.into(),
+        status,
+        note: msgs.join("; "),
+        action: "Validate",
     };
-    patch_server(&server_api(ctx, s), &s.name_any(), &st).await?;
-    record_server_conditions(ctx, s, &st.conditions);
-    if ready_reason(s).as_deref() != Some(reason) {
-        publish_refusal(ctx, &s.object_ref(&()), reason, msgs).await;
-    }
+    refuse(ctx, s, refused, |_| {}).await?;
     ctx.metrics.errors.with_label_values(&[reason]).inc();
     Ok(())
 }
@@ -619,46 +608,11 @@ fn nothing_asked_since_ready(p: &GpuPartition, r: &Resolved<'_>) -> bool {
         })
 }
 
-/// The event of an object refused with `reason` (`InvalidSpec`, `Conflict`), every problem.
-async fn publish_refusal(
-    ctx: &Ctx,
-    obj_ref: &k8s_openapi::api::core::v1::ObjectReference,
-    reason: &str,
-    msgs: &[String],
-) {
-    let note = msgs.join("; ");
-    publish(ctx, obj_ref, EventType::Warning, reason, "Validate", note).await;
-}
-
-/// Shows a server's conditions in `gpuplane_resource_condition`.
-fn record_server_conditions(ctx: &Ctx, s: &InferenceServer, conditions: &[Condition]) {
-    ctx.metrics.set_conditions(
-        "InferenceServer",
-        &s.namespace().unwrap_or_default(),
-        &s.name_any(),
-        conditions,
-    );
-}
-
-fn server_api(ctx: &Ctx, s: &InferenceServer) -> Api<InferenceServer> {
-    Api::namespaced(ctx.client.clone(), &s.namespace().unwrap_or_default())
-}
-
 /// Whether `Ready` is `True` among `conditions`.
 fn is_ready(conditions: &[Condition]) -> bool {
     conditions
         .iter()
         .any(|c| c.type_ == types::READY && c.status == ConditionStatus::True.as_str())
-}
-
-/// The reason of the server's current `Ready` condition.
-fn ready_reason(s: &InferenceServer) -> Option<String> {
-    s.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == types::READY)
-        .map(|c| c.reason.clone())
 }
 
 /// The host writes the run made, as text.

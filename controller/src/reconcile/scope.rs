@@ -46,6 +46,24 @@ pub enum WatchScope {
     Cluster,
 }
 
+impl WatchScope {
+    /// The names `--watch-scope` takes.
+    pub const NAMES: [&'static str; 2] = ["node", "cluster"];
+}
+
+impl std::str::FromStr for WatchScope {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "node" => Ok(WatchScope::Node),
+            "cluster" => Ok(WatchScope::Cluster),
+            other => Err(format!(
+                "unknown watch scope {other:?}: expected node or cluster"
+            )),
+        }
+    }
+}
+
 /// The label selector of one node's objects.
 pub fn node_selector(node: &str) -> String {
     format!("{NODE_LABEL}={node}")

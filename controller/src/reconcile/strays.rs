@@ -21,17 +21,15 @@
 //! - Reports are written by the lease holder only, when the unlabelled watches change and every
 //!   drift interval; an object labelled for a node without an agent is seen by nobody.
 
-use super::kube_io::publish;
 use super::scope::{counted, partition_problem, server_problem, unlabelled_config, LabelProblem};
-use super::status::{merge, patch_partition, patch_server, waiting_for_partition};
+use super::write_status::{refuse, Refusal, Reported};
 use super::Ctx;
+use crate::status::refusal;
 use futures::StreamExt;
-use gpuplane_crds::condition::types;
-use gpuplane_crds::{GpuPartition, GpuPartitionStatus, InferenceServer, InferenceServerStatus};
-use kube::runtime::events::EventType;
+use gpuplane_crds::{GpuPartition, InferenceServer};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -97,7 +95,7 @@ async fn report_all(
             continue;
         }
         if let Some(problem) = partition_problem(&p) {
-            report_partition(ctx, &p, &problem).await;
+            report(ctx, p.as_ref(), &problem).await;
         }
     }
     let partition_of = |s: &InferenceServer| {
@@ -112,101 +110,26 @@ async fn report_all(
             continue;
         }
         if let Some(problem) = server_problem(&s, &p) {
-            report_server(ctx, &s, &problem).await;
+            report(ctx, s.as_ref(), &problem).await;
         }
     }
 }
 
-/// Whether `Ready` already says `reason` for the current generation.
-fn already_says(
-    conditions: &[gpuplane_crds::condition::Condition],
-    observed: Option<i64>,
-    generation: Option<i64>,
-    reason: &str,
-) -> bool {
-    observed == generation
-        && conditions
-            .iter()
-            .any(|c| c.type_ == types::READY && c.reason == reason)
-}
-
-/// `Ready=False` with the problem's reason on a partition, and one Warning event.
-pub(super) async fn report_partition(ctx: &Ctx, p: &GpuPartition, problem: &LabelProblem) {
-    let old = p.status.clone().unwrap_or_default();
-    if already_says(
-        &old.conditions,
-        old.observed_generation,
-        p.metadata.generation,
-        problem.reason,
-    ) {
-        return;
-    }
-    let w = waiting_for_partition(
-        problem.reason,
-        problem.message.clone(),
-        p.metadata.generation,
-    );
-    let st = GpuPartitionStatus {
-        observed_generation: p.metadata.generation,
-        conditions: merge(&old.conditions, &w.conditions),
-        ..old
+/// `Ready=False` with the problem's reason on `obj`, and one Warning event per generation. A
+/// failure is logged: the next report (a watch change, the drift interval) tries again.
+pub(super) async fn report<K: Reported>(ctx: &Ctx, obj: &K, problem: &LabelProblem) {
+    let refusal = Refusal {
+        reason: problem.reason.to_string(),
+        status: refusal::label_problem(
+            problem.reason,
+            problem.message.clone(),
+            obj.meta().generation,
+            &crate::clock::now(),
+        ),
+        note: problem.message.clone(),
+        action: "Watch",
     };
-    let api: Api<GpuPartition> = Api::all(ctx.client.clone());
-    if let Err(e) = patch_partition(&api, &p.name_any(), &st).await {
-        tracing::warn!(partition = %p.name_any(), "cannot report {}: {e}", problem.reason);
-        return;
+    if let Err(e) = refuse(ctx, obj, refusal, |_| {}).await {
+        tracing::warn!(kind = K::KIND, name = %obj.name_any(), "cannot report {}: {e}", problem.reason);
     }
-    ctx.metrics
-        .set_conditions("GpuPartition", "", &p.name_any(), &st.conditions);
-    let r = p.object_ref(&());
-    publish(
-        ctx,
-        &r,
-        EventType::Warning,
-        problem.reason,
-        "Watch",
-        problem.message.clone(),
-    )
-    .await;
-}
-
-/// `Ready=False` with the problem's reason on a server, and one Warning event.
-pub(super) async fn report_server(ctx: &Ctx, s: &InferenceServer, problem: &LabelProblem) {
-    let old = s.status.clone().unwrap_or_default();
-    if already_says(
-        &old.conditions,
-        old.observed_generation,
-        s.metadata.generation,
-        problem.reason,
-    ) {
-        return;
-    }
-    let w = waiting_for_partition(
-        problem.reason,
-        problem.message.clone(),
-        s.metadata.generation,
-    );
-    let st = InferenceServerStatus {
-        observed_generation: s.metadata.generation,
-        conditions: merge(&old.conditions, &w.conditions),
-        ..old
-    };
-    let ns = s.namespace().unwrap_or_default();
-    let api: Api<InferenceServer> = Api::namespaced(ctx.client.clone(), &ns);
-    if let Err(e) = patch_server(&api, &s.name_any(), &st).await {
-        tracing::warn!(server = %s.name_any(), "cannot report {}: {e}", problem.reason);
-        return;
-    }
-    ctx.metrics
-        .set_conditions("InferenceServer", &ns, &s.name_any(), &st.conditions);
-    let r = s.object_ref(&());
-    publish(
-        ctx,
-        &r,
-        EventType::Warning,
-        problem.reason,
-        "Watch",
-        problem.message.clone(),
-    )
-    .await;
 }

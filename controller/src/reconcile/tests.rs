@@ -439,3 +439,54 @@ async fn a_starting_server_that_answers_wakes_its_partition_before_the_poll_inte
         .expect("a partition to reconcile");
     assert_eq!(got.name, "kpro6");
 }
+
+/// One writer for refusals: the first says it (a status patch, the metric, one Warning event);
+/// saying it again for the same generation costs no API write and no event; a new generation
+/// is told again.
+#[tokio::test]
+async fn a_refusal_is_written_and_announced_once_per_generation() {
+    use write_status::{refuse, Refusal};
+    let (mut p, s) = reference();
+    let (client, seen) = mock(&p, vec![s]);
+    let c = ctx(client, crate::testutil::twin());
+    let refusal = |p: &GpuPartition| Refusal {
+        reason: crate::status::refusal::CONFLICT.into(),
+        status: crate::status::refusal::conflict(
+            "node kpro6 is already claimed by GpuPartition old",
+            p.metadata.generation,
+            &crate::clock::now(),
+        ),
+        note: "node kpro6 is already claimed by GpuPartition old".into(),
+        action: "Claim",
+    };
+    let events = |log: &[Seen]| log.iter().filter(|r| r.path.contains("/events")).count();
+    refuse(&c, &p, refusal(&p), |_| {}).await.unwrap();
+    let log = seen.lock().unwrap().clone();
+    let patches = status_patches(&log, "gpupartitions");
+    assert_eq!(patches.len(), 1, "{log:?}");
+    assert_eq!(condition(patches[0], "Ready")["reason"], "Conflict");
+    assert_eq!(events(&log), 1);
+    let shown = c
+        .metrics
+        .conditions
+        .with_label_values(&["GpuPartition", "", "kpro6", "Ready", "False", "Conflict"])
+        .get();
+    assert_eq!(shown, 1, "the metric shows the refusal");
+
+    // The object as the API server now holds it: the same refusal again changes nothing.
+    p.status = Some(serde_json::from_value(patches[0]["status"].clone()).unwrap());
+    seen.lock().unwrap().clear();
+    refuse(&c, &p, refusal(&p), |_| {}).await.unwrap();
+    let log = seen.lock().unwrap().clone();
+    assert!(status_patches(&log, "gpupartitions").is_empty(), "{log:?}");
+    assert_eq!(events(&log), 0, "{log:?}");
+
+    // A new generation that is refused for the same reason is told again.
+    p.metadata.generation = Some(2);
+    refuse(&c, &p, refusal(&p), |_| {}).await.unwrap();
+    let log = seen.lock().unwrap().clone();
+    let patches = status_patches(&log, "gpupartitions");
+    assert_eq!(patches.len(), 1);
+    assert_eq!(patches[0]["status"]["observedGeneration"], 2);
+    assert_eq!(events(&log), 1);
+}

@@ -18,9 +18,9 @@ mod notify;
 mod status_files;
 mod watch;
 
-use crate::apply::Door;
 use crate::converge::{converge_seeded, Options};
 use crate::desired::select;
+use crate::door::Door;
 use crate::host::Host;
 use crate::manifests::Manifests;
 use std::path::PathBuf;
@@ -93,7 +93,7 @@ pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<()
 fn until_next(
     opts: &StandaloneOptions,
     host: &mut dyn Host,
-    progress: &std::collections::BTreeMap<String, crate::converge::Progress>,
+    progress: &std::collections::BTreeMap<String, crate::converge::StartupTrack>,
     watch: &mut watch::Watch,
     waiting: Option<Vec<crate::host::model::UnitRef>>,
 ) -> watch::Wake {
@@ -125,7 +125,7 @@ fn round(
     opts: &StandaloneOptions,
     host: &mut dyn Host,
     metrics: &crate::metrics::Metrics,
-    progress: &mut std::collections::BTreeMap<String, crate::converge::Progress>,
+    progress: &mut std::collections::BTreeMap<String, crate::converge::StartupTrack>,
     watched: &mut Watched,
 ) -> Option<Vec<crate::host::model::UnitRef>> {
     let desired = Manifests::load(&opts.manifests)
@@ -181,7 +181,8 @@ fn round(
     for (kind, n) in &report.writes_by_kind {
         metrics.host_writes.with_label_values(&[kind]).inc_by(*n);
     }
-    let status = crate::status::compute(&desired, &report, &Default::default());
+    let status =
+        crate::status::compute(&desired, &report, &Default::default(), &crate::clock::now());
     status_files::write(&opts.status_dir, &status);
     // A held lock: look again after a poll interval (no unit to probe meanwhile). What a dead
     // writer left and a step removed is logged where it is removed (host/local/files.rs).

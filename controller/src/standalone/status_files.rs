@@ -55,7 +55,8 @@ pub fn write_refusals(dir: &Path, errs: &[crate::desired::SpecError]) {
             .push(format!("{}: {}", e.field, e.message));
     }
     for (resource, msgs) in by {
-        let st = crate::status::refusal::invalid(&msgs, None);
+        let now = crate::clock::now();
+        let st = crate::status::refusal::invalid(&msgs, None, &now);
         put_conditions(dir, &resource, &st.conditions);
     }
 }

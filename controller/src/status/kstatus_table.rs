@@ -31,9 +31,9 @@ fn object(
 
 /// Converges `d` on `h` with `opts` and computes every status for generation 1.
 fn statuses(h: &mut SimHost, d: &Desired, opts: &Options) -> BTreeMap<String, ResourceStatus> {
-    let r = converge(d, &mut crate::apply::Door::new(h), opts);
+    let r = converge(d, &mut crate::door::Door::new(h), opts);
     let g: BTreeMap<String, i64> = [(PART.to_string(), 1), (SERVER.to_string(), 1)].into();
-    compute(d, &r, &g)
+    compute(d, &r, &g, &crate::clock::now())
 }
 
 /// One row: scenario, resource, expected verdict and reason, the status it is read from, and

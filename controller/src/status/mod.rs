@@ -54,7 +54,7 @@ impl ResourceStatus {
 /// # Guarantees
 /// At most one of the two is `True`, so kstatus's "first abnormal-true condition wins" never
 /// depends on the order of the list.
-pub enum Progress {
+pub enum Standing {
     /// Work remains and the agent is doing it: `Reconciling=True` (kstatus: InProgress).
     Working(String, String),
     /// The agent cannot go on without a person or a spec change: `Stalled=True` (Failed).
@@ -65,11 +65,11 @@ pub enum Progress {
 
 impl ResourceStatus {
     /// Writes `Reconciling` and `Stalled` for `p`.
-    pub fn progress(&mut self, p: Progress, now: &Time, generation: Option<i64>) {
+    pub fn progress(&mut self, p: Standing, now: &Time, generation: Option<i64>) {
         let (reconciling, stalled, reason, message) = match p {
-            Progress::Working(r, m) => (true, false, r, m),
-            Progress::Stuck(r, m) => (false, true, r, m),
-            Progress::Done(r, m) => (false, false, r, m),
+            Standing::Working(r, m) => (true, false, r, m),
+            Standing::Stuck(r, m) => (false, true, r, m),
+            Standing::Done(r, m) => (false, false, r, m),
         };
         self.set(
             types::RECONCILING,
@@ -94,13 +94,15 @@ fn is_server_step(s: &Step) -> bool {
     )
 }
 
-/// Computes every resource's conditions, keyed by `Kind/name` (servers: `InferenceServer/ns/name`).
+/// Computes every resource's conditions, keyed by `Kind/name` (servers: `InferenceServer/ns/name`);
+/// `now` is each changed condition's `lastTransitionTime` (the caller's clock).
 pub fn compute(
     desired: &Desired,
     r: &Report,
     generations: &BTreeMap<String, i64>,
+    now: &Time,
 ) -> BTreeMap<String, ResourceStatus> {
-    let now = Time(jiff::Timestamp::now());
+    let now = now.clone();
     let mut out = BTreeMap::new();
     let empty = HostState::default();
     let host = r.final_host.as_ref().unwrap_or(&empty);
@@ -156,7 +158,7 @@ fn partition_status(
             now,
             g,
         );
-        ps.progress(Progress::Stuck(b.reason.clone(), all.join("; ")), now, g);
+        ps.progress(Standing::Stuck(b.reason.clone(), all.join("; ")), now, g);
     } else if let Some(Stop::StepFailed { step, error }) = &r.stop {
         ps.set(
             types::READY,
@@ -175,7 +177,7 @@ fn partition_status(
             g,
         );
         ps.progress(
-            Progress::Stuck("ApplyFailed".into(), format!("{step}: {error}")),
+            Standing::Stuck("ApplyFailed".into(), format!("{step}: {error}")),
             now,
             g,
         );
@@ -195,7 +197,7 @@ fn partition_status(
             now,
             g,
         );
-        ps.progress(Progress::Working("WaitingForLock".into(), msg), now, g);
+        ps.progress(Standing::Working("WaitingForLock".into(), msg), now, g);
     } else if !part_steps.is_empty() {
         let next: Vec<String> = part_steps
             .iter()
@@ -219,7 +221,7 @@ fn partition_status(
             g,
         );
         ps.progress(
-            Progress::Working(
+            Standing::Working(
                 "Applying".into(),
                 format!("{} host steps left", part_steps.len()),
             ),
@@ -250,7 +252,7 @@ fn partition_status(
             g,
         );
         ps.progress(
-            Progress::Done("Converged".into(), "host matches the spec".into()),
+            Standing::Done("Converged".into(), "host matches the spec".into()),
             now,
             g,
         );
@@ -360,7 +362,7 @@ fn server_readiness(
             g,
         );
         st.progress(
-            Progress::Stuck(
+            Standing::Stuck(
                 b.reason.clone(),
                 format!(
                     "this generation is blocked: {}; the unit of the previous spec keeps serving",
@@ -388,7 +390,7 @@ fn server_readiness(
             _ => "startup finished".to_string(),
         };
         st.set(types::PROGRESSING, false, "Ready", startup.clone(), now, g);
-        st.progress(Progress::Done("ServerReady".into(), startup), now, g);
+        st.progress(Standing::Done("ServerReady".into(), startup), now, g);
     } else {
         let (reason, msg) = match (wait, blocked) {
             (Some(WaitOutcome::Stalled { phase, stalled_seconds, gpu_memory_mib, log_tail }), _) => (
@@ -433,11 +435,11 @@ fn server_readiness(
             g,
         );
         let p = if reason == "WaitingForLock" {
-            Progress::Working(reason.to_string(), msg)
+            Standing::Working(reason.to_string(), msg)
         } else if working {
-            Progress::Working(phase.to_string(), format!("the server is starting: {msg}"))
+            Standing::Working(phase.to_string(), format!("the server is starting: {msg}"))
         } else {
-            Progress::Stuck(reason.to_string(), msg)
+            Standing::Stuck(reason.to_string(), msg)
         };
         st.progress(p, now, g);
     }

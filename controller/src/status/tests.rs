@@ -29,12 +29,8 @@ fn container_userspace_older_than_the_kernel_module_is_driver_mismatch() {
         .unwrap()
         .nvidia_userspace_version = Some("565.57.01".into());
     let d = crate::testutil::desired(&mut h, &crate::testutil::manifests());
-    let r = crate::converge::converge(
-        &d,
-        &mut crate::apply::Door::new(&mut h),
-        &Default::default(),
-    );
-    let st = compute(&d, &r, &Default::default());
+    let r = crate::converge::converge(&d, &mut crate::door::Door::new(&mut h), &Default::default());
+    let st = compute(&d, &r, &Default::default(), &crate::clock::now());
     let c = st["InferenceServer/default/qwen35-122b"]
         .condition("Degraded")
         .unwrap();
@@ -69,7 +65,7 @@ fn a_held_lock_is_reconciling_with_the_lock_named_not_stalled() {
         waits: Default::default(),
         notes: vec![],
     };
-    let st = compute(&desired, &report, &Default::default());
+    let st = compute(&desired, &report, &Default::default(), &crate::clock::now());
     let p = &st["GpuPartition/kpro6"];
     let c = |t: &str| p.condition(t).unwrap();
     assert_eq!(
@@ -100,7 +96,7 @@ fn a_serving_server_whose_new_spec_is_blocked_reads_stalled_and_says_the_old_uni
     let mut host = crate::testutil::twin();
     let desired = crate::testutil::desired(&mut host, &crate::testutil::manifests());
     let done = {
-        let mut door = crate::apply::Door::new(&mut host);
+        let mut door = crate::door::Door::new(&mut host);
         crate::converge::converge(&desired, &mut door, &Default::default())
     };
     assert!(done.converged());
@@ -114,9 +110,14 @@ fn a_serving_server_whose_new_spec_is_blocked_reads_stalled_and_says_the_old_uni
     blocked.stop = Some(Stop::Blocked {
         blockers: blocked.final_plan.blockers.clone(),
     });
-    let ok = compute(&desired, &done, &Default::default());
+    let ok = compute(&desired, &done, &Default::default(), &crate::clock::now());
     assert_eq!(ok[&res].condition("Stalled").unwrap().status, "False");
-    let st = compute(&desired, &blocked, &Default::default());
+    let st = compute(
+        &desired,
+        &blocked,
+        &Default::default(),
+        &crate::clock::now(),
+    );
     let c = |t: &str| st[&res].condition(t).unwrap().clone();
     assert_eq!(c("Ready").status, "True");
     assert!(

@@ -15,7 +15,7 @@ fn a_hostile_log_tail_is_bounded_and_one_line_each() {
     );
 }
 
-use super::{Progress, WaitOutcome};
+use super::{StartupTrack, WaitOutcome};
 use crate::host::model::{HostState, Location, ServerObservation, Unit, UnitRef};
 use crate::sglang::StartupPhase;
 
@@ -44,7 +44,7 @@ fn a_stall_counts_from_the_line_that_began_the_phase() {
         location: Location::Host,
         name: "gpuplane-sglang-x.service".into(),
     };
-    let mut p = Progress::new(1000);
+    let mut p = StartupTrack::new(1000);
     let launching = with_server(&u, StartupPhase::Launching, Some(1000));
     assert_eq!(p.check(&launching, &u, "m", 10, 600, 1001), None);
     // The weights began loading at 1002; the agent looks at 1006.
@@ -77,11 +77,11 @@ fn a_phase_time_before_the_wait_or_unknown_starts_the_clock_no_earlier_than_the_
         location: Location::Host,
         name: "gpuplane-sglang-x.service".into(),
     };
-    let mut p = Progress::new(1000);
+    let mut p = StartupTrack::new(1000);
     let old = with_server(&u, StartupPhase::LoadingWeights, Some(10));
     assert_eq!(p.check(&old, &u, "m", 10, 600, 1003), None);
     assert_eq!(p.stall_due_in(1003), Some(7));
-    let mut q = Progress::new(1000);
+    let mut q = StartupTrack::new(1000);
     let unknown = with_server(&u, StartupPhase::LoadingWeights, None);
     assert_eq!(q.check(&unknown, &u, "m", 10, 600, 1004), None);
     assert_eq!(q.stall_due_in(1004), Some(10));

@@ -4,7 +4,7 @@
 //! tested against captured files; commands (`pct`, `qm`, `systemctl`, `journalctl`, `modprobe`,
 //! `nvidia-smi`) are found on PATH or named by `GPUPLANE_<TOOL>` environment variables (tests
 //! use a recording stand-in for `pct`). Every write happens in [`LocalHost::apply`], which the
-//! [`crate::apply::Door`] calls, each under a deadline.
+//! [`crate::door::Door`] calls, each under a deadline.
 //!
 //! # Guarantees
 //! - A GPU is never unbound while a process holds one of its device nodes: holders are scanned

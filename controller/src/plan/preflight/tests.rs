@@ -28,7 +28,7 @@ fn story(edit: impl FnOnce(&mut SimHost, &mut Desired)) -> (Report, SimHost, Des
     edit(&mut h, &mut d);
     h.watch_units(&d.servers.iter().map(|s| s.unit.clone()).collect::<Vec<_>>());
     h.watch_preflight(&crate::desired::preflight::requests(&d));
-    let mut door = crate::apply::Door::new(&mut h);
+    let mut door = crate::door::Door::new(&mut h);
     let r = converge(&d, &mut door, &Default::default());
     (r, h, d)
 }
@@ -56,7 +56,7 @@ fn blocked_before_any_write(r: &Report, h: &mut SimHost, d: &Desired, cause: &st
         "the old tp-8 server runs"
     );
     assert!(st.containers[&129].state == crate::host::model::RunState::Running);
-    let status = crate::status::compute(d, r, &Default::default());
+    let status = crate::status::compute(d, r, &Default::default(), &crate::clock::now());
     let c = |t: &str| status[SERVER].condition(t).unwrap().clone();
     assert_eq!(
         (c("Stalled").status.as_str(), c("Stalled").reason.as_str()),
@@ -70,7 +70,7 @@ fn blocked_before_any_write(r: &Report, h: &mut SimHost, d: &Desired, cause: &st
 fn the_reference_story_passes_preflight_and_reports_versions_and_headroom() {
     let (r, _, d) = story(|_, _| {});
     assert!(r.converged(), "{:?}", r.stop);
-    let status = crate::status::compute(&d, &r, &Default::default());
+    let status = crate::status::compute(&d, &r, &Default::default(), &crate::clock::now());
     let c = status[SERVER].condition("PreflightPassed").unwrap();
     assert_eq!(c.status, "True");
     println!("PreflightPassed: {}", c.message);

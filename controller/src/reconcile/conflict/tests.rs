@@ -4,6 +4,7 @@
 use super::*;
 use crate::desired::{check_servers_together, resolve_server};
 use crate::testutil::{desired, manifests, twin};
+use gpuplane_crds::condition::{merge, Condition};
 use gpuplane_crds::InferenceServer;
 
 /// The reference partition named `name`, for `node`, created at `created` (RFC 3339) if given.
@@ -74,7 +75,7 @@ fn a_conflict_condition_does_not_flap_across_100_reconciles() {
     let mut first_time = None;
     for o in orders(&all) {
         let msg = partition_loses(&all[1], &o).expect("new loses");
-        let computed = conflict_status(&msg, Some(1));
+        let computed = refusal::conflict(&msg, Some(1), &crate::clock::now());
         conditions = merge(&conditions, &computed.conditions);
         let ready = conditions.iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!(
