@@ -31,6 +31,7 @@ pub mod p2p;
 pub mod plan;
 pub mod proxmox;
 pub mod reconcile;
+pub mod resource_key;
 pub mod sglang;
 pub mod standalone;
 pub mod status;

@@ -65,3 +65,8 @@ pub fn set_mtime_ago(path: &std::path::Path, secs: u64) {
         .set_times(std::fs::FileTimes::new().set_modified(then))
         .unwrap();
 }
+
+/// The resource key printed as `text` (`GpuPartition/kpro6`); panics on anything else.
+pub fn key(text: &str) -> crate::resource_key::ResourceKey {
+    text.parse().unwrap()
+}

@@ -15,17 +15,19 @@ const RULES: &[(&str, &[&str])] = &[
     ("text", &[]),
     ("crashpoint", &[]),
     ("clock", &[]),
+    ("resource_key", &[]),
     ("http", &[]),
     ("kubeapi", &[]),
     ("metrics", &["http"]),
     ("modelfiles", &["text"]),
     ("sglang", &["systemd", "text"]),
-    ("manifests", &[]),
+    ("manifests", &["resource_key"]),
     // The host and its model, steps.
-    ("step", &["host", "proxmox", "text"]),
+    ("step", &["resource_key", "host", "proxmox", "text"]),
     (
         "host",
         &[
+            "resource_key",
             "step",
             "proxmox",
             "systemd",
@@ -40,6 +42,7 @@ const RULES: &[(&str, &[&str])] = &[
     (
         "desired",
         &[
+            "resource_key",
             "host",
             "manifests",
             "modelfiles",
@@ -49,11 +52,19 @@ const RULES: &[(&str, &[&str])] = &[
             "text",
         ],
     ),
-    ("p2p", &["desired", "host"]),
+    ("p2p", &["resource_key", "desired", "host"]),
     (
         "plan",
         &[
-            "desired", "p2p", "step", "host", "sglang", "systemd", "proxmox", "text",
+            "resource_key",
+            "desired",
+            "p2p",
+            "step",
+            "host",
+            "sglang",
+            "systemd",
+            "proxmox",
+            "text",
         ],
     ),
     // Doing.
@@ -61,17 +72,35 @@ const RULES: &[(&str, &[&str])] = &[
     (
         "converge",
         &[
-            "door", "plan", "desired", "host", "step", "sglang", "p2p", "text",
+            "resource_key",
+            "door",
+            "plan",
+            "desired",
+            "host",
+            "step",
+            "sglang",
+            "p2p",
+            "text",
         ],
     ),
     (
         "status",
-        &["converge", "desired", "p2p", "host", "step", "plan", "text"],
+        &[
+            "resource_key",
+            "converge",
+            "desired",
+            "p2p",
+            "host",
+            "step",
+            "plan",
+            "text",
+        ],
     ),
     // The front doors: never each other, except the CLI that starts them all.
     (
         "reconcile",
         &[
+            "resource_key",
             "clock",
             "door",
             "converge",
@@ -91,11 +120,20 @@ const RULES: &[(&str, &[&str])] = &[
     ),
     (
         "webhook",
-        &["desired", "manifests", "http", "kubeapi", "text", "sglang"],
+        &[
+            "resource_key",
+            "desired",
+            "manifests",
+            "http",
+            "kubeapi",
+            "text",
+            "sglang",
+        ],
     ),
     (
         "standalone",
         &[
+            "resource_key",
             "clock",
             "door",
             "converge",
@@ -111,6 +149,7 @@ const RULES: &[(&str, &[&str])] = &[
     (
         "cli",
         &[
+            "resource_key",
             "clock",
             "door",
             "converge",

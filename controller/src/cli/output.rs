@@ -35,7 +35,7 @@ pub fn print_plan(p: &Plan, format: Format) {
 pub fn print_converge(
     d: &Desired,
     r: &Report,
-    status: &BTreeMap<String, ResourceStatus>,
+    status: &BTreeMap<crate::resource_key::ResourceKey, ResourceStatus>,
     format: Format,
 ) {
     match format {
@@ -56,7 +56,7 @@ pub fn print_converge(
             let servers: Vec<String> = d
                 .servers
                 .iter()
-                .map(|s| format!("InferenceServer/{}", s.id))
+                .map(|s| crate::resource_key::ResourceKey::server_id(&s.id).to_string())
                 .collect();
             println!(
                 "Converging node {} to GpuPartition/{}{}",

@@ -24,8 +24,8 @@ use gpuplane_crds::{GpuDriver, InferenceServerSpec, IommuModeExpectation, Server
 /// One spec problem.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecError {
-    /// `Kind/name` of the resource.
-    pub resource: String,
+    /// The resource the problem is in.
+    pub resource: crate::resource_key::ResourceKey,
     /// JSON path of the field, `spec.slices[1].gpus`.
     pub field: String,
     /// What is wrong and how to fix it.
@@ -116,12 +116,12 @@ pub struct Desired {
 }
 
 pub(crate) fn err(
-    resource: &str,
+    resource: &crate::resource_key::ResourceKey,
     field: impl Into<String>,
     message: impl Into<String>,
 ) -> SpecError {
     SpecError {
-        resource: resource.to_string(),
+        resource: resource.clone(),
         field: field.into(),
         message: message.into(),
     }
@@ -129,14 +129,13 @@ pub(crate) fn err(
 
 /// The problems found in one resource, in the order the checks found them.
 struct Problems<'a> {
-    /// `Kind/name` of the resource.
-    resource: &'a str,
+    resource: &'a crate::resource_key::ResourceKey,
     errors: Vec<SpecError>,
 }
 
 impl<'a> Problems<'a> {
     /// No problems yet with `resource` (`Kind/name`).
-    fn new(resource: &'a str) -> Self {
+    fn new(resource: &'a crate::resource_key::ResourceKey) -> Self {
         Problems {
             resource,
             errors: Vec::new(),

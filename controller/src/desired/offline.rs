@@ -132,7 +132,7 @@ fn one_partition_per_node(partitions: &[GpuPartition]) -> Vec<SpecError> {
         let name = p.metadata.name.as_deref().unwrap_or_default();
         match first.get(p.spec.node_name.as_str()) {
             Some(other) => errors.push(SpecError {
-                resource: format!("GpuPartition/{name}"),
+                resource: crate::resource_key::ResourceKey::partition(name),
                 field: "spec.nodeName".into(),
                 message: format!(
                     "node {:?} already has GpuPartition {other}; one host has one partition",

@@ -21,9 +21,8 @@ pub fn resolve_partition(
     gpu_vendor: &str,
     gpu_driver: &str,
 ) -> Result<DesiredPartition, Vec<SpecError>> {
-    let res = format!(
-        "GpuPartition/{}",
-        p.metadata.name.as_deref().unwrap_or("<unnamed>")
+    let res = crate::resource_key::ResourceKey::partition(
+        p.metadata.name.as_deref().unwrap_or("<unnamed>"),
     );
     let spec = &p.spec;
     let mut check = Check::new(&res, host, gpu_vendor);
@@ -76,7 +75,11 @@ struct Check<'a> {
 
 impl<'a> Check<'a> {
     /// Starts checking the partition `resource` against the GPUs of `gpu_vendor` on `host`.
-    fn new(resource: &'a str, host: &'a HostState, gpu_vendor: &'a str) -> Self {
+    fn new(
+        resource: &'a crate::resource_key::ResourceKey,
+        host: &'a HostState,
+        gpu_vendor: &'a str,
+    ) -> Self {
         Check {
             problems: Problems::new(resource),
             host,

@@ -100,10 +100,9 @@ fn unknown_partitions(m: &Manifests) -> Vec<SpecError> {
         .iter()
         .filter(|s| !names.contains(&s.spec.partition_ref.name.as_str()))
         .map(|s| SpecError {
-            resource: format!(
-                "InferenceServer/{}/{}",
+            resource: crate::resource_key::ResourceKey::server(
                 s.metadata.namespace.as_deref().unwrap_or("default"),
-                s.metadata.name.as_deref().unwrap_or("<unnamed>")
+                s.metadata.name.as_deref().unwrap_or("<unnamed>"),
             ),
             field: "spec.partitionRef.name".into(),
             message: format!(

@@ -24,7 +24,7 @@ pub fn resolve_server(
 ) -> Result<DesiredServer, Vec<SpecError>> {
     let ns = s.metadata.namespace.as_deref().unwrap_or("default");
     let name = s.metadata.name.as_deref().unwrap_or("<unnamed>");
-    let res = format!("InferenceServer/{ns}/{name}");
+    let res = crate::resource_key::ResourceKey::server(ns, name);
     let spec = &s.spec;
     let mut pr = Problems::new(&res);
     // The order of the checks is the order of the errors the CLI prints.
@@ -390,7 +390,7 @@ pub fn check_servers_together(servers: &[DesiredServer]) -> Vec<SpecError> {
     let mut errors = Vec::new();
     for (i, a) in servers.iter().enumerate() {
         for b in &servers[..i] {
-            let res = format!("InferenceServer/{}", a.id);
+            let res = crate::resource_key::ResourceKey::server_id(&a.id);
             if a.unit == b.unit {
                 errors.push(err(&res, "spec.unit.name", format!("unit {} is also used by InferenceServer/{}; give each server its own unit name", a.unit, b.id)));
             }

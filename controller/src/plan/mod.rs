@@ -59,8 +59,8 @@ struct Planner<'a> {
 }
 
 impl Planner<'_> {
-    fn resource(&self) -> String {
-        format!("GpuPartition/{}", self.d.partition.name)
+    fn resource(&self) -> crate::resource_key::ResourceKey {
+        crate::resource_key::ResourceKey::partition(self.d.partition.name.as_str())
     }
 
     fn push(&mut self, step: Step, why: impl Into<String>) {
@@ -70,7 +70,7 @@ impl Planner<'_> {
         });
     }
 
-    fn block(&mut self, resource: String, reason: &str, message: String) {
+    fn block(&mut self, resource: crate::resource_key::ResourceKey, reason: &str, message: String) {
         self.plan.blockers.push(Blocker {
             resource,
             reason: reason.into(),

@@ -89,7 +89,7 @@ impl Planner<'_> {
             })
             .collect();
         self.block(
-            format!("InferenceServer/{}", s.id),
+            crate::resource_key::ResourceKey::server_id(&s.id),
             "GpuInUse",
             format!(
                 "another server runs on this server's GPUs: {}; the agent starts {} only once it has them alone: stop and disable that server (an old unit left after a rename, or one in a container that no longer consumes the slice), or delete the InferenceServer that runs it",
@@ -115,7 +115,7 @@ impl Planner<'_> {
             return false;
         }
         self.block(
-            format!("InferenceServer/{}", s.id),
+            crate::resource_key::ResourceKey::server_id(&s.id),
             "PortInUse",
             format!(
                 "port {port} is already listened on ({}), and not by {}, which is not running: stop the program that holds it, or give this server another spec.listen.port",

@@ -17,7 +17,7 @@ pub struct PlannedStep {
 #[serde(rename_all = "camelCase")]
 pub struct Blocker {
     /// `GpuPartition/<name>` or `InferenceServer/<ns>/<name>`.
-    pub resource: String,
+    pub resource: crate::resource_key::ResourceKey,
     /// Condition reason (`GpuInUse`, `IommuMismatch`, ...).
     pub reason: String,
     pub message: String,
@@ -46,7 +46,7 @@ pub const ROLLED_BACK: &str = "RolledBack";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Note {
-    pub resource: String,
+    pub resource: crate::resource_key::ResourceKey,
     /// A CamelCase word for events (`P2PDisabled`, `RolledBack`, `PreflightFailed`).
     #[serde(default)]
     pub reason: String,

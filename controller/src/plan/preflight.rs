@@ -26,7 +26,7 @@ pub(super) fn gate(d: &Desired, h: &HostState, plan: &mut Plan) {
             // container's files are read through the container), after the teardown.
             if container_stopped(h, s) && plan.steps.iter().any(|p| p.step.is_write()) {
                 plan.notes.push(Note {
-                    resource: format!("InferenceServer/{}", s.id),
+                    resource: crate::resource_key::ResourceKey::server_id(&s.id),
                     reason: "PreflightNotChecked".into(),
                     message: "preflight could not be checked before the first write (its container is stopped, so its model and interpreter cannot be read yet); it is checked once the container runs, and a failure then stops the plan after the steps already made".into(),
                 });
@@ -37,7 +37,7 @@ pub(super) fn gate(d: &Desired, h: &HostState, plan: &mut Plan) {
         if v.problems.is_empty() {
             continue;
         }
-        let res = format!("InferenceServer/{}", s.id);
+        let res = crate::resource_key::ResourceKey::server_id(&s.id);
         let message = format!(
             "preflight failed; the plan stops before any step that would stop, rebind or restart what this server needs: {}",
             v.problems.join("; ")
@@ -63,7 +63,7 @@ pub(super) fn gate(d: &Desired, h: &HostState, plan: &mut Plan) {
     if failed.is_empty() {
         return;
     }
-    let names: Vec<String> = failed.iter().map(|b| b.resource.clone()).collect();
+    let names: Vec<String> = failed.iter().map(|b| b.resource.to_string()).collect();
     plan.steps.clear();
     plan.continues_after = None;
     // The servers' own blockers first: a server's status reads the first blocker that names it
@@ -71,7 +71,7 @@ pub(super) fn gate(d: &Desired, h: &HostState, plan: &mut Plan) {
     failed.append(&mut plan.blockers);
     plan.blockers = failed;
     plan.blockers.push(Blocker {
-        resource: format!("GpuPartition/{}", d.partition.name),
+        resource: crate::resource_key::ResourceKey::partition(d.partition.name.as_str()),
         reason: "PreflightFailed".into(),
         message: format!(
             "{} failed preflight: the plan stops before changing what it needs",

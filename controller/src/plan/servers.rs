@@ -105,7 +105,7 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &AfterPartition<'_>) {
         if let Some(file) = p.h.unit(&s.unit).and_then(|u| u.file.as_deref()) {
             if !s.adopt && !unit::is_managed(file) {
                 p.block(
-                    format!("InferenceServer/{}", s.id),
+                    crate::resource_key::ResourceKey::server_id(&s.id),
                     "UnitNotManaged",
                     format!("{} was not written by gpuplane (no `{}` header); the agent never writes over, restarts or removes such a unit: rename the server's unit, or the slice's admin may adopt it (servers.adoptUnits)", s.unit, unit::HEADER),
                 );
@@ -114,7 +114,7 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &AfterPartition<'_>) {
             if s.adopt && !unit::is_managed(file) {
                 if let Some(runs) = not_an_sglang_launch(file) {
                     p.block(
-                        format!("InferenceServer/{}", s.id),
+                        crate::resource_key::ResourceKey::server_id(&s.id),
                         "UnitNotSGLang",
                         format!("{} runs {runs}, not an SGLang server (`python -m sglang.launch_server`); the agent adopts only SGLang units and leaves this one as it is: name the server's unit differently, or the slice's admin removes it from servers.adoptUnits", s.unit),
                     );
@@ -190,7 +190,7 @@ fn unit_content(
     s: &DesiredServer,
 ) -> Option<String> {
     let h = p.h;
-    let res = format!("InferenceServer/{}", s.id);
+    let res = crate::resource_key::ResourceKey::server_id(&s.id);
     let container_minors = match s.unit.location {
         Location::Container(v) => ctx.container_minors.get(&v).and_then(|m| m.as_ref()),
         Location::Host => None,
@@ -278,7 +278,7 @@ fn choose_unit(p: &mut Planner<'_>, s: &DesiredServer, content: String) -> Chose
     let content = match (&rollback_to, spec_failed) {
         (Some(r), true) => {
             p.plan.notes.push(Note {
-                resource: format!("InferenceServer/{}", s.id),
+                resource: crate::resource_key::ResourceKey::server_id(&s.id),
                 reason: super::output::ROLLED_BACK.into(),
                 message: format!("Rolled back: the unit rendered from this spec failed to start, so {} runs the last unit that reached Ready; change the spec to try again", s.unit),
             });
@@ -351,7 +351,7 @@ fn plan_unit(p: &mut Planner<'_>, ctx: &AfterPartition<'_>, s: &DesiredServer, c
         // change (new unit) or a manual `systemctl reset-failed` lets it go on.
         let u = observed.cloned().unwrap_or_default();
         p.block(
-            format!("InferenceServer/{}", s.id),
+            crate::resource_key::ResourceKey::server_id(&s.id),
             "Crashed",
             crash_message(s, &u),
         );

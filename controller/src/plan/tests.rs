@@ -349,7 +349,7 @@ fn rollback_auto_returns_to_the_last_ready_unit_and_does_not_retry_the_failed_on
         .models
         .contains(&"qwen3.5-122b".to_string()));
     let status = crate::status::compute(&bad, &r, &Default::default(), &crate::clock::now());
-    let deg = status["InferenceServer/default/qwen35-122b"]
+    let deg = status[&crate::testutil::key("InferenceServer/default/qwen35-122b")]
         .condition("Degraded")
         .unwrap();
     assert_eq!(deg.reason, "RolledBack", "{}", deg.message);
@@ -563,7 +563,9 @@ fn a_passing_smoke_test_is_reported_and_makes_the_unit_the_one_to_go_back_to() {
     let (r, mut h, d) = smoke_story(|_, _| {});
     assert!(r.converged(), "{:?}", r.stop);
     let st = crate::status::compute(&d, &r, &Default::default(), &crate::clock::now());
-    let c = st[QWEN].condition("SmokeTested").unwrap();
+    let c = st[&crate::testutil::key(QWEN)]
+        .condition("SmokeTested")
+        .unwrap();
     assert_eq!(
         (c.status.as_str(), c.message.as_str()),
         ("True", "3 chat requests answered as expected")
@@ -588,7 +590,9 @@ fn a_passing_smoke_test_is_reported_and_makes_the_unit_the_one_to_go_back_to() {
 fn a_failing_smoke_test_says_what_failed_and_the_unit_is_not_kept_as_good() {
     let (r, mut h, d) = smoke_story(|h, _| h.file.behaviour.smoke_no_tool_call = true);
     let st = crate::status::compute(&d, &r, &Default::default(), &crate::clock::now());
-    let c = st[QWEN].condition("SmokeTested").unwrap();
+    let c = st[&crate::testutil::key(QWEN)]
+        .condition("SmokeTested")
+        .unwrap();
     assert_eq!(c.status, "False");
     assert!(
         c.message
@@ -645,7 +649,10 @@ fn a_new_unit_that_fails_its_smoke_test_is_rolled_back_to_the_last_good_one() {
     assert!(u.active_state == "active");
     let st = crate::status::compute(&d2, &r2, &Default::default(), &crate::clock::now());
     assert_eq!(
-        st[QWEN].condition("SmokeTested").unwrap().status,
+        st[&crate::testutil::key(QWEN)]
+            .condition("SmokeTested")
+            .unwrap()
+            .status,
         "True",
         "the good unit passes"
     );
@@ -824,7 +831,7 @@ fn a_daemon_holding_every_gpu_does_not_block_a_server() {
     assert!(
         !p.blockers
             .iter()
-            .any(|b| b.resource.starts_with("InferenceServer/")),
+            .any(|b| b.resource.kind() == "InferenceServer"),
         "{:?}",
         p.blockers
     );

@@ -184,7 +184,7 @@ fn resolve<'a>(
     for e in together {
         if let Some(pos) = valid
             .iter()
-            .position(|(d, _)| format!("InferenceServer/{}", d.id) == e.resource)
+            .position(|(d, _)| crate::resource_key::ResourceKey::server_id(&d.id) == e.resource)
         {
             // Servers come oldest claim first, so the one named here is the younger.
             let (_, s) = valid.remove(pos);
@@ -303,12 +303,12 @@ async fn write_status(
     report: &Report,
 ) -> Result<i64, Error> {
     let name = p.name_any();
-    let part_key = format!("GpuPartition/{name}");
+    let part_key = crate::resource_key::ResourceKey::partition(name.as_str());
     let mut generations = BTreeMap::new();
     generations.insert(part_key.clone(), p.metadata.generation.unwrap_or(0));
     for (d, s) in &r.valid {
         generations.insert(
-            format!("InferenceServer/{}", d.id),
+            crate::resource_key::ResourceKey::server_id(&d.id),
             s.metadata.generation.unwrap_or(0),
         );
     }
@@ -334,7 +334,7 @@ async fn write_status(
     let mut ready = 0i64;
     for (d, s) in &r.valid {
         let sc = computed
-            .get(&format!("InferenceServer/{}", d.id))
+            .get(&crate::resource_key::ResourceKey::server_id(&d.id))
             .cloned()
             .unwrap_or_default();
         if is_ready(&sc.conditions) {
@@ -448,7 +448,7 @@ async fn publish_events(
             let target = r
                 .valid
                 .iter()
-                .find(|(d, _)| n.resource == format!("InferenceServer/{}", d.id))
+                .find(|(d, _)| n.resource == crate::resource_key::ResourceKey::server_id(&d.id))
                 .map(|(_, s)| s.object_ref(&()));
             if let Some(t) = target {
                 let note = n.message.clone();

@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Writes each resource's conditions; removes `_invalid.yaml`.
-pub fn write(dir: &Path, status: &BTreeMap<String, ResourceStatus>) {
+pub fn write(dir: &Path, status: &BTreeMap<crate::resource_key::ResourceKey, ResourceStatus>) {
     for (resource, st) in status {
         for c in &st.conditions {
             tracing::info!(resource = %resource, "{}={} ({}): {}", c.type_, c.status, c.reason, c.message);
         }
-        put_conditions(dir, resource, &st.conditions);
+        put_conditions(dir, &resource.to_string(), &st.conditions);
     }
     let _ = std::fs::remove_file(dir.join("_invalid.yaml"));
 }
@@ -48,7 +48,7 @@ fn previous(dir: &Path, name: &str) -> Vec<gpuplane_crds::condition::Condition> 
 /// its status file: a reader of one resource's file sees the refusal there, not the last good
 /// pass. (`_invalid.yaml`, written next, has the whole list.)
 pub fn write_refusals(dir: &Path, errs: &[crate::desired::SpecError]) {
-    let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut by: BTreeMap<crate::resource_key::ResourceKey, Vec<String>> = BTreeMap::new();
     for e in errs {
         by.entry(e.resource.clone())
             .or_default()
@@ -57,7 +57,7 @@ pub fn write_refusals(dir: &Path, errs: &[crate::desired::SpecError]) {
     for (resource, msgs) in by {
         let now = crate::clock::now();
         let st = crate::status::refusal::invalid(&msgs, None, &now);
-        put_conditions(dir, &resource, &st.conditions);
+        put_conditions(dir, &resource.to_string(), &st.conditions);
     }
 }
 

@@ -30,9 +30,17 @@ fn object(
 }
 
 /// Converges `d` on `h` with `opts` and computes every status for generation 1.
-fn statuses(h: &mut SimHost, d: &Desired, opts: &Options) -> BTreeMap<String, ResourceStatus> {
+fn statuses(
+    h: &mut SimHost,
+    d: &Desired,
+    opts: &Options,
+) -> BTreeMap<crate::resource_key::ResourceKey, ResourceStatus> {
     let r = converge(d, &mut crate::door::Door::new(h), opts);
-    let g: BTreeMap<String, i64> = [(PART.to_string(), 1), (SERVER.to_string(), 1)].into();
+    let g: BTreeMap<_, i64> = [
+        (crate::testutil::key(PART), 1),
+        (crate::testutil::key(SERVER), 1),
+    ]
+    .into();
     compute(d, &r, &g, &crate::clock::now())
 }
 
@@ -63,7 +71,7 @@ fn scenarios() -> Vec<Row> {
         PART,
         Kstatus::Current,
         "Ready",
-        st[PART].clone(),
+        st[&crate::testutil::key(PART)].clone(),
         same,
     ));
     rows.push((
@@ -71,7 +79,7 @@ fn scenarios() -> Vec<Row> {
         SERVER,
         Kstatus::Current,
         "Ready",
-        st[SERVER].clone(),
+        st[&crate::testutil::key(SERVER)].clone(),
         same,
     ));
     rows.push((
@@ -79,7 +87,7 @@ fn scenarios() -> Vec<Row> {
         PART,
         Kstatus::InProgress,
         "LatestGenerationNotObserved",
-        st[PART].clone(),
+        st[&crate::testutil::key(PART)].clone(),
         (2, 1, false),
     ));
     rows.push((
@@ -87,7 +95,7 @@ fn scenarios() -> Vec<Row> {
         SERVER,
         Kstatus::Terminating,
         "DeletionTimestamp",
-        st[SERVER].clone(),
+        st[&crate::testutil::key(SERVER)].clone(),
         (1, 1, true),
     ));
     // One reconcile of the agent: the host is split, the server is starting.
@@ -99,7 +107,7 @@ fn scenarios() -> Vec<Row> {
         PART,
         Kstatus::Current,
         "Ready",
-        st[PART].clone(),
+        st[&crate::testutil::key(PART)].clone(),
         same,
     ));
     rows.push((
@@ -107,7 +115,7 @@ fn scenarios() -> Vec<Row> {
         SERVER,
         Kstatus::InProgress,
         "Launching",
-        st[SERVER].clone(),
+        st[&crate::testutil::key(SERVER)].clone(),
         same,
     ));
     // Stopped after two steps: host steps remain.
@@ -126,7 +134,7 @@ fn scenarios() -> Vec<Row> {
         PART,
         Kstatus::InProgress,
         "Applying",
-        st[PART].clone(),
+        st[&crate::testutil::key(PART)].clone(),
         same,
     ));
     // A process holds a GPU that must move: blocked, Failed in one reconcile.
@@ -146,7 +154,7 @@ fn scenarios() -> Vec<Row> {
         PART,
         Kstatus::Failed,
         "GpuInUse",
-        st[PART].clone(),
+        st[&crate::testutil::key(PART)].clone(),
         same,
     ));
     rows.push((
@@ -154,7 +162,7 @@ fn scenarios() -> Vec<Row> {
         SERVER,
         Kstatus::Failed,
         "WaitingForGpus",
-        st[SERVER].clone(),
+        st[&crate::testutil::key(SERVER)].clone(),
         same,
     ));
     // A foreign device shares a moving GPU's IOMMU group.
@@ -180,7 +188,7 @@ fn scenarios() -> Vec<Row> {
         PART,
         Kstatus::Failed,
         "IommuGroupShared",
-        st[PART].clone(),
+        st[&crate::testutil::key(PART)].clone(),
         same,
     ));
     rows.extend(server_failures());
@@ -200,7 +208,7 @@ fn server_failures() -> Vec<Row> {
         SERVER,
         Kstatus::Failed,
         "StartupStalled",
-        st[SERVER].clone(),
+        st[&crate::testutil::key(SERVER)].clone(),
         same,
     ));
     let mut h = twin();
@@ -215,7 +223,7 @@ fn server_failures() -> Vec<Row> {
         SERVER,
         Kstatus::Failed,
         "Crashed",
-        st[SERVER].clone(),
+        st[&crate::testutil::key(SERVER)].clone(),
         same,
     ));
     rows

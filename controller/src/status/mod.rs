@@ -5,6 +5,7 @@ use crate::converge::{Report, Stop, WaitOutcome};
 use crate::desired::Desired;
 use crate::host::model::{HostState, HttpState, IommuMode, Location};
 use crate::p2p::{decide_p2p, P2p};
+use crate::resource_key::ResourceKey;
 use crate::step::Step;
 use gpuplane_crds::condition::{types, Condition, Time};
 use gpuplane_crds::{set_condition, IommuModeExpectation};
@@ -94,24 +95,24 @@ fn is_server_step(s: &Step) -> bool {
     )
 }
 
-/// Computes every resource's conditions, keyed by `Kind/name` (servers: `InferenceServer/ns/name`);
+/// Computes every resource's conditions, keyed by resource;
 /// `now` is each changed condition's `lastTransitionTime` (the caller's clock).
 pub fn compute(
     desired: &Desired,
     r: &Report,
-    generations: &BTreeMap<String, i64>,
+    generations: &BTreeMap<ResourceKey, i64>,
     now: &Time,
-) -> BTreeMap<String, ResourceStatus> {
+) -> BTreeMap<ResourceKey, ResourceStatus> {
     let now = now.clone();
     let mut out = BTreeMap::new();
     let empty = HostState::default();
     let host = r.final_host.as_ref().unwrap_or(&empty);
-    let part_res = format!("GpuPartition/{}", desired.partition.name);
+    let part_res = ResourceKey::partition(desired.partition.name.as_str());
     let g = generations.get(&part_res).copied();
     let ps = partition_status(desired, r, host, &part_res, g, &now);
     out.insert(part_res.clone(), ps);
     for s in &desired.servers {
-        let res = format!("InferenceServer/{}", s.id);
+        let res = ResourceKey::server_id(&s.id);
         let g = generations.get(&res).copied();
         let mut st = ResourceStatus::default();
         server_readiness(&mut st, s, r, host, &part_res, g, &now);
@@ -130,7 +131,7 @@ fn partition_status(
     desired: &Desired,
     r: &Report,
     host: &HostState,
-    part_res: &str,
+    part_res: &ResourceKey,
     g: Option<i64>,
     now: &Time,
 ) -> ResourceStatus {
@@ -139,7 +140,7 @@ fn partition_status(
         .final_plan
         .blockers
         .iter()
-        .filter(|b| b.resource == part_res)
+        .filter(|b| b.resource == *part_res)
         .collect();
     let part_steps: Vec<_> = r
         .final_plan
@@ -321,11 +322,11 @@ fn server_readiness(
     s: &crate::desired::DesiredServer,
     r: &Report,
     host: &HostState,
-    part_res: &str,
+    part_res: &ResourceKey,
     g: Option<i64>,
     now: &Time,
 ) {
-    let res = format!("InferenceServer/{}", s.id);
+    let res = ResourceKey::server_id(&s.id);
     let unit = host.unit(&s.unit);
     let obs = unit.and_then(|u| u.server.as_ref());
     let ready = obs.is_some_and(|o| {
@@ -337,7 +338,7 @@ fn server_readiness(
         .final_plan
         .blockers
         .iter()
-        .find(|b| b.resource == res || b.resource == part_res);
+        .find(|b| b.resource == res || b.resource == *part_res);
     // A blocker of this server while it serves: the unit running is the previous spec's, and
     // the new generation cannot be applied (kstatus must not read it Current).
     let own_blocker = blocked.filter(|b| b.resource == res);
@@ -543,7 +544,7 @@ fn degraded_condition(
     g: Option<i64>,
     now: &Time,
 ) {
-    let res = format!("InferenceServer/{}", s.id);
+    let res = ResourceKey::server_id(&s.id);
     let obs = host.unit(&s.unit).and_then(|u| u.server.as_ref());
     // Driver mismatch: container userspace vs host kernel module.
     let mismatch = match s.unit.location {

@@ -31,7 +31,7 @@ fn container_userspace_older_than_the_kernel_module_is_driver_mismatch() {
     let d = crate::testutil::desired(&mut h, &crate::testutil::manifests());
     let r = crate::converge::converge(&d, &mut crate::door::Door::new(&mut h), &Default::default());
     let st = compute(&d, &r, &Default::default(), &crate::clock::now());
-    let c = st["InferenceServer/default/qwen35-122b"]
+    let c = st[&crate::testutil::key("InferenceServer/default/qwen35-122b")]
         .condition("Degraded")
         .unwrap();
     assert_eq!(
@@ -66,7 +66,7 @@ fn a_held_lock_is_reconciling_with_the_lock_named_not_stalled() {
         notes: vec![],
     };
     let st = compute(&desired, &report, &Default::default(), &crate::clock::now());
-    let p = &st["GpuPartition/kpro6"];
+    let p = &st[&crate::testutil::key("GpuPartition/kpro6")];
     let c = |t: &str| p.condition(t).unwrap();
     assert_eq!(
         (c("Ready").status.as_str(), c("Ready").reason.as_str()),
@@ -100,7 +100,7 @@ fn a_serving_server_whose_new_spec_is_blocked_reads_stalled_and_says_the_old_uni
         crate::converge::converge(&desired, &mut door, &Default::default())
     };
     assert!(done.converged());
-    let res = format!("InferenceServer/{}", desired.servers[0].id);
+    let res = crate::resource_key::ResourceKey::server_id(&desired.servers[0].id);
     let mut blocked = done.clone();
     blocked.final_plan.blockers.push(crate::plan::Blocker {
         resource: res.clone(),

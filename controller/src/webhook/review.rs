@@ -62,9 +62,9 @@ fn decide(req: &Value, cluster: &Cluster) -> (bool, String, Vec<String>) {
         .or(req["namespace"].as_str())
         .unwrap_or("default");
     let resource = if kind == "GpuPartition" {
-        format!("GpuPartition/{name}")
+        crate::resource_key::ResourceKey::partition(name)
     } else {
-        format!("InferenceServer/{ns}/{name}")
+        crate::resource_key::ResourceKey::server(ns, name)
     };
     let errors = schema::check(kind, obj);
     if !errors.is_empty() {

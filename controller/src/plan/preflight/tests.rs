@@ -42,8 +42,8 @@ fn blocked_before_any_write(r: &Report, h: &mut SimHost, d: &Desired, cause: &st
     };
     let b = &blockers[0];
     assert_eq!(
-        (b.resource.as_str(), b.reason.as_str()),
-        (SERVER, "PreflightFailed")
+        (b.resource.to_string(), b.reason.as_str()),
+        (SERVER.to_string(), "PreflightFailed")
     );
     assert!(b.message.contains(cause), "{cause:?} not in {}", b.message);
     let st = h.observe().unwrap();
@@ -57,7 +57,12 @@ fn blocked_before_any_write(r: &Report, h: &mut SimHost, d: &Desired, cause: &st
     );
     assert!(st.containers[&129].state == crate::host::model::RunState::Running);
     let status = crate::status::compute(d, r, &Default::default(), &crate::clock::now());
-    let c = |t: &str| status[SERVER].condition(t).unwrap().clone();
+    let c = |t: &str| {
+        status[&crate::testutil::key(SERVER)]
+            .condition(t)
+            .unwrap()
+            .clone()
+    };
     assert_eq!(
         (c("Stalled").status.as_str(), c("Stalled").reason.as_str()),
         ("True", "PreflightFailed")
@@ -71,7 +76,9 @@ fn the_reference_story_passes_preflight_and_reports_versions_and_headroom() {
     let (r, _, d) = story(|_, _| {});
     assert!(r.converged(), "{:?}", r.stop);
     let status = crate::status::compute(&d, &r, &Default::default(), &crate::clock::now());
-    let c = status[SERVER].condition("PreflightPassed").unwrap();
+    let c = status[&crate::testutil::key(SERVER)]
+        .condition("PreflightPassed")
+        .unwrap();
     assert_eq!(c.status, "True");
     println!("PreflightPassed: {}", c.message);
     for want in [

@@ -120,7 +120,7 @@ fn of_two_servers_on_one_slice_the_older_keeps_it_whatever_the_order() {
         let losers: std::collections::BTreeSet<String> = check_servers_together(&resolved)
             .into_iter()
             .filter(|e| e.field == "spec.partitionRef.slice")
-            .map(|e| e.resource)
+            .map(|e| e.resource.to_string())
             .collect();
         let want = [
             "InferenceServer/default/middle",
