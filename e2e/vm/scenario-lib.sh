@@ -49,6 +49,31 @@ spec:
 ${5:-}
 EOF
 }
+# server DIR [ENV] [STALL] [DEADLINE]: the stand-in SGLang server "e2e" on the host slice, unit
+# sglang-e2e, into $M/DIR/server.yaml. ENV: more env entries, one "    - {name: ..., value: ...}"
+# line each (see hold); STALL and DEADLINE: its startup bounds in seconds (default 60 and 180).
+server() { cat > $M/$1/server.yaml <<EOF
+apiVersion: gpuplane.dev/v1alpha1
+kind: InferenceServer
+metadata: {name: e2e, namespace: default}
+spec:
+  partitionRef: {name: vmhost, slice: host}
+  unit: {name: sglang-e2e, location: Host}
+  python: /opt/sglang-venv/bin/python3
+  model: {path: /srv/models/tiny, servedName: tiny}
+  tensorParallelSize: 2
+  listen: {host: 127.0.0.1, port: 30000}
+  p2p: Disabled
+  env:
+    - {name: STANDIN_LOAD_SECONDS, value: "1"}
+    - {name: STANDIN_GRAPH_SECONDS, value: "1"}
+${2:-}
+  startup: {stallAfterSeconds: ${3:-60}, deadlineSeconds: ${4:-180}}
+EOF
+}
+# hold CARD: the env entry that makes the stand-in hold /dev/dri/CARD open, as a CUDA process
+# holds its GPU.
+hold() { echo "    - {name: STANDIN_HOLD_DEVICES, value: \"/dev/dri/$1\"}"; }
 # The vm slice's consumer: VM 300 through the PCI mapping emu-vm.
 VMC='      consumer: {vm: {vmid: 300, pciMapping: emu-vm}}'
 # host_digest: what a scenario may leave behind, on one line: the observed host (gpuplane observe

@@ -47,25 +47,6 @@ ONLY=$(sed -n 's/.*gpuplane\.crash=\([a-z,]*\).*/\1/p' /proc/cmdline | tr , ' ')
 ONLY=${ONLY:-split back server move}
 
 # server DIR CARD: the stand-in keeps /dev/dri/CARD open, as SGLang keeps /dev/nvidiaN open
-server() { cat > $M/$1/server.yaml <<EOF
-apiVersion: gpuplane.dev/v1alpha1
-kind: InferenceServer
-metadata: {name: e2e, namespace: default}
-spec:
-  partitionRef: {name: vmhost, slice: host}
-  unit: {name: sglang-e2e, location: Host}
-  python: /opt/sglang-venv/bin/python3
-  model: {path: /srv/models/tiny, servedName: tiny}
-  tensorParallelSize: 2
-  listen: {host: 127.0.0.1, port: 30000}
-  p2p: Disabled
-  env:
-    - {name: STANDIN_LOAD_SECONDS, value: "1"}
-    - {name: STANDIN_GRAPH_SECONDS, value: "1"}
-    - {name: STANDIN_HOLD_DEVICES, value: "/dev/dri/$2"}
-  startup: {stallAfterSeconds: 60, deadlineSeconds: 180}
-EOF
-}
 card() { ls /sys/bus/pci/devices/$1/drm | grep '^card' | head -1; }
 
 # truth: the host as one JSON line
@@ -191,9 +172,9 @@ crash() { local t=$1 dir=$2 reset=$3 t0=$SECONDS
 
 partition back '{numaNode: 0}' '{numaNode: 1}' nvidia
 partition split '{numaNode: 0}' '{numaNode: 1}' vfio-pci "$VMC"
-partition server '{numaNode: 0}' '{numaNode: 1}' nvidia; server server "$(card 0000:42:00.0)"
+partition server '{numaNode: 0}' '{numaNode: 1}' nvidia; server server "$(hold "$(card 0000:42:00.0)")"
 partition move '{addresses: ["0000:41:00.0", "0000:44:01.0"]}' '{addresses: ["0000:42:00.0"]}' vfio-pci "$VMC"
-server move "$(card 0000:41:00.0)"
+server move "$(hold "$(card 0000:41:00.0)")"
 
 for t in $ONLY; do
   case $t in

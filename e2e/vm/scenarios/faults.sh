@@ -18,25 +18,6 @@ printf 'name: snp-guest\nhostpci0: mapping=emu-vm,pcie=1\n' > /etc/pve/qemu-serv
 printf '# mappings kept by hand\nnic\n\tmap id=8086:100e,node=vmhost,path=0000:44:02.0\n' > /etc/pve/mapping/pci.cfg
 
 # server DIR [EXTRA-ENV-LINE]
-server() { cat > $M/$1/server.yaml <<EOF
-apiVersion: gpuplane.dev/v1alpha1
-kind: InferenceServer
-metadata: {name: e2e, namespace: default}
-spec:
-  partitionRef: {name: vmhost, slice: host}
-  unit: {name: sglang-e2e, location: Host}
-  python: /opt/sglang-venv/bin/python3
-  model: {path: /srv/models/tiny, servedName: tiny}
-  tensorParallelSize: 2
-  listen: {host: 127.0.0.1, port: 30000}
-  p2p: Disabled
-  env:
-    - {name: STANDIN_LOAD_SECONDS, value: "1"}
-    - {name: STANDIN_GRAPH_SECONDS, value: "1"}
-${2:-}
-  startup: {stallAfterSeconds: 60, deadlineSeconds: 120}
-EOF
-}
 after() {  # NAME: what the host looks like after step NAME
   sed "s/^/PCICFG $1 /" /etc/pve/mapping/pci.cfg
   find /etc/pve /etc/systemd/system -name '*.tmp.*' | sed "s/^/LEFT $1 /"
@@ -72,9 +53,9 @@ run full-reset back
 
 echo "== a server that fails while starting (out of KV-cache memory)"
 mkdir -p $M/fail $M/fixed
-partition fail '{numaNode: 0}' '{numaNode: 1}' nvidia; server fail '    - {name: STANDIN_KV_MIB, value: "-1"}'
+partition fail '{numaNode: 0}' '{numaNode: 1}' nvidia; server fail '    - {name: STANDIN_KV_MIB, value: "-1"}' 60 120
 converge fail; echo "ACTIVE fail $(systemctl show -p ActiveState --value sglang-e2e.service)"
-partition fixed '{numaNode: 0}' '{numaNode: 1}' nvidia; server fixed
+partition fixed '{numaNode: 0}' '{numaNode: 1}' nvidia; server fixed '' 60 120
 converge fixed; echo "ACTIVE fixed $(systemctl show -p ActiveState --value sglang-e2e.service)"
 mkdir -p $M/fixed-again && cp $M/fixed/*.yaml $M/fixed-again/; converge fixed-again
 systemctl stop sglang-e2e.service

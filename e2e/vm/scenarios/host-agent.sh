@@ -43,26 +43,7 @@ install_standin
 mkmodel /srv/models/tiny
 card42=$(ls /sys/bus/pci/devices/0000:42:00.0/drm | grep '^card' | head -1)
 # server DIR CARD: the stand-in keeps /dev/dri/CARD open, as SGLang keeps /dev/nvidiaN open
-server() { cat > $M/$1/server.yaml <<EOF
-apiVersion: gpuplane.dev/v1alpha1
-kind: InferenceServer
-metadata: {name: e2e, namespace: default}
-spec:
-  partitionRef: {name: vmhost, slice: host}
-  unit: {name: sglang-e2e, location: Host}
-  python: /opt/sglang-venv/bin/python3
-  model: {path: /srv/models/tiny, servedName: tiny}
-  tensorParallelSize: 2
-  listen: {host: 127.0.0.1, port: 30000}
-  p2p: Disabled
-  env:
-    - {name: STANDIN_LOAD_SECONDS, value: "1"}
-    - {name: STANDIN_GRAPH_SECONDS, value: "1"}
-    - {name: STANDIN_HOLD_DEVICES, value: "/dev/dri/$2"}
-  startup: {stallAfterSeconds: 30, deadlineSeconds: 120}
-EOF
-}
-partition unit '{numaNode: 0}' '{numaNode: 1}' nvidia; server unit $card42
+partition unit '{numaNode: 0}' '{numaNode: 1}' nvidia; server unit "$(hold "$card42")" 30 120
 converge unit
 echo "ACTIVE unit $(systemctl is-active sglang-e2e.service)"
 echo "HOLDERS unit $($G observe $GP --output json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps(d["pciDevices"]["0000:42:00.0"].get("holders", [])))')"
@@ -71,7 +52,7 @@ mkdir -p $M/unit-again && cp $M/unit/*.yaml $M/unit-again/; converge unit-again
 
 echo "== move: 0000:42:00.0, held by the running server, goes to the VM"
 card41=$(ls /sys/bus/pci/devices/0000:41:00.0/drm | grep '^card' | head -1)
-partition move '{addresses: ["0000:41:00.0", "0000:44:01.0"]}' '{addresses: ["0000:42:00.0"]}' vfio-pci "$VMC"; server move $card41
+partition move '{addresses: ["0000:41:00.0", "0000:44:01.0"]}' '{addresses: ["0000:42:00.0"]}' vfio-pci "$VMC"; server move "$(hold "$card41")" 30 120
 converge move
 echo "ACTIVE move $(systemctl is-active sglang-e2e.service)"
 journalctl -u sglang-e2e.service -o cat --no-pager | grep -E '^(Stopped|Started|Stopping)' | sed 's/^/JOURNAL move /'
