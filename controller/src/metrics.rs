@@ -35,7 +35,58 @@ const LIMITS: Limits = Limits {
 /// Label values of one condition series: kind, namespace, name, type, status, reason.
 type ConditionLabels = [String; 6];
 /// A resource: kind, namespace, name.
-type ResourceKey = (String, String, String);
+type SeriesKey = (String, String, String);
+
+/// The closed set of `gpuplane_reconcile_errors_total{category}`: what kind of failure, not the
+/// condition's reason (those are open-ended and live in `gpuplane_resource_condition`), so the
+/// series stay few and an alert can name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCategory {
+    /// The Kubernetes API failed a call.
+    Api,
+    /// Adding or removing a finalizer failed.
+    Finalizer,
+    /// The host could not be read, or a restore did not finish.
+    Host,
+    /// A bug of the agent: a panic, a lost task.
+    Internal,
+    /// A spec failed validation.
+    InvalidSpec,
+    /// The younger of two claims.
+    Conflict,
+    /// The planner refused to go on (a blocker: a GPU in use, an IOMMU mismatch, ...).
+    Blocked,
+    /// A host step failed.
+    ApplyFailed,
+}
+
+impl ErrorCategory {
+    /// Every category, in the order of the enum.
+    pub const ALL: [ErrorCategory; 8] = [
+        ErrorCategory::Api,
+        ErrorCategory::Finalizer,
+        ErrorCategory::Host,
+        ErrorCategory::Internal,
+        ErrorCategory::InvalidSpec,
+        ErrorCategory::Conflict,
+        ErrorCategory::Blocked,
+        ErrorCategory::ApplyFailed,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCategory::Api => "api",
+            ErrorCategory::Finalizer => "finalizer",
+            ErrorCategory::Host => "host",
+            ErrorCategory::Internal => "internal",
+            ErrorCategory::InvalidSpec => "invalid_spec",
+            ErrorCategory::Conflict => "conflict",
+            ErrorCategory::Blocked => "blocked",
+            ErrorCategory::ApplyFailed => "apply_failed",
+        }
+    }
+}
 
 /// The agent's metrics.
 #[derive(Clone)]
@@ -45,7 +96,7 @@ pub struct Metrics {
     process: Registry,
     pub reconciles: IntCounterVec,
     pub reconcile_duration: HistogramVec,
-    pub errors: IntCounterVec,
+    errors: IntCounterVec,
     pub host_writes: IntCounterVec,
     pub drifts_corrected: IntCounter,
     pub gpus: IntGaugeVec,
@@ -55,7 +106,7 @@ pub struct Metrics {
     pub conditions: IntGaugeVec,
     pub watch_events: IntCounterVec,
     /// The condition series each resource has now, to remove them when they change.
-    shown: Arc<Mutex<BTreeMap<ResourceKey, Vec<ConditionLabels>>>>,
+    shown: Arc<Mutex<BTreeMap<SeriesKey, Vec<ConditionLabels>>>>,
 }
 
 impl Metrics {
@@ -73,8 +124,8 @@ impl Metrics {
             )?,
             errors: counter(
                 "reconcile_errors_total",
-                "Failed or blocked reconciles by reason",
-                &["reason"],
+                "Failed or blocked reconciles by category (a closed set; the condition reasons are in gpuplane_resource_condition)",
+                &["category"],
             )?,
             host_writes: counter("host_writes_total", "Host writes by step kind", &["kind"])?,
             drifts_corrected: IntCounter::new(
@@ -133,6 +184,11 @@ impl Metrics {
 
     /// Shows `conditions` as the conditions of `kind` `namespace`/`name` (namespace "" for a
     /// cluster-scoped resource), replacing the series it had.
+    /// Counts one failed or blocked reconcile of `category`.
+    pub fn count_error(&self, category: ErrorCategory) {
+        self.errors.with_label_values(&[category.as_str()]).inc();
+    }
+
     pub fn set_conditions(
         &self,
         kind: &str,

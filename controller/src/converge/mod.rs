@@ -68,8 +68,13 @@ pub enum Stop {
     Blocked {
         blockers: Vec<Blocker>,
     },
+    /// A host step failed (`step`: its text).
     StepFailed {
         step: String,
+        error: String,
+    },
+    /// The host could not be read: nothing was planned or done.
+    ObserveFailed {
         error: String,
     },
     NotReady {
@@ -91,6 +96,18 @@ pub enum Stop {
     },
 }
 
+impl Stop {
+    /// What failed and how, when the host failed the run (a step, or reading the host): the
+    /// cases reported as `ApplyFailed`.
+    pub fn failure(&self) -> Option<(String, &str)> {
+        match self {
+            Stop::StepFailed { step, error } => Some((step.clone(), error)),
+            Stop::ObserveFailed { error } => Some(("observing the host".into(), error)),
+            _ => None,
+        }
+    }
+}
+
 /// The human words for why a run stopped: the CLI prints them, events carry them.
 impl std::fmt::Display for Stop {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -105,6 +122,9 @@ impl std::fmt::Display for Stop {
                 Ok(())
             }
             Stop::StepFailed { step, error } => write!(f, "STOPPED: {step} failed: {error}"),
+            Stop::ObserveFailed { error } => {
+                write!(f, "STOPPED: observing the host failed: {error}")
+            }
             Stop::NotReady { unit } => write!(f, "STOPPED: {unit} did not become ready."),
             Stop::Waiting { unit } => write!(f, "{unit} is still starting."),
             Stop::WaitingForLock { step, message, .. } => write!(
@@ -346,8 +366,7 @@ fn observe_and_plan(
             Some((h, p))
         }
         Err(e) => {
-            r.stop = Some(Stop::StepFailed {
-                step: "observe".into(),
+            r.stop = Some(Stop::ObserveFailed {
                 error: e.to_string(),
             });
             None

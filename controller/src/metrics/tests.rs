@@ -91,3 +91,30 @@ async fn serves_metrics_health_and_readiness_even_with_a_silent_client_connected
     assert_eq!(r.3, (200, "ok\n".into()));
     assert_eq!(r.4 .0, 404);
 }
+
+/// The errors counter's label is a closed set, distinct from condition reasons: every
+/// category shows under its own value, and nothing else can.
+#[test]
+fn errors_are_counted_by_a_closed_category() {
+    let m = Metrics::new().unwrap();
+    for c in ErrorCategory::ALL {
+        m.count_error(c);
+    }
+    m.count_error(ErrorCategory::Blocked);
+    let text = m.render();
+    let names: Vec<&str> = ErrorCategory::ALL.iter().map(|c| c.as_str()).collect();
+    let mut seen = 0;
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("gpuplane_reconcile_errors_total{"))
+    {
+        let v = line.split('"').nth(1).unwrap();
+        assert!(names.contains(&v), "{line}");
+        seen += 1;
+    }
+    assert_eq!(seen, names.len(), "{text}");
+    assert!(
+        text.contains("gpuplane_reconcile_errors_total{category=\"blocked\"} 2"),
+        "{text}"
+    );
+}

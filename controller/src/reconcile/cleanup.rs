@@ -135,6 +135,6 @@ pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Actio
             why.clone(),
         )
         .await;
-        Err(Error::Host(format!("restore did not finish: {why}")))
+        Err(Error::RestoreUnfinished(why))
     }
 }

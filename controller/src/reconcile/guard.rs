@@ -12,7 +12,7 @@ use kube::runtime::controller::Action;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
-/// Runs `fut`, the reconcile of `what`; a panic inside it is returned as [`Error::Internal`].
+/// Runs `fut`, the reconcile of `what`; a panic inside it is returned as [`Error::Panicked`].
 ///
 /// # Guarantees
 /// Never unwinds: the caller (the controller's stream) keeps running, and the error goes
@@ -35,9 +35,10 @@ where
                 .unwrap_or_else(|| "(no message)".into());
             let msg = crate::text::sanitize(&msg, 500);
             tracing::error!(object = %what, "reconcile panicked: {msg}");
-            Err(Error::Internal(format!(
-                "reconcile of {what} panicked: {msg}"
-            )))
+            Err(Error::Panicked {
+                what: what.to_string(),
+                message: msg,
+            })
         }
     }
 }

@@ -12,9 +12,8 @@ use std::sync::Arc;
 pub(super) async fn observe(ctx: &Arc<Ctx>) -> Result<HostState, Error> {
     let host = ctx.host.clone();
     tokio::task::spawn_blocking(move || host.lock().unwrap_or_else(|e| e.into_inner()).observe())
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?
-        .map_err(|e| Error::Host(e.to_string()))
+        .await?
+        .map_err(Error::Host)
 }
 
 /// Converges the host to `desired` through the one door. With `block`, waits until servers are
@@ -45,5 +44,5 @@ pub(super) async fn run_converge(
         converge_with(&desired, &mut door, &opts, &mut progress)
     })
     .await
-    .map_err(|e| Error::Internal(e.to_string()))
+    .map_err(Error::Task)
 }

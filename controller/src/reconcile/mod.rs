@@ -69,9 +69,29 @@ pub enum Error {
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
     #[error("host: {0}")]
-    Host(String),
+    Host(#[from] crate::host::HostError),
+    /// A partition's restore (its deletion) stopped before the host was back.
+    #[error("host: restore did not finish: {0}")]
+    RestoreUnfinished(String),
+    /// The blocking task that held the host was lost.
     #[error("internal: {0}")]
-    Internal(String),
+    Task(#[from] tokio::task::JoinError),
+    /// A reconcile panicked (caught; the agent goes on).
+    #[error("internal: reconcile of {what} panicked: {message}")]
+    Panicked { what: String, message: String },
+}
+
+impl Error {
+    /// The errors metric's category.
+    pub fn category(&self) -> crate::metrics::ErrorCategory {
+        use crate::metrics::ErrorCategory as C;
+        match self {
+            Error::Kube(_) => C::Api,
+            Error::Finalizer(_) => C::Finalizer,
+            Error::Host(_) | Error::RestoreUnfinished(_) => C::Host,
+            Error::Task(_) | Error::Panicked { .. } => C::Internal,
+        }
+    }
 }
 
 /// Shared state of the reconcilers.
@@ -229,15 +249,10 @@ fn error_policy(p: Arc<GpuPartition>, err: &Error, ctx: Arc<Ctx>) -> Action {
         tracing::debug!(partition = %key, "a write raced ours (409); reconciling again with a fresh object: {err}");
         return Action::requeue(std::time::Duration::from_secs(1));
     }
-    let reason = match err {
-        Error::Kube(_) => "ApiError",
-        Error::Finalizer(_) => "FinalizerError",
-        Error::Host(_) => "HostError",
-        Error::Internal(_) => "Internal",
-    };
-    ctx.metrics.errors.with_label_values(&[reason]).inc();
+    let reason = err.category();
+    ctx.metrics.count_error(reason);
     let wait = ctx.backoff(&key);
-    tracing::warn!(partition = %key, "reconcile failed ({reason}), retrying in {wait:?}: {err}");
+    tracing::warn!(partition = %key, "reconcile failed ({}), retrying in {wait:?}: {err}", reason.as_str());
     Action::requeue(wait)
 }
 

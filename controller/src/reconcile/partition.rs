@@ -24,6 +24,7 @@ use crate::desired::{
     DesiredPartition, DesiredServer, SpecError,
 };
 use crate::host::model::{HostState, UnitRef};
+use crate::metrics::ErrorCategory;
 use crate::status::refusal;
 use crate::step::Step;
 use gpuplane_crds::condition::{types, Condition, ConditionStatus};
@@ -249,7 +250,7 @@ async fn report_invalid_partition(
         };
         refuse(ctx, s, refused, |_| {}).await?;
     }
-    ctx.metrics.errors.with_label_values(&["InvalidSpec"]).inc();
+    ctx.metrics.count_error(ErrorCategory::InvalidSpec);
     Ok(Action::await_change())
 }
 
@@ -398,7 +399,11 @@ async fn write_invalid_server(
         action: "Validate",
     };
     refuse(ctx, s, refused, |_| {}).await?;
-    ctx.metrics.errors.with_label_values(&[reason]).inc();
+    ctx.metrics.count_error(if reason == refusal::CONFLICT {
+        ErrorCategory::Conflict
+    } else {
+        ErrorCategory::InvalidSpec
+    });
     Ok(())
 }
 
@@ -497,7 +502,8 @@ async fn publish_events(
                 .await;
             }
         }
-        Some(Stop::StepFailed { step, error }) => {
+        Some(stop @ (Stop::StepFailed { .. } | Stop::ObserveFailed { .. })) => {
+            let (step, error) = stop.failure().unwrap_or_default();
             let note = format!("{step}: {error}");
             publish(
                 ctx,
@@ -559,11 +565,13 @@ fn record_metrics(ctx: &Ctx, r: &Resolved<'_>, report: &Report, ready: i64, was_
     m.servers_ready.set(ready);
     match &report.stop {
         Some(Stop::Blocked { blockers }) => {
-            for b in blockers {
-                m.errors.with_label_values(&[b.reason.as_str()]).inc();
+            for _ in blockers {
+                m.count_error(ErrorCategory::Blocked);
             }
         }
-        Some(Stop::StepFailed { .. }) => m.errors.with_label_values(&["ApplyFailed"]).inc(),
+        Some(Stop::StepFailed { .. }) | Some(Stop::ObserveFailed { .. }) => {
+            m.count_error(ErrorCategory::ApplyFailed)
+        }
         _ => {}
     }
 }
@@ -583,9 +591,9 @@ fn next_action(ctx: &Ctx, name: &str, report: &Report) -> Action {
         Some(Stop::Blocked { .. }) => {
             Action::requeue(ctx.backoff(name).min(ctx.opts.drift_interval))
         }
-        Some(Stop::StepFailed { .. }) | Some(Stop::NoProgress { .. }) => {
-            Action::requeue(ctx.backoff(name))
-        }
+        Some(Stop::StepFailed { .. })
+        | Some(Stop::ObserveFailed { .. })
+        | Some(Stop::NoProgress { .. }) => Action::requeue(ctx.backoff(name)),
         Some(Stop::NotReady { .. }) => {
             Action::requeue(ctx.backoff(name).max(ctx.opts.poll_interval))
         }

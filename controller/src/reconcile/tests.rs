@@ -382,7 +382,7 @@ fn a_stale_cache_finalizer_conflict_is_retried_at_once_not_reported() {
     assert!(!super::is_stale_finalizer_race(&Error::Finalizer(
         Box::new(F::AddFinalizer(api(403)))
     )));
-    assert!(!super::is_stale_finalizer_race(&Error::Host(
+    assert!(!super::is_stale_finalizer_race(&Error::RestoreUnfinished(
         "failed to add finalizer 422".into()
     )));
 }

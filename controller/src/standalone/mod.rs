@@ -154,7 +154,7 @@ fn round(
                 "manifests in {} are not applied: {f}",
                 opts.manifests.display()
             );
-            metrics.errors.with_label_values(&["InvalidSpec"]).inc();
+            metrics.count_error(crate::metrics::ErrorCategory::InvalidSpec);
             status_files::write_invalid(&opts.status_dir, &f);
             return None;
         }

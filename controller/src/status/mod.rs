@@ -160,7 +160,7 @@ fn partition_status(
             g,
         );
         ps.progress(Standing::Stuck(b.reason.clone(), all.join("; ")), now, g);
-    } else if let Some(Stop::StepFailed { step, error }) = &r.stop {
+    } else if let Some((step, error)) = r.stop.as_ref().and_then(Stop::failure) {
         ps.set(
             types::READY,
             false,

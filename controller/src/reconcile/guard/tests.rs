@@ -12,7 +12,10 @@ async fn a_panicking_reconcile_is_an_error_not_the_end() {
     })
     .await;
     match r {
-        Err(Error::Internal(m)) => assert!(m.contains("GpuPartition/x panicked"), "{m}"),
+        Err(e @ Error::Panicked { .. }) => {
+            let m = e.to_string();
+            assert!(m.contains("GpuPartition/x panicked"), "{m}")
+        }
         other => panic!("expected Internal, got {other:?}"),
     }
     let ok = catch_panic("y", async { Ok::<_, Error>(Action::await_change()) }).await;
