@@ -299,6 +299,19 @@ pub struct UnitRef {
 }
 
 impl UnitRef {
+    /// The unit of a map key ([`UnitRef::key`]); `None` for anything else.
+    pub fn from_key(key: &str) -> Option<UnitRef> {
+        let (loc, name) = key.split_once('/')?;
+        let location = match loc {
+            "host" => Location::Host,
+            l => Location::Container(l.strip_prefix("lxc-")?.parse().ok()?),
+        };
+        Some(UnitRef {
+            location,
+            name: name.to_string(),
+        })
+    }
+
     /// Map key: `host/<name>` or `lxc-<vmid>/<name>`.
     pub fn key(&self) -> String {
         match self.location {

@@ -11,10 +11,11 @@
 //! # Caveats
 //! The port: a server whose own unit is not running is blocked (`PortInUse`) when its port is
 //! listened on where it runs (the host's network namespace, or its container's), whatever the
-//! address. An older unit is
-//! found through the GPUs its processes hold: one that is stopped and not running is not seen,
-//! and a kill between its stop and its removal (one step) leaves its file, which is found and
-//! removed again when it next starts.
+//! address. An older unit is found through the GPUs its processes hold, or, stopped, through its
+//! file: every managed unit file of the host is observed, but in a container only the units the
+//! agent watches there, so a stopped older unit inside a container is found only once it runs
+//! again (then through its GPUs). A kill between its stop and its removal (one step) leaves its
+//! file, which the next run finds and removes.
 
 use super::{Planner, Step};
 use crate::desired::DesiredServer;
@@ -65,13 +66,18 @@ impl Planner<'_> {
                 }
             }
         }
+        for r in self.idle_older_units(s) {
+            if !old_units.contains(&r) {
+                old_units.push(r);
+            }
+        }
         if by_who.is_empty() && old_units.is_empty() && self.port_taken(s) {
             return true;
         }
         if by_who.is_empty() {
             for r in old_units {
                 let why = format!(
-                    "it is an older unit of InferenceServer {} (renamed or moved), and holds the GPUs {} needs",
+                    "it is an older unit of InferenceServer {} (renamed or moved): it would run on the GPUs {} needs",
                     s.id, s.unit.name
                 );
                 // One step: the unit is observed through the GPUs it holds, so once stopped
@@ -132,6 +138,25 @@ impl Planner<'_> {
         let file = self.h.unit(&r)?.file.as_deref()?;
         let owned = unit::is_managed(file) && command::written_for(file, &s.id);
         (owned && !self.d.servers.iter().any(|o| o.unit == r)).then_some(r)
+    }
+
+    /// The older units the agent wrote for `s` that hold none of its GPUs now (stopped, failed):
+    /// their files stay, and would start beside the new unit at the next boot or container
+    /// start. Seen where the observation lists unit files: every managed unit file of the host,
+    /// and the watched units of running containers.
+    fn idle_older_units(&self, s: &DesiredServer) -> Vec<UnitRef> {
+        self.h
+            .units
+            .iter()
+            .filter_map(|(key, u)| {
+                let r = UnitRef::from_key(key)?;
+                let file = u.file.as_deref()?;
+                let owned = unit::is_managed(file) && command::written_for(file, &s.id);
+                let desired =
+                    self.d.servers.iter().any(|o| o.unit == r) || self.d.removed_units.contains(&r);
+                (owned && !desired).then_some(r)
+            })
+            .collect()
     }
 
     /// The holder is a process of `s`'s own unit, where it runs.

@@ -765,6 +765,53 @@ fn a_renamed_unit_replaces_the_old_one_instead_of_starting_beside_it() {
     assert!(plan(&d2, &st).is_empty(), "converged after the rename");
 }
 
+/// The old unit of a renamed server that holds no GPU (stopped, or failed) is still the
+/// agent's file: left, it would start beside the new unit at the next boot. It is removed
+/// before the new unit is written, and the host ends with one unit for the server.
+#[test]
+fn a_stopped_old_unit_of_a_renamed_server_is_removed_too() {
+    use crate::host::Host;
+    let (mut h, d) = converged_twin();
+    let old = d.servers[0].unit.clone();
+    h.apply(&Step::StopUnit { unit: old.clone() }).unwrap();
+    let st = h.observe().unwrap();
+    assert!(st
+        .unit(&old)
+        .is_some_and(|u| !u.is_active() && u.file.is_some()));
+    assert!(
+        st.pci_devices.values().all(|dev| dev
+            .holders
+            .iter()
+            .all(|x| x.unit.as_deref() != Some(old.name.as_str()))),
+        "the stopped unit holds no GPU"
+    );
+    let d2 = renamed(&d);
+    let p = plan(&d2, &st);
+    assert!(p.blockers.is_empty(), "{:?}", p.blockers);
+    let remove = index(
+        &p,
+        |s| matches!(s, Step::RemoveUnit { unit } if *unit == old),
+    )
+    .unwrap_or_else(|| panic!("the old unit is removed: {:?}", kinds(&p)));
+    let write = index(&p, |s| matches!(s, Step::WriteUnit { .. })).unwrap();
+    assert!(remove < write, "{:?}", kinds(&p));
+    let r = crate::converge::converge(
+        &d2,
+        &mut crate::door::Door::new(&mut h),
+        &Default::default(),
+    );
+    assert!(r.converged(), "{:?}", r.stop);
+    let st = h.observe().unwrap();
+    assert!(st.unit(&old).is_none_or(|u| u.file.is_none()));
+    let tagged = st
+        .units
+        .values()
+        .filter_map(|u| u.file.as_deref())
+        .filter(|f| crate::sglang::command::written_for(f, &d.servers[0].id))
+        .count();
+    assert_eq!(tagged, 1, "one unit file for the server");
+}
+
 /// A server on the GPUs that is not this server's (a hand-written unit, another server's):
 /// the new unit is refused, naming it, and nothing is written.
 #[test]

@@ -42,6 +42,10 @@ use std::time::Duration;
 
 /// Most units of GPU holders observed beyond the watched ones (see `observe_holder_units`).
 const HOLDER_UNITS_MAX: usize = 16;
+/// At most this many unwatched managed unit files of the host are observed.
+const MANAGED_UNITS_MAX: usize = 32;
+/// A unit file larger than this is not read to see whether it is ours (ours are a few KiB).
+const MANAGED_UNIT_BYTES_MAX: u64 = 256 * 1024;
 
 /// Paths under a root directory (`/` on a real host).
 #[derive(Debug, Clone)]
@@ -211,6 +215,43 @@ impl LocalHost {
         }
     }
 
+    /// The host's unit files that carry the agent's header, beyond the watched units: an
+    /// older unit of a renamed or moved server is found by its file even when it holds no GPU
+    /// (stopped, failed). At most [`MANAGED_UNITS_MAX`] files, each read only when small.
+    fn observe_managed_host_units(&self, st: &mut HostState) {
+        let dir = "/etc/systemd/system";
+        let mut seen = 0;
+        for name in self.root.list(dir) {
+            if seen >= MANAGED_UNITS_MAX {
+                break;
+            }
+            let r = UnitRef {
+                location: Location::Host,
+                name,
+            };
+            if !r.name.ends_with(".service")
+                || crate::systemd::name::validate_unit_name(&r.name).is_err()
+                || st.units.contains_key(&r.key())
+            {
+                continue;
+            }
+            let path = self.root.path(&format!("{dir}/{}", r.name));
+            // A link (an alias, a unit of a package) is never ours: the agent writes files.
+            let small_file = std::fs::symlink_metadata(&path)
+                .is_ok_and(|m| m.is_file() && m.len() <= MANAGED_UNIT_BYTES_MAX);
+            if !small_file {
+                continue;
+            }
+            let managed =
+                std::fs::read_to_string(&path).is_ok_and(|t| crate::systemd::unit::is_managed(&t));
+            if managed {
+                seen += 1;
+                let u = self.observe_unit(&r);
+                st.units.insert(r.key(), u);
+            }
+        }
+    }
+
     /// The LISTEN ports of the host's network namespace and of each running container a
     /// watched unit lives in.
     fn observe_listening(&self, st: &mut HostState) {
@@ -301,6 +342,7 @@ impl LocalHost {
             st.units.insert(r.key(), u);
         }
         self.observe_holder_units(&mut st);
+        self.observe_managed_host_units(&mut st);
         self.observe_listening(&mut st);
         let containers = st.containers.clone();
         st.preflight = self.observe_preflight(&|loc| match loc {

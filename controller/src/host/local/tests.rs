@@ -598,3 +598,42 @@ fn a_killed_writers_lock_and_temp_file_are_a_wait_then_healed() {
     );
     assert!(cfg.contains("path=0000:81:00.0"), "{cfg}");
 }
+
+/// Issue 22: an older unit of a renamed server that holds no GPU is found by its file. The
+/// host's unit files that carry the agent's header are observed (not a stranger's, not a link,
+/// not one too large to be ours), though no server names them.
+#[test]
+fn the_hosts_managed_unit_files_are_observed_though_not_watched() {
+    let t = fake_root();
+    let mut h = host(&t);
+    h.tools.systemctl = "true".into();
+    let dir = t.path().join("etc/systemd/system");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ours = "# Managed by gpuplane; local edits are overwritten.\n[Unit]\nDescription=SGLang x (gpuplane InferenceServer default/x)\n";
+    std::fs::write(dir.join("old-x.service"), ours).unwrap();
+    std::fs::write(
+        dir.join("ssh.service"),
+        "[Service]\nExecStart=/usr/sbin/sshd\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(dir.join("old-x.service"), dir.join("alias-x.service")).unwrap();
+    let big = format!("{ours}{}", "#\n".repeat(200_000));
+    std::fs::write(dir.join("big.service"), big).unwrap();
+    let st = h.observe().unwrap();
+    let key = |n: &str| {
+        UnitRef {
+            location: Location::Host,
+            name: n.into(),
+        }
+        .key()
+    };
+    assert_eq!(
+        st.units[&key("old-x.service")].file.as_deref(),
+        Some(ours),
+        "{:?}",
+        st.units.keys().collect::<Vec<_>>()
+    );
+    for n in ["ssh.service", "alias-x.service", "big.service"] {
+        assert!(!st.units.contains_key(&key(n)), "{n}");
+    }
+}

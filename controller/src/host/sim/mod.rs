@@ -86,15 +86,7 @@ impl SimHost {
 
 /// `host/<name>` or `lxc-<vmid>/<name>` back to a ref.
 pub fn parse_unit_key(key: &str) -> Option<UnitRef> {
-    let (loc, name) = key.split_once('/')?;
-    let location = match loc {
-        "host" => Location::Host,
-        l => Location::Container(l.strip_prefix("lxc-")?.parse().ok()?),
-    };
-    Some(UnitRef {
-        location,
-        name: name.to_string(),
-    })
+    UnitRef::from_key(key)
 }
 
 /// The error of a step that failed with `message`.
