@@ -83,7 +83,7 @@ run() { $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; local
   echo "$rc $(python3 -c 'import json,sys; print(json.load(sys.stdin).get("writes", "?"))' < /tmp/out.json 2>/dev/null || echo '?')"
   [ $rc = 0 ] || sed "s/^/STDERR /" /tmp/err | head -5 >&2; }
 # kill_at DIR K: the converge killed after write K; prints "rc writes last-step"
-kill_at() { GPUPLANE_KILL_AFTER_WRITE=$2 GPUPLANE_LOG=gpuplane::apply=info \
+kill_at() { GPUPLANE_KILL_AFTER_WRITE=$2 GPUPLANE_LOG=gpuplane::door=info \
   $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; local rc=$?
   local w; w=$(grep -c 'host write: ' /tmp/err)
   echo "$rc $w $(grep 'host write: ' /tmp/err | tail -1 | sed -e 's/\x1b\[[0-9;]*m//g' -e 's/.*host write: //' -e 's/ kind=.*//')"; }
@@ -95,7 +95,7 @@ LT="--lock-timeout 2"
 nlocks() { GPUPLANE_LOG=gpuplane::host::local::files=debug $G converge -f $M/$1 $GP >/dev/null 2>/tmp/err
   grep -c 'locked: ' /tmp/err; }
 # ikill_at DIR POINT:L: the converge killed inside its L-th locked edit; prints "rc writes"
-ikill_at() { GPUPLANE_KILL_IN_LOCK=$2 GPUPLANE_LOG=gpuplane::apply=info \
+ikill_at() { GPUPLANE_KILL_IN_LOCK=$2 GPUPLANE_LOG=gpuplane::door=info \
   $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; local rc=$?
   echo "$rc $(grep -c 'host write: ' /tmp/err)"; }
 # iwait DIR: a one-shot converge; prints "rc writes partition-Ready-reason"
