@@ -193,4 +193,52 @@ fn main() {
             )
         });
     }
+
+    // A safetensors header near the format's limit (about 100 MB of JSON), parsed one entry at a time.
+    // VmHWM (the peak resident set) is read before and after; the header's own bytes are
+    // allocated before the first reading, so the growth is what parsing costs.
+    let tensors = 880_000u64;
+    let mut json = String::with_capacity(100_000_000);
+    json.push('{');
+    for i in 0..tensors {
+        if i > 0 {
+            json.push(',');
+        }
+        json.push_str(&format!(
+            r#""model.layers.{i}.mlp.experts.weight":{{"dtype":"BF16","shape":[4096,1024],"data_offsets":[{},{}]}}"#,
+            i * 8,
+            i * 8 + 8
+        ));
+    }
+    json.push('}');
+    let hwm = || {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find(|l| l.starts_with("VmHWM:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    let before = hwm();
+    let h = gpuplane::modelfiles::safetensors::parse_header(json.as_bytes()).unwrap();
+    let grew = hwm().saturating_sub(before);
+    assert!(
+        h.tensors as u64 == tensors && h.data_end == tensors * 8,
+        "the header parse counted {} tensors (want {tensors}); no figure is printed",
+        h.tensors
+    );
+    bench(
+        &format!("parse a {} MB safetensors header", json.len() / 1_000_000),
+        3 * n,
+        || {
+            let h = gpuplane::modelfiles::safetensors::parse_header(json.as_bytes()).unwrap();
+            format!(
+                "{} tensors; peak memory grew {} MiB over the header's own bytes",
+                h.tensors,
+                grew / 1024
+            )
+        },
+    );
 }

@@ -213,3 +213,55 @@ proptest::proptest! {
         let _ = check(&m);
     }
 }
+
+/// Issue 23: a shard may be anything a link points at; its first bytes never come back in a
+/// message (they were echoed as the "header length").
+#[test]
+fn a_files_first_bytes_are_never_echoed() {
+    for first in [
+        *b"root:$y$",
+        *b"\xff\xff\xff\xff\xff\xff\xff\x7f",
+        [1, 0, 0, 0, 0, 0, 0, 0],
+    ] {
+        let e = crate::modelfiles::safetensors::header_len(&first).unwrap_err();
+        let n = u64::from_le_bytes(first).to_string();
+        assert!(!e.contains(&n), "{e} echoes {n}");
+        assert!(!e.contains("root"), "{e}");
+    }
+}
+
+/// The header is read one entry at a time: every tensor is counted and checked as before,
+/// skipped fields (`dtype`, `shape`, `__metadata__`) of any shape are not kept, and the first
+/// problem is named.
+#[test]
+fn a_streamed_header_counts_and_checks_every_tensor() {
+    use crate::modelfiles::safetensors::parse_header;
+    let mut json =
+        String::from(r#"{"__metadata__":{"format":"pt","nested":{"a":[1,2,{"b":null}]}}"#);
+    for i in 0..20_000u64 {
+        json.push_str(&format!(
+            r#","t{i}":{{"dtype":"BF16","shape":[4096,{i}],"data_offsets":[{},{}]}}"#,
+            i * 10,
+            i * 10 + 10
+        ));
+    }
+    json.push('}');
+    let h = parse_header(json.as_bytes()).unwrap();
+    assert_eq!((h.tensors, h.data_end), (20_000, 200_000));
+    for (bad, says) in [
+        (
+            r#"{"a":{"data_offsets":[5,1]}}"#,
+            "tensor a: data_offsets [5, 1] end before they begin",
+        ),
+        (r#"{"a":{"dtype":"F32"}}"#, "tensor a: no data_offsets"),
+        (
+            r#"{"a":{"data_offsets":[-1,2]}}"#,
+            "tensor a: data_offsets are not numbers",
+        ),
+        (r#"[1,2]"#, "not a JSON object"),
+        (r#"{"a":"#, "not valid JSON"),
+    ] {
+        let e = parse_header(bad.as_bytes()).unwrap_err();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}
