@@ -98,6 +98,11 @@ host_digest() {
 # scenarios that write there run last.
 reset_host() {
   for u in $(systemctl list-units --all --plain --no-legend 'sglang*' | awk '{print $1}'); do systemctl stop "$u"; done
+  # Every unit the agent wrote (its header on the first line), whatever a scenario named it.
+  for f in /etc/systemd/system/*.service; do
+    [ -f "$f" ] && [ "$(head -n1 "$f")" = "# Managed by gpuplane; local edits are overwritten." ] || continue
+    systemctl stop "$(basename "$f")" 2>/dev/null; rm -f "$f"
+  done
   rm -rf /etc/systemd/system/sglang*
   systemctl daemon-reload; systemctl reset-failed 2>/dev/null
   pkill -f sglang.launch_server; pkill -x sleep
