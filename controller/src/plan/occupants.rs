@@ -66,7 +66,7 @@ impl Planner<'_> {
                 }
             }
         }
-        for r in self.idle_older_units(s) {
+        for r in self.older_units_of(s) {
             if !old_units.contains(&r) {
                 old_units.push(r);
             }
@@ -136,25 +136,30 @@ impl Planner<'_> {
     fn older_unit_of(&self, s: &DesiredServer, holder: &Holder) -> Option<UnitRef> {
         let r = holder.unit_ref()?;
         let file = self.h.unit(&r)?.file.as_deref()?;
-        let owned = unit::is_managed(file) && command::written_for(file, &s.id);
-        (owned && !self.d.servers.iter().any(|o| o.unit == r)).then_some(r)
+        self.is_older_unit(s, &r, file).then_some(r)
     }
 
-    /// The older units the agent wrote for `s` that hold none of its GPUs now (stopped, failed):
-    /// their files stay, and would start beside the new unit at the next boot or container
-    /// start. Seen where the observation lists unit files: every managed unit file of the host,
-    /// and the watched units of running containers.
-    fn idle_older_units(&self, s: &DesiredServer) -> Vec<UnitRef> {
+    /// Whether unit `r`, whose file is `file`, is one the agent wrote for `s` (its header, and
+    /// `s`'s id in its description) that is no server's desired unit now.
+    fn is_older_unit(&self, s: &DesiredServer, r: &UnitRef, file: &str) -> bool {
+        unit::is_managed(file)
+            && command::written_for(file, &s.id)
+            && !self.d.servers.iter().any(|o| o.unit == *r)
+    }
+
+    /// Every older unit of `s` whose file the observation shows, holding GPUs or not (a unit
+    /// of a deleted server is left to its own removal): one that holds none (stopped, failed)
+    /// would start beside the new unit at the next boot or container start. Seen where the
+    /// observation lists unit files: every managed unit file of the host, and the watched units
+    /// of running containers.
+    fn older_units_of(&self, s: &DesiredServer) -> Vec<UnitRef> {
         self.h
             .units
             .iter()
             .filter_map(|(key, u)| {
                 let r = UnitRef::from_key(key)?;
-                let file = u.file.as_deref()?;
-                let owned = unit::is_managed(file) && command::written_for(file, &s.id);
-                let desired =
-                    self.d.servers.iter().any(|o| o.unit == r) || self.d.removed_units.contains(&r);
-                (owned && !desired).then_some(r)
+                let older = self.is_older_unit(s, &r, u.file.as_deref()?);
+                (older && !self.d.removed_units.contains(&r)).then_some(r)
             })
             .collect()
     }

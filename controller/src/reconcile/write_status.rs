@@ -92,13 +92,18 @@ pub(super) async fn write<K: Reported>(ctx: &Ctx, obj: &K, st: &K::Status) -> Re
             &Patch::Apply(&patch),
         )
         .await?;
+    show(ctx, obj, st);
+    Ok(())
+}
+
+/// Shows `st`'s conditions of `obj` in `gpuplane_resource_condition`.
+fn show<K: Reported>(ctx: &Ctx, obj: &K, st: &K::Status) {
     ctx.metrics.set_conditions(
         K::KIND,
         &obj.namespace().unwrap_or_default(),
         &obj.name_any(),
         K::conditions(st),
     );
-    Ok(())
 }
 
 /// A refusal to write: its conditions (a builder of [`crate::status::refusal`]), the reason
@@ -135,12 +140,7 @@ pub(super) async fn refuse<K: Reported>(
         write(ctx, obj, &st).await?;
     } else {
         // Nothing to write, but the metric may not know it yet (a restarted agent).
-        ctx.metrics.set_conditions(
-            K::KIND,
-            &obj.namespace().unwrap_or_default(),
-            &obj.name_any(),
-            K::conditions(&st),
-        );
+        show(ctx, obj, &st);
     }
     if !said {
         let r = obj.object_ref(&());

@@ -1,6 +1,6 @@
 //! Applying one step to the simulated host, with the kernel's, Proxmox's and systemd's rules.
 
-use super::{fail, parse_unit_key, SimHost};
+use super::{fail, SimHost};
 use crate::host::model::*;
 use crate::host::{HostError, StepOutcome};
 use crate::proxmox::lxc_conf::{DesiredGpuMounts, LxcConfig, MountStyle};
@@ -75,7 +75,7 @@ impl SimHost {
     fn daemon_reload(&mut self, step: &Step, location: Location) -> Result<(), HostError> {
         self.require_running(step, location, "")?;
         for (k, u) in self.file.units.iter_mut() {
-            if parse_unit_key(k).is_some_and(|r| r.location == location) {
+            if crate::host::model::UnitRef::from_key(k).is_some_and(|r| r.location == location) {
                 u.loaded = u.file.clone();
             }
         }

@@ -84,11 +84,6 @@ impl SimHost {
     }
 }
 
-/// `host/<name>` or `lxc-<vmid>/<name>` back to a ref.
-pub fn parse_unit_key(key: &str) -> Option<UnitRef> {
-    UnitRef::from_key(key)
-}
-
 /// The error of a step that failed with `message`.
 fn fail(step: &Step, message: String) -> HostError {
     HostError::Step {

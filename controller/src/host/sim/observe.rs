@@ -1,7 +1,7 @@
 //! Observing the simulated host: the description read as the kernel, Proxmox and systemd would
 //! show it, with the processes that hold each device.
 
-use super::{parse_unit_key, server, SimContainer, SimDevice, SimHost};
+use super::{server, SimContainer, SimDevice, SimHost};
 use crate::host::model::*;
 use crate::proxmox::pci_cfg::{MapEntry, PciCfg};
 use std::collections::{BTreeMap, BTreeSet};
@@ -123,7 +123,7 @@ impl SimHost {
     /// Plays every unit into `st`; a running server holds its GPUs.
     fn observe_units(&self, st: &mut HostState, holders: &mut BTreeMap<String, Vec<Holder>>) {
         for (key, u) in &self.file.units {
-            let Some(unit_ref) = parse_unit_key(key) else {
+            let Some(unit_ref) = UnitRef::from_key(key) else {
                 continue;
             };
             let run = server::run(self, &unit_ref, u);
