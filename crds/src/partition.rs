@@ -94,8 +94,10 @@ pub struct ServerPolicy {
     #[serde(default)]
     pub allow_host_placement: bool,
     /// The user the server's unit runs as (`User=`): a name or a numeric UID that exists where
-    /// the unit runs. Omit to run as the unit's default (root) — inside a container only;
-    /// `Host` placement needs a user (`root` only if written here explicitly).
+    /// the unit runs. Omit to run as the unit's default (root) — inside an unprivileged
+    /// container only: in a privileged one (root there is the host's root) the agent blocks the
+    /// server (`RootInPrivilegedContainer`) unless `root` is written here, and `Host` placement
+    /// needs a user (`root` only if written here explicitly).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// Units not written by gpuplane (no `# Managed by gpuplane` header) that a server of

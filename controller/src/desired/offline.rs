@@ -202,6 +202,7 @@ fn stand_in_host(p: &GpuPartition, servers: &[&InferenceServer]) -> HostState {
                     state: RunState::Stopped,
                     gpu_mounts: Default::default(),
                     nvidia_userspace_version: None,
+                    privileged: false,
                 },
             );
         }

@@ -248,6 +248,10 @@ pub struct Container {
     /// NVIDIA userspace driver version inside the container, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvidia_userspace_version: Option<String>,
+    /// A privileged container (its config lacks `unprivileged: 1`): its root is the host's
+    /// root. `false` also where it is not known (the webhook's stand-in host).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub privileged: bool,
 }
 
 /// A Proxmox VM.

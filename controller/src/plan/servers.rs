@@ -122,6 +122,14 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &AfterPartition<'_>) {
                 }
             }
         }
+        if let Some(why) = root_in_privileged_container(s, p.h) {
+            p.block(
+                crate::resource_key::ResourceKey::server_id(&s.id),
+                "RootInPrivilegedContainer",
+                why,
+            );
+            continue;
+        }
         if p.block_if_occupied(s) {
             continue;
         }
@@ -131,6 +139,19 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &AfterPartition<'_>) {
         let chosen = choose_unit(p, s, content);
         plan_unit(p, ctx, s, chosen);
     }
+}
+
+/// Why `s` may not run: its unit would run as root (the slice names no `servers.user`) in a
+/// privileged container, whose root is the host's root, so a tenant's server would be root on
+/// the host. The slice's admin accepts that only by writing `user: root`.
+fn root_in_privileged_container(s: &DesiredServer, h: &HostState) -> Option<String> {
+    let Location::Container(vmid) = s.unit.location else {
+        return None;
+    };
+    let privileged = h.containers.get(&vmid).is_some_and(|c| c.privileged);
+    (privileged && s.runtime.user.is_none()).then(|| {
+        format!("{} would run as root in container {vmid}, which is privileged (its config has no `unprivileged: 1`): its root is the host's root. The slice's admin sets servers.user to a user of the container, or writes `user: root` to accept it", s.unit)
+    })
 }
 
 /// What a unit file the agent did not write runs, when it is not an SGLang launch

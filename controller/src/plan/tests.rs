@@ -928,3 +928,40 @@ fn a_port_held_by_another_program_blocks_the_server() {
         .iter()
         .any(|s| matches!(s.step, Step::StartUnit { .. })));
 }
+
+/// Issue 23: a slice that names no `servers.user` would run its servers as root; in a privileged
+/// container (the reference CT 129: `unprivileged: 0`) that is the host's root, so the server is
+/// blocked until the admin writes a user (`root` included, as the reference example does). An
+/// unprivileged container's root is not the host's, and passes.
+#[test]
+fn root_in_a_privileged_container_needs_the_admin_to_write_it() {
+    let mut h = twin();
+    let mut d = desired(&mut h, &manifests());
+    assert_eq!(
+        d.servers[0].runtime.user.as_deref(),
+        Some("root"),
+        "the reference example writes it"
+    );
+    let st = h.observe().unwrap();
+    assert!(st.containers[&129].privileged, "CT 129 has unprivileged: 0");
+    let reason = |p: &crate::plan::Plan| {
+        p.blockers
+            .iter()
+            .find(|b| b.reason == "RootInPrivilegedContainer")
+            .map(|b| b.message.clone())
+    };
+    assert_eq!(reason(&plan(&d, &st)), None);
+
+    d.servers[0].runtime.user = None;
+    let p = plan(&d, &st);
+    let m = reason(&p).unwrap_or_else(|| panic!("{:?}", p.blockers));
+    assert!(m.contains("container 129, which is privileged"), "{m}");
+    assert!(m.contains("`user: root`"), "{m}");
+    let unit = d.servers[0].unit.clone();
+    assert!(!p.steps.iter().any(|s| matches!(&s.step,
+        Step::WriteUnit { unit: u, .. } | Step::StartUnit { unit: u, .. } if *u == unit)));
+
+    let mut unpriv = st.clone();
+    unpriv.containers.get_mut(&129).unwrap().privileged = false;
+    assert_eq!(reason(&plan(&d, &unpriv)), None);
+}

@@ -390,11 +390,9 @@ fn host_placement_needs_the_admins_consent_and_a_user() {
     // Allowed without a user: the partition itself is refused.
     let mut p = manifests().partitions[0].clone();
     p.spec.slices[0].consumer = None;
-    p.spec.slices[0]
-        .servers
-        .as_mut()
-        .unwrap()
-        .allow_host_placement = true;
+    let pol = p.spec.slices[0].servers.as_mut().unwrap();
+    pol.allow_host_placement = true;
+    pol.user = None;
     let pe = resolve_partition(&p, &twin().observe().unwrap(), "10de", "nvidia").unwrap_err();
     assert!(
         pe[0]

@@ -46,13 +46,15 @@ pub fn containers(h: &LocalHost) -> Result<BTreeMap<u32, Container>, LocalError>
         } else {
             None
         };
+        let config = LxcConfig::parse(&text);
         out.insert(
             vmid,
             Container {
                 vmid,
                 state,
-                gpu_mounts: LxcConfig::parse(&text).gpu_mounts(),
+                gpu_mounts: config.gpu_mounts(),
                 nvidia_userspace_version,
+                privileged: !config.unprivileged(),
             },
         );
     }

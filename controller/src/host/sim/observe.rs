@@ -3,6 +3,7 @@
 
 use super::{server, SimContainer, SimDevice, SimHost};
 use crate::host::model::*;
+use crate::proxmox::lxc_conf::LxcConfig;
 use crate::proxmox::pci_cfg::{MapEntry, PciCfg};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -212,6 +213,7 @@ impl SimContainer {
             state: self.state,
             gpu_mounts: self.gpu_mounts(),
             nvidia_userspace_version: self.nvidia_userspace_version.clone(),
+            privileged: !LxcConfig::parse(&self.config).unprivileged(),
         }
     }
 }

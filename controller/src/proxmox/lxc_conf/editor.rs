@@ -211,6 +211,16 @@ impl LxcConfig {
         true
     }
 
+    /// Whether the container is unprivileged: `unprivileged: 1` in the main section (PVE's
+    /// `unprivileged` option is a boolean that defaults to 0, so a config without the key is a
+    /// privileged container, whose root is the host's root).
+    pub fn unprivileged(&self) -> bool {
+        self.lines[..self.main_end()].iter().any(|l| {
+            matches!(parse_pve_line(content(l)), PveLine::Normal { key: "unprivileged", value }
+                if ["1", "yes", "on", "true"].iter().any(|t| value.eq_ignore_ascii_case(t)))
+        })
+    }
+
     /// Index of the first section header (end of the main section), or the line count.
     pub(super) fn main_end(&self) -> usize {
         self.lines

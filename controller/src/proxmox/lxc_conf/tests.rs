@@ -640,3 +640,17 @@ proptest! {
         prop_assert_eq!(again.render(), out);
     }
 }
+
+/// PVE's `unprivileged` is a boolean defaulting to 0: only a true value in the main section
+/// makes the container unprivileged; a snapshot's or a pending value does not.
+#[test]
+fn unprivileged_is_read_from_the_main_section_with_pves_default() {
+    let u = |t: &str| LxcConfig::parse(t).unprivileged();
+    assert!(!u("arch: amd64\nhostname: a\n"), "absent: privileged");
+    assert!(!u("unprivileged: 0\n"));
+    assert!(u("unprivileged: 1\n"));
+    assert!(u("unprivileged:   Yes  \n"));
+    assert!(!u("arch: amd64\n[pve:pending]\nunprivileged: 1\n"));
+    assert!(!u("unprivileged: 0\n[snap1]\nunprivileged: 1\n"));
+    assert!(!u("#unprivileged: 1\n"));
+}
