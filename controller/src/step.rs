@@ -48,6 +48,9 @@ pub enum Step {
     ProbeP2p {
         location: Location,
         python: String,
+        /// The unit's user (`None`: root): the probe runs as it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<String>,
         gpus: Vec<String>,
         cuda_indices: Vec<u32>,
     },

@@ -135,6 +135,7 @@ pub fn p2p_probe(host: &HostArgs, python: String, gpus: Vec<String>) -> Result<i
     let step = crate::step::Step::ProbeP2p {
         location: crate::host::model::Location::Host,
         python,
+        user: None,
         gpus: gpus.clone(),
         cuda_indices: indices,
     };

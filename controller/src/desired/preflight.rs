@@ -42,6 +42,7 @@ pub fn request(d: &Desired, s: &DesiredServer) -> PreflightRequest {
         server: s.id.clone(),
         location: s.unit.location,
         python: s.spec.python.clone(),
+        user: s.runtime.user.clone(),
         model_dir: abs(&s.spec.model.path),
         draft_dir: s
             .spec

@@ -480,6 +480,9 @@ pub struct PreflightRequest {
     pub location: Location,
     /// The interpreter, which must import `sglang`.
     pub python: String,
+    /// The unit's user (`servers.user`; `None`: root): the import check runs as it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
     /// The model directory; `None` for a hub id (nothing local to read).
     pub model_dir: Option<String>,
     /// The draft model's directory, when speculative decoding names one.

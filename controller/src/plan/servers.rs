@@ -238,6 +238,7 @@ fn unit_content(
                 Step::ProbeP2p {
                     location: s.unit.location,
                     python: s.spec.python.clone(),
+                    user: s.runtime.user.clone(),
                     gpus: s.gpus.clone(),
                     cuda_indices: indices,
                 },

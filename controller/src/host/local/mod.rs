@@ -26,6 +26,7 @@ pub mod pci;
 mod preflight;
 mod probe;
 mod pve;
+mod run_as;
 mod server;
 pub mod staging;
 mod systemd;
@@ -85,6 +86,8 @@ pub struct Tools {
     pub journalctl: String,
     pub modprobe: String,
     pub nvidia_smi: String,
+    /// Runs a command as another user (util-linux `runuser`), where the unit's user is not root.
+    pub runuser: String,
 }
 
 impl Tools {
@@ -99,6 +102,7 @@ impl Tools {
             journalctl: t("GPUPLANE_JOURNALCTL", "journalctl"),
             modprobe: t("GPUPLANE_MODPROBE", "modprobe"),
             nvidia_smi: t("GPUPLANE_NVIDIA_SMI", "nvidia-smi"),
+            runuser: t("GPUPLANE_RUNUSER", "runuser"),
         }
     }
 }
@@ -426,11 +430,12 @@ impl LocalHost {
             Step::ProbeP2p {
                 location,
                 python,
+                user,
                 gpus,
                 cuda_indices,
             } => {
                 return self
-                    .run_probe(*location, python, gpus, cuda_indices)
+                    .run_probe(*location, python, user.as_deref(), gpus, cuda_indices)
                     .map(|d| StepOutcome {
                         detail: Some(d),
                         leftovers: vec![],

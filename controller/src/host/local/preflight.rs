@@ -2,7 +2,7 @@
 //! the server's container (`pct exec`, argv only: no shell, spec text is never interpreted),
 //! the interpreter's import check where the server runs, GPU memory from `nvidia-smi`.
 
-use super::{LocalHost, Root};
+use super::{run_as, LocalHost, Root};
 use crate::host::model::{InterpreterFacts, Location, PreflightFacts, PreflightRequest};
 use crate::host::preflight;
 use crate::modelfiles::{Entry, Target};
@@ -187,14 +187,126 @@ impl LocalHost {
         out
     }
 
-    /// `python -c IMPORT_CHECK` where the server runs.
+    /// `python -I -s -c IMPORT_CHECK` where the server runs, as the unit's user, once the
+    /// interpreter's tree is known to be root's (and the user's) alone.
     fn import_check(&self, req: &PreflightRequest) -> InterpreterFacts {
-        match self.at(req.location, &[&req.python, "-c", preflight::IMPORT_CHECK]) {
+        let failed = |why: String| InterpreterFacts {
+            error: Some(why),
+            ..InterpreterFacts::default()
+        };
+        if let Err(why) =
+            self.interpreter_is_trusted(req.location, &req.python, req.user.as_deref())
+        {
+            return failed(why);
+        }
+        let mut py = vec![req.python.clone()];
+        py.extend(run_as::ISOLATED.map(String::from));
+        py.extend(["-c".to_string(), preflight::IMPORT_CHECK.to_string()]);
+        let argv = run_as::argv(req.user.as_deref(), &self.tools.runuser, py);
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        match self.at(req.location, &argv) {
             Ok(o) => preflight::interpreter_facts(&req.python, o.ok(), &o.stdout, &o.stderr),
-            Err(e) => InterpreterFacts {
-                error: Some(format!("{} cannot run: {e}", req.python)),
-                ..InterpreterFacts::default()
-            },
+            Err(e) => failed(format!("{} cannot run: {e}", req.python)),
+        }
+    }
+
+    /// `Ok` when no one but root and the unit's user can change what `python` runs (see
+    /// [`run_as::tree_problem`]), read where it runs; `Err` says which path and why, or that the
+    /// user does not exist there.
+    pub(super) fn interpreter_is_trusted(
+        &self,
+        loc: Location,
+        python: &str,
+        user: Option<&str>,
+    ) -> Result<(), String> {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let mut trusted = vec![unsafe { libc::geteuid() }];
+        match user {
+            None | Some("root") | Some("0") => {}
+            Some(u) if u.bytes().all(|b| b.is_ascii_digit()) => {
+                trusted.extend(u.parse::<u32>().ok())
+            }
+            Some(u) => trusted.push(self.uid_of(loc, u).ok_or_else(|| {
+                format!(
+                    "the unit's user {u:?} does not exist on {loc}; the unit could not start as it"
+                )
+            })?),
+        }
+        let venv = std::path::Path::new(python)
+            .parent()
+            .and_then(|b| b.parent())
+            .map(|v| v.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let stats = match loc {
+            Location::Host => {
+                let files = HostFiles(&self.root);
+                let real = files.resolve(python).ok();
+                let site: Vec<String> = self
+                    .root
+                    .list(&format!("{venv}/lib"))
+                    .iter()
+                    .map(|d| format!("{venv}/lib/{d}/site-packages"))
+                    .filter(|p| self.root.path(p).is_dir())
+                    .collect();
+                run_as::paths_to_check(python, real.as_deref(), &site)
+                    .into_iter()
+                    .filter_map(|p| {
+                        use std::os::unix::fs::MetadataExt;
+                        let md = std::fs::metadata(self.root.path(&p)).ok()?;
+                        Some(run_as::Stat {
+                            uid: md.uid(),
+                            mode: md.mode() & 0o7777,
+                            path: p,
+                        })
+                    })
+                    .collect()
+            }
+            Location::Container(vmid) => {
+                let c = ContainerFiles { host: self, vmid };
+                let real = c.resolve(python).ok();
+                let site: Vec<String> = c
+                    .run(&[
+                        "find",
+                        &format!("{venv}/lib"),
+                        "-mindepth",
+                        "2",
+                        "-maxdepth",
+                        "2",
+                        "-type",
+                        "d",
+                        "-name",
+                        "site-packages",
+                    ])
+                    .map(|o| o.lines().take(8).map(str::to_string).collect())
+                    .unwrap_or_default();
+                let paths = run_as::paths_to_check(python, real.as_deref(), &site);
+                let mut argv = vec!["stat", "-L", "-c", "%u %a %n", "--"];
+                argv.extend(paths.iter().map(String::as_str));
+                // Missing paths make stat fail; the ones it could read are still printed.
+                match self.at(loc, &argv) {
+                    Ok(o) => run_as::parse_stat(&o.stdout),
+                    Err(e) => return Err(format!("{python}: cannot check who owns it: {e}")),
+                }
+            }
+        };
+        match run_as::tree_problem(python, &stats, &trusted) {
+            Some(why) => Err(why),
+            None => Ok(()),
+        }
+    }
+
+    /// The UID of `user` where `loc` is: the host's `/etc/passwd`, or `id -u` in the container.
+    fn uid_of(&self, loc: Location, user: &str) -> Option<u32> {
+        match loc {
+            Location::Host => self.root.read("/etc/passwd")?.lines().find_map(|l| {
+                let mut f = l.split(':');
+                (f.next()? == user).then_some(())?;
+                f.nth(1)?.parse().ok()
+            }),
+            Location::Container(_) => {
+                let o = self.at(loc, &["id", "-u", "--", user]).ok()?;
+                o.ok().then(|| o.stdout.trim().parse().ok()).flatten()
+            }
         }
     }
 

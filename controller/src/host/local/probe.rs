@@ -70,9 +70,12 @@ impl LocalHost {
         &mut self,
         loc: Location,
         python: &str,
+        user: Option<&str>,
         gpus: &[String],
         indices: &[u32],
     ) -> Result<String, LocalError> {
+        self.interpreter_is_trusted(loc, python, user)
+            .map_err(LocalError::Probe)?;
         let visible = indices
             .iter()
             .map(u32::to_string)
@@ -80,17 +83,15 @@ impl LocalHost {
             .join(",");
         // The script goes in through stdin (`python -`): no file in a shared or world-writable
         // place that another user of the host or the container could replace before it runs.
+        // It runs as the unit's user, isolated (`run_as.rs`).
         let env_visible = format!("CUDA_VISIBLE_DEVICES={visible}");
-        let argv: Vec<String> = [
-            "env",
-            "CUDA_DEVICE_ORDER=PCI_BUS_ID",
-            &env_visible,
-            python,
-            "-",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut argv: Vec<String> = ["env", "CUDA_DEVICE_ORDER=PCI_BUS_ID", &env_visible, python]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        argv.extend(super::run_as::ISOLATED.map(String::from));
+        argv.push("-".into());
+        let argv = super::run_as::argv(user, &self.tools.runuser, argv);
         let argv = match loc {
             Location::Host => argv,
             Location::Container(v) => {

@@ -390,6 +390,7 @@ fn probe_through_stdin_and_private_staging() {
     let r = h.step(&Step::ProbeP2p {
         location: Location::Container(129),
         python: "/root/ml-env/bin/python3".into(),
+        user: None,
         gpus,
         cuda_indices: vec![0, 1],
     });
@@ -400,7 +401,7 @@ fn probe_through_stdin_and_private_staging() {
         probe::PROBE_PY
     );
     let exec = std::fs::read_to_string(bin.join("exec.log")).unwrap();
-    assert!(exec.contains("/root/ml-env/bin/python3 -"), "{exec}");
+    assert!(exec.contains("/root/ml-env/bin/python3 -I -s -"), "{exec}");
     assert!(!exec.contains("/tmp/"), "{exec}");
     let unit = UnitRef {
         location: Location::Container(129),

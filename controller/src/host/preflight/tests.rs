@@ -23,6 +23,7 @@ fn req(dir: &str, roots: &[&str]) -> PreflightRequest {
         server: "default/s".into(),
         location: Location::Host,
         python: "/venv/bin/python3".into(),
+        user: None,
         model_dir: Some(dir.into()),
         draft_dir: None,
         env_paths: vec![
