@@ -143,7 +143,7 @@ pub fn p2p_probe(host: &HostArgs, python: String, gpus: Vec<String>) -> Result<i
     println!("{}", out.detail.unwrap_or_default());
     let st = h.observe()?;
     let failing = st
-        .p2p_probe(&gpus)
+        .p2p_probe(&gpus, crate::host::model::Location::Host)
         .map(|p| p.failing_pairs.len())
         .unwrap_or(0);
     Ok(if failing == 0 { 0 } else { 1 })

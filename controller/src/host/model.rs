@@ -430,6 +430,12 @@ pub struct P2pProbe {
     /// Pairs whose copied data differed (`a->b`).
     #[serde(default)]
     pub failing_pairs: Vec<String>,
+    /// Where it ran (the host, or a container through `pct exec`). The result is trusted only
+    /// there: a container's processes write the probe's answer, so its root could otherwise
+    /// decide P2P for a server on the host or in another container. `None` (a cache written
+    /// before this field): trusted nowhere, probed again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<Location>,
 }
 
 impl HostState {
@@ -460,12 +466,12 @@ impl HostState {
         parts.join(";")
     }
 
-    /// The cached probe result valid for `gpus` now, if any.
-    pub fn p2p_probe(&self, gpus: &[String]) -> Option<&P2pProbe> {
+    /// The cached probe result valid for `gpus` now, for a server at `location`, if any.
+    pub fn p2p_probe(&self, gpus: &[String], location: Location) -> Option<&P2pProbe> {
         let key = self.p2p_key(gpus);
         self.p2p_probes
             .iter()
-            .find(|p| p.gpus == gpus && p.key == key)
+            .find(|p| p.gpus == gpus && p.key == key && p.location == Some(location))
     }
 }
 

@@ -58,7 +58,7 @@ pub fn decide_p2p(s: &DesiredServer, h: &HostState, rebound: &BTreeSet<String>) 
     let cached = if s.gpus.iter().any(|g| rebound.contains(g)) {
         None
     } else {
-        h.p2p_probe(&s.gpus)
+        h.p2p_probe(&s.gpus, s.unit.location)
     };
     match cached {
         None => P2p::Probe(why_probe),

@@ -965,3 +965,46 @@ fn root_in_a_privileged_container_needs_the_admin_to_write_it() {
     unpriv.containers.get_mut(&129).unwrap().privileged = false;
     assert_eq!(reason(&plan(&d, &unpriv)), None);
 }
+
+/// Issue 23: a container's processes write the P2P probe's answer, so a verdict probed in one
+/// container decides only for servers in that container: "all pairs copied correctly" from
+/// container 129 must not turn P2P on for a server on the same GPUs on the host.
+#[test]
+fn a_p2p_verdict_counts_only_where_it_was_probed() {
+    use crate::host::model::{Location, P2pProbe};
+    use crate::p2p::{decide_p2p, P2p};
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    let mut st = h.observe().unwrap();
+    let s = d.servers[0].clone();
+    assert_eq!(s.unit.location, Location::Container(129));
+    let none = BTreeSet::new();
+    assert!(
+        matches!(decide_p2p(&s, &st, &none), P2p::Probe(_)),
+        "no verdict yet"
+    );
+    let key = st.p2p_key(&s.gpus);
+    let verdict = |location| P2pProbe {
+        gpus: s.gpus.clone(),
+        key: key.clone(),
+        failing_pairs: vec![],
+        location,
+    };
+    st.p2p_probes = vec![verdict(Some(Location::Container(129)))];
+    assert_eq!(
+        decide_p2p(&s, &st, &none),
+        P2p::On,
+        "its own container's verdict"
+    );
+    let mut on_host = s.clone();
+    on_host.unit.location = Location::Host;
+    assert!(matches!(decide_p2p(&on_host, &st, &none), P2p::Probe(_)));
+    let mut elsewhere = s.clone();
+    elsewhere.unit.location = Location::Container(130);
+    assert!(matches!(decide_p2p(&elsewhere, &st, &none), P2p::Probe(_)));
+    st.p2p_probes = vec![verdict(None)];
+    assert!(
+        matches!(decide_p2p(&s, &st, &none), P2p::Probe(_)),
+        "an old cache entry without a place is probed again"
+    );
+}

@@ -241,8 +241,11 @@ impl SimHost {
             gpus: gpus.to_vec(),
             key: st.p2p_key(gpus),
             failing_pairs: failing,
+            location: Some(location),
         };
-        self.file.p2p_probes.retain(|p| p.gpus != gpus);
+        self.file
+            .p2p_probes
+            .retain(|p| p.gpus != gpus || p.location != Some(location));
         self.file.p2p_probes.push(probe);
         Ok(StepOutcome {
             detail: Some(detail),
