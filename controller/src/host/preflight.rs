@@ -83,6 +83,61 @@ pub fn under(path: &str, root: &str) -> bool {
     path == root || path.starts_with(&format!("{root}/")) || root.is_empty()
 }
 
+/// A [`Target`] whose every file is resolved (symlinks followed, as SGLang's loader follows
+/// them) and opened only when the result lies under the model roots: a `config.json` or shard
+/// that links to `/etc/shadow` is named as such and never opened, its size never used.
+/// Resolutions are kept for the one directory read (a shard is asked for twice).
+pub struct Confined<'a> {
+    t: &'a dyn Target,
+    roots: &'a [String],
+    resolved: std::cell::RefCell<BTreeMap<String, Result<String, String>>>,
+}
+
+impl<'a> Confined<'a> {
+    pub fn new(t: &'a dyn Target, roots: &'a [String]) -> Confined<'a> {
+        Confined {
+            t,
+            roots,
+            resolved: Default::default(),
+        }
+    }
+}
+
+impl Target for Confined<'_> {
+    fn list(&self, dir: &str) -> Result<Vec<modelfiles::Entry>, String> {
+        self.t.list(dir)
+    }
+    fn read(&self, path: &str, offset: u64, max: u64) -> Result<Vec<u8>, String> {
+        let real = self.confine(path)?;
+        self.t.read(&real, offset, max)
+    }
+    fn exists(&self, path: &str) -> bool {
+        self.t.exists(path)
+    }
+    fn resolve(&self, path: &str) -> Result<String, String> {
+        self.t.resolve(path)
+    }
+    fn confine(&self, path: &str) -> Result<String, String> {
+        if let Some(r) = self.resolved.borrow().get(path) {
+            return r.clone();
+        }
+        let r = self.t.resolve(path).and_then(|real| {
+            if self.roots.is_empty() || self.roots.iter().any(|r| under(&real, r)) {
+                Ok(real)
+            } else {
+                Err(format!(
+                    "links to {}, outside the slice's modelRoots; not read",
+                    crate::text::sanitize(&real, 200)
+                ))
+            }
+        });
+        self.resolved
+            .borrow_mut()
+            .insert(path.to_string(), r.clone());
+        r
+    }
+}
+
 /// Reads one model directory, unless it lies outside `roots`.
 fn read_dir(t: &dyn Target, dir: &str, roots: &[String]) -> DirFacts {
     let outside = |p: &str| !roots.is_empty() && !roots.iter().any(|r| under(p, r));
@@ -105,7 +160,7 @@ fn read_dir(t: &dyn Target, dir: &str, roots: &[String]) -> DirFacts {
     }
     match t.list(&real) {
         Ok(entries) => {
-            let mut f = modelfiles::inspect(t, &real, &entries);
+            let mut f = modelfiles::inspect(&Confined::new(t, roots), &real, &entries);
             f.path = dir.to_string();
             f
         }

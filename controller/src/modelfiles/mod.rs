@@ -11,7 +11,8 @@
 //!   8 + header length + the largest data end the header declares. The weights are never read.
 //! - Every shard `weight_map` names must exist; the sum of the shards' data must equal the
 //!   index's `metadata.total_size` when the index gives one.
-//! - Only names inside the model directory are ever opened.
+//! - Only names inside the model directory are ever opened, and each through
+//!   [`Target::confine`] first (preflight: resolved, and refused outside the model roots).
 
 pub mod config;
 pub mod safetensors;
@@ -44,6 +45,12 @@ pub trait Target {
     fn exists(&self, path: &str) -> bool;
     /// The path with every symlink resolved (`realpath`), to check it stays under a root.
     fn resolve(&self, path: &str) -> Result<String, String>;
+    /// The path to open for `path`, or why it may not be opened at all; asked before anything
+    /// about a file (its size included) is used. The default allows every path as it is;
+    /// preflight confines every file to the slice's model roots (`host::preflight::Confined`).
+    fn confine(&self, path: &str) -> Result<String, String> {
+        Ok(path.to_string())
+    }
 }
 
 /// What a model directory holds, as preflight judges it.
@@ -183,6 +190,7 @@ fn index_shards<'e>(
 
 /// Reads a JSON file of `size` bytes (at most [`JSON_MAX`]).
 fn read_json(t: &dyn Target, path: &str, size: u64) -> Result<serde_json::Value, String> {
+    let path = &t.confine(path)?;
     if size > JSON_MAX {
         return Err(format!("{size} bytes, more than the {JSON_MAX} read"));
     }
@@ -192,6 +200,7 @@ fn read_json(t: &dyn Target, path: &str, size: u64) -> Result<serde_json::Value,
 
 /// The data bytes of a shard of `size` bytes, from its header; an error names the numbers.
 fn shard_data_bytes(t: &dyn Target, path: &str, size: u64) -> Result<u64, String> {
+    let path = &t.confine(path)?;
     if size < 8 {
         return Err(format!("{size} bytes: too short for a safetensors header"));
     }

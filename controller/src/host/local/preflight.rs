@@ -39,7 +39,13 @@ impl Target for HostFiles<'_> {
     }
 
     fn read(&self, path: &str, offset: u64, max: u64) -> Result<Vec<u8>, String> {
-        let mut f = std::fs::File::open(self.0.path(path)).map_err(|e| e.to_string())?;
+        // The path comes resolved (`Confined`): a link in its last place now is a swap since.
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(self.0.path(path))
+            .map_err(|e| e.to_string())?;
         f.seek(SeekFrom::Start(offset)).map_err(|e| e.to_string())?;
         let mut buf = vec![];
         f.take(max)
@@ -135,7 +141,7 @@ impl Target for ContainerFiles<'_> {
             let out = self.run(&[
                 "dd",
                 &input,
-                "iflag=skip_bytes,count_bytes",
+                "iflag=skip_bytes,count_bytes,nofollow",
                 &skip,
                 &count,
                 "bs=64K",
@@ -159,6 +165,36 @@ impl Target for ContainerFiles<'_> {
     }
 }
 
+/// A target whose `exists` is answered with the unit's user's rights (`test -e` through
+/// `runuser`): the environment paths a tenant names are looked up as the server would look them
+/// up, so preflight tells the tenant nothing its own server could not find out (as root, it was
+/// an oracle for any path on the host). Reads of model files go to `inner` (confined to the
+/// model roots by `host::preflight`).
+struct AsUser<'a> {
+    inner: &'a dyn Target,
+    host: &'a LocalHost,
+    location: Location,
+    user: &'a str,
+}
+
+impl Target for AsUser<'_> {
+    fn list(&self, dir: &str) -> Result<Vec<Entry>, String> {
+        self.inner.list(dir)
+    }
+    fn read(&self, path: &str, offset: u64, max: u64) -> Result<Vec<u8>, String> {
+        self.inner.read(path, offset, max)
+    }
+    fn exists(&self, path: &str) -> bool {
+        let test = vec!["test".to_string(), "-e".to_string(), path.to_string()];
+        let argv = run_as::argv(Some(self.user), &self.host.tools.runuser, test);
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        self.host.at(self.location, &argv).is_ok_and(|o| o.ok())
+    }
+    fn resolve(&self, path: &str) -> Result<String, String> {
+        self.inner.resolve(path)
+    }
+}
+
 impl LocalHost {
     /// Preflight facts for every requested server whose location runs now.
     pub(super) fn observe_preflight(
@@ -175,12 +211,31 @@ impl LocalHost {
             }
             let interp = || self.import_check(req);
             let mem = || self.gpu_memory_total(&req.gpus);
-            let f = match req.location {
-                Location::Host => cache.facts(&HostFiles(&self.root), req, &interp, &mem),
+            let (host_files, container_files);
+            let files: &dyn Target = match req.location {
+                Location::Host => {
+                    host_files = HostFiles(&self.root);
+                    &host_files
+                }
                 Location::Container(vmid) => {
-                    cache.facts(&ContainerFiles { host: self, vmid }, req, &interp, &mem)
+                    container_files = ContainerFiles { host: self, vmid };
+                    &container_files
                 }
             };
+            let as_user;
+            let t: &dyn Target = match req.user.as_deref() {
+                None | Some("root") | Some("0") => files,
+                Some(user) => {
+                    as_user = AsUser {
+                        inner: files,
+                        host: self,
+                        location: req.location,
+                        user,
+                    };
+                    &as_user
+                }
+            };
+            let f = cache.facts(t, req, &interp, &mem);
             out.insert(req.server.clone(), f);
         }
         self.preflight_cache = cache;

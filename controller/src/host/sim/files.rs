@@ -140,8 +140,14 @@ impl Target for SimFiles {
     }
 
     fn resolve(&self, path: &str) -> Result<String, String> {
-        if self.exists(path) {
-            Ok(path.trim_end_matches('/').to_string())
+        // No links here: a path resolves to itself when it exists (a model's files are whatever
+        // the model generates; reading a missing one fails there).
+        let p = path.trim_end_matches('/');
+        let in_model = p
+            .rsplit_once('/')
+            .is_some_and(|(d, _)| self.models.contains_key(d));
+        if self.exists(p) || in_model {
+            Ok(p.to_string())
         } else {
             Err("No such file or directory".into())
         }

@@ -94,6 +94,77 @@ fn a_symlink_out_of_the_model_roots_is_not_followed() {
     );
 }
 
+/// Issue 23: only the model directory was resolved; its files were opened through their
+/// links, as root. Now each file is resolved and opened only under the model roots (a link
+/// inside them, as Hugging Face caches make, still works), and a file's size is never used
+/// before that.
+#[test]
+fn a_file_that_links_out_of_the_model_roots_is_named_and_never_opened() {
+    let t = tempfile::tempdir().unwrap();
+    let root = Root(t.path().to_path_buf());
+    write_model(&root, "/srv/models/m");
+    let m = root.path("/srv/models/m");
+    // A shard kept as a blob inside the roots, linked by name: followed.
+    std::fs::create_dir_all(root.path("/srv/models/blobs")).unwrap();
+    std::fs::rename(m.join("a.safetensors"), root.path("/srv/models/blobs/a1")).unwrap();
+    std::os::unix::fs::symlink(root.path("/srv/models/blobs/a1"), m.join("a.safetensors")).unwrap();
+    assert_eq!(facts(&root, "/srv/models/m").problems, Vec::<String>::new());
+    // config.json and a shard linked to files outside: named, not read.
+    std::fs::create_dir_all(root.path("/etc")).unwrap();
+    std::fs::write(root.path("/etc/shadow"), "root:$6$secret:19000::::::\n").unwrap();
+    for name in ["config.json", "b.safetensors"] {
+        std::fs::remove_file(m.join(name)).unwrap();
+        std::os::unix::fs::symlink(root.path("/etc/shadow"), m.join(name)).unwrap();
+    }
+    let f = facts(&root, "/srv/models/m");
+    assert_eq!(
+        f.problems,
+        vec![
+            "/srv/models/m/config.json: links to /etc/shadow, outside the slice's modelRoots; not read".to_string(),
+            "/srv/models/m/b.safetensors: links to /etc/shadow, outside the slice's modelRoots; not read".to_string(),
+        ]
+    );
+    assert!(!f
+        .problems
+        .iter()
+        .any(|p| p.contains("bytes") || p.contains("secret")));
+}
+
+/// Issue 23: environment paths were looked up as root, an oracle for any path on the host. For
+/// a unit with a user they are looked up as that user (`runuser -u USER -- test -e`).
+#[test]
+fn environment_paths_are_looked_up_as_the_units_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().display().to_string();
+    let runuser = format!("{dir}/runuser");
+    std::fs::write(
+        &runuser,
+        format!("#!/bin/sh\necho \"$@\" >> {dir}/runuser.args\nshift 3\nexec \"$@\"\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&runuser, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir(format!("{dir}/cuda")).unwrap();
+    let mut h = LocalHost::new(std::path::Path::new("/"), "10de");
+    h.tools.runuser = runuser;
+    let mut r = req("/nonexistent-gp/m");
+    r.python = "/nonexistent-gp/python3".into();
+    r.user = Some("nobody".into());
+    r.env_paths = vec![
+        ("CUDA_HOME".into(), format!("{dir}/cuda")),
+        ("CUDA_PATH".into(), format!("{dir}/gone")),
+    ];
+    h.preflight = vec![r];
+    let f = h.observe_preflight(&|_| true);
+    let f = f.values().next().unwrap();
+    assert_eq!(f.missing_paths, vec![format!("CUDA_PATH={dir}/gone")]);
+    let args = std::fs::read_to_string(format!("{dir}/runuser.args")).unwrap();
+    assert!(
+        args.contains(&format!("-u nobody -- test -e {dir}/cuda")),
+        "{args}"
+    );
+}
+
 /// Issue 23: the import check ran the slice's interpreter as root, with the agent's working
 /// directory on `sys.path`, from a tree anyone could write. Now it runs as the unit's user
 /// (`runuser -u`), isolated (`-I -s`), and not at all when someone else can write the tree.
