@@ -14,6 +14,7 @@
 //! - Proxmox files are edited in place of only our lines, atomically, under Proxmox's locks.
 
 mod absent;
+mod container_net;
 mod error;
 pub mod exec;
 mod files;
@@ -88,6 +89,8 @@ pub struct Tools {
     pub nvidia_smi: String,
     /// Runs a command as another user (util-linux `runuser`), where the unit's user is not root.
     pub runuser: String,
+    /// Names a running container's init PID (`lxc-info -n VMID -p -H`).
+    pub lxc_info: String,
 }
 
 impl Tools {
@@ -103,6 +106,7 @@ impl Tools {
             modprobe: t("GPUPLANE_MODPROBE", "modprobe"),
             nvidia_smi: t("GPUPLANE_NVIDIA_SMI", "nvidia-smi"),
             runuser: t("GPUPLANE_RUNUSER", "runuser"),
+            lxc_info: t("GPUPLANE_LXC_INFO", "lxc-info"),
         }
     }
 }

@@ -30,8 +30,9 @@ impl LocalHost {
     /// # Guarantees
     /// `listen.host` is the tenant's text, so it never aims the agent's GETs (and the answers
     /// copied into status) at another machine: on the host only a loopback address or one
-    /// assigned to the host itself; in a container only one of the container's own addresses
-    /// (`hostname -I`). A name is never resolved, except `localhost`.
+    /// assigned to the host itself; in a container only one of the container's own routable
+    /// addresses as the host knows them (`container_net.rs`: never loopback or link-local, never
+    /// what the container says). A name is never resolved, except `localhost`.
     fn server_address(&self, loc: Location, listen: &str) -> Option<String> {
         let wildcard = matches!(listen, "0.0.0.0" | "::" | "127.0.0.1" | "::1" | "localhost");
         match loc {
@@ -40,16 +41,33 @@ impl LocalHost {
                 let ip: std::net::IpAddr = listen.parse().ok()?;
                 assigned_here(ip).then(|| ip.to_string())
             }
-            Location::Container(_) => {
-                let o = self.at(loc, &["hostname", "-I"]).ok()?;
-                let mut own = o.stdout.split_whitespace();
-                if wildcard {
-                    own.next().map(str::to_string)
-                } else {
-                    own.find(|a| *a == listen).map(str::to_string)
-                }
+            Location::Container(vmid) => {
+                super::container_net::pick(listen, &self.container_addresses(vmid))
             }
         }
+    }
+
+    /// The container's addresses from the host side: its config's static ones, else those of
+    /// its network namespace (`/proc/<init pid>/net/fib_trie`, the PID from `lxc-info`).
+    fn container_addresses(&self, vmid: u32) -> Vec<std::net::IpAddr> {
+        use super::container_net::{config_addresses, fib_trie_local};
+        let conf = self
+            .root
+            .read(&format!("/etc/pve/lxc/{vmid}.conf"))
+            .unwrap_or_default();
+        let fixed = config_addresses(&conf);
+        if !fixed.is_empty() {
+            return fixed;
+        }
+        let id = vmid.to_string();
+        let pid = self
+            .cmd(&[&self.tools.lxc_info, "-n", &id, "-p", "-H"])
+            .ok()
+            .filter(|o| o.ok())
+            .and_then(|o| o.stdout.trim().parse::<u32>().ok());
+        pid.and_then(|p| self.root.read(&format!("/proc/{p}/net/fib_trie")))
+            .map(|t| fib_trie_local(&t))
+            .unwrap_or_default()
     }
 
     /// Observes the server a unit runs, from its unit file, its log and its HTTP endpoints.
