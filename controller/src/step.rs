@@ -68,12 +68,15 @@ pub enum Step {
     DaemonReload { location: Location },
     /// `systemctl start` (or `restart` when `restart`).
     StartUnit { unit: UnitRef, restart: bool },
-    /// Wait until the server answers `/health_generate` 200 and lists its model, or stalls.
+    /// Wait until the server answers `/health_generate` 200 and lists its model, or stalls;
+    /// with `smoke_test`, until its smoke test (which runs beside the observation) has a result.
     WaitReady {
         unit: UnitRef,
         served_name: String,
         stall_after_seconds: u64,
         deadline_seconds: u64,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        smoke_test: bool,
     },
 }
 

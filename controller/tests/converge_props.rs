@@ -357,6 +357,8 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
             model_roots: vec!["/m".into()],
             // The generated host may hold an older unit of this name written by hand.
             adopt_units: vec!["sglang".into()],
+            // The generated container is privileged: root there is accepted explicitly.
+            user: Some("root".into()),
             ..ServerPolicy::default()
         }),
     }];

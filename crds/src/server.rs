@@ -91,9 +91,11 @@ pub struct SmokeTestSpec {
     /// The requests, sent one after the other.
     #[schemars(length(min = 1, max = 16))]
     pub requests: Vec<SmokeRequest>,
-    /// Seconds each request may take, the whole request (a reasoning answer takes a while).
+    /// Seconds each request may take, the whole request (a reasoning answer takes a while); at
+    /// most 120. The whole test has a budget of 300 s: requests not sent by then fail, saying
+    /// so. The test runs beside the agent's observation, holding no host lock.
     #[serde(default = "default_smoke_timeout")]
-    #[schemars(range(min = 1, max = 600))]
+    #[schemars(range(min = 1, max = 120))]
     pub timeout_seconds: u64,
 }
 

@@ -165,18 +165,27 @@ impl Report {
         matches!(self.stop, Some(Stop::WaitingForLock { .. }))
     }
 
-    /// The units of `desired`'s servers the run left starting (`Stop::Waiting`); `None` when it
-    /// waits for nothing.
+    /// The units of `desired`'s servers the run left starting (`Stop::Waiting`) and not yet
+    /// answering (a Ready unit that waits for its smoke test gains nothing from a readiness
+    /// probe: its answer would only wake the agent again and again); `None` when it waits for
+    /// nothing.
     pub fn waiting_units(&self, desired: &Desired) -> Option<Vec<crate::host::model::UnitRef>> {
         let Some(Stop::Waiting { unit }) = &self.stop else {
             return None;
+        };
+        let healthy = |u: &crate::host::model::UnitRef| {
+            self.final_host
+                .as_ref()
+                .and_then(|h| h.unit(u))
+                .and_then(|u| u.server.as_ref())
+                .is_some_and(|o| o.http == crate::host::model::HttpState::Healthy)
         };
         Some(
             desired
                 .servers
                 .iter()
                 .map(|s| s.unit.clone())
-                .filter(|u| u.to_string() == *unit)
+                .filter(|u| u.to_string() == *unit && !healthy(u))
                 .collect(),
         )
     }
@@ -389,6 +398,7 @@ fn wait_step(
         served_name,
         stall_after_seconds,
         deadline_seconds,
+        smoke_test,
     } = &next.step
     else {
         return true;
@@ -401,11 +411,13 @@ fn wait_step(
             *stall_after_seconds,
             *deadline_seconds,
             opts.poll_seconds,
+            *smoke_test,
         ))
     } else {
         let p = progress
             .entry(unit.key())
             .or_insert_with(|| StartupTrack::new(at));
+        p.smoke_test = *smoke_test;
         let host = r.final_host.clone().unwrap_or_default();
         p.check(
             &host,

@@ -76,6 +76,8 @@ pub struct StartupTrack {
     phases: Vec<(String, u64)>,
     /// `stall_after` of the last check (for [`StartupTrack::stall_due_in`]).
     stall_after: Option<u64>,
+    /// Ready also needs the smoke test's result for the running unit.
+    pub smoke_test: bool,
 }
 
 impl StartupTrack {
@@ -86,6 +88,7 @@ impl StartupTrack {
             last_progress: now,
             phases: vec![],
             stall_after: None,
+            smoke_test: false,
         }
     }
 
@@ -126,6 +129,17 @@ impl StartupTrack {
             }
         }
         if obs.http == HttpState::Healthy && obs.models.iter().any(|m| m == served_name) {
+            // Ready; with a smoke test, done once the test of this very unit has a result (it
+            // runs beside the observation and ends within its own budget: no stall clock).
+            let hash = crate::host::preflight::sha256(u.file.as_deref().unwrap_or(""));
+            if self.smoke_test && obs.smoke.as_ref().is_none_or(|r| r.unit_hash != hash) {
+                return (now.saturating_sub(self.start) >= deadline).then(|| {
+                    WaitOutcome::DeadlineExceeded {
+                        phase: "SmokeTest".into(),
+                        after_seconds: now - self.start,
+                    }
+                });
+            }
             return Some(WaitOutcome::Ready {
                 after_seconds: now.saturating_sub(self.start),
                 phases: self.phases.clone(),
@@ -164,8 +178,8 @@ impl StartupTrack {
     }
 }
 
-/// Polls until the unit's server answers `/health_generate` 200 and lists `served_name`,
-/// or stalls, crashes, or passes the deadline.
+/// Polls until the unit's server answers `/health_generate` 200 and lists `served_name` (and,
+/// with `smoke_test`, its smoke test has a result), or stalls, crashes, or passes the deadline.
 pub fn wait_ready(
     host: &mut dyn Host,
     unit: &UnitRef,
@@ -173,8 +187,10 @@ pub fn wait_ready(
     stall_after: u64,
     deadline: u64,
     poll: u64,
+    smoke_test: bool,
 ) -> WaitOutcome {
     let mut p = StartupTrack::new(host.now());
+    p.smoke_test = smoke_test;
     loop {
         let st = match host.observe() {
             Ok(s) => s,

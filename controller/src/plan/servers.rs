@@ -328,6 +328,7 @@ fn plan_unit(p: &mut Planner<'_>, ctx: &AfterPartition<'_>, s: &DesiredServer, c
         served_name: s.spec.model.served_name.clone(),
         stall_after_seconds: s.spec.startup.stall_after_seconds,
         deadline_seconds: s.spec.startup.deadline_seconds,
+        smoke_test: s.spec.smoke_test.is_some(),
     };
     let wait_why = format!(
         "SGLang opens its port only after loading weights and capturing CUDA graphs; Ready means /health_generate answers 200 and /v1/models lists {}",
@@ -426,6 +427,11 @@ fn plan_running(
     let good = s.spec.smoke_test.is_none() || smoke.is_some_and(|r| r.failures.is_empty());
     if !ready {
         p.push(wait, wait_why);
+    } else if s.spec.smoke_test.is_some() && smoke.is_none() {
+        p.push(
+            wait,
+            "the server is Ready; its smoke test runs beside the agent's observation (no host lock held) and decides whether this unit is good",
+        );
     } else if !smoke_failures.is_empty() {
         if auto && spec_unit && last_ready.is_some_and(|r| r != content) {
             p.push(

@@ -86,3 +86,57 @@ fn a_phase_time_before_the_wait_or_unknown_starts_the_clock_no_earlier_than_the_
     assert_eq!(q.check(&unknown, &u, "m", 10, 600, 1004), None);
     assert_eq!(q.stall_due_in(1004), Some(10));
 }
+
+/// Issue 23: smoke tests left the observation, so a wait with a smoke test ends only once the
+/// test of the running unit has a result; meanwhile a Ready server is not a stall, however long
+/// the test takes, and only the deadline ends the wait.
+#[test]
+fn with_a_smoke_test_ready_waits_for_the_result_of_this_unit() {
+    use crate::host::model::{HttpState, SmokeResult};
+    let u = UnitRef {
+        location: Location::Host,
+        name: "gpuplane-sglang-x.service".into(),
+    };
+    let mut st = with_server(&u, StartupPhase::Ready, Some(1000));
+    let unit = st.units.get_mut(&u.key()).unwrap();
+    unit.file = Some("[Service]\nExecStart=/p -m sglang.launch_server\n".into());
+    let hash = crate::host::preflight::sha256(unit.file.as_deref().unwrap());
+    let obs = unit.server.as_mut().unwrap();
+    obs.http = HttpState::Healthy;
+    obs.models = vec!["m".into()];
+    let mut p = StartupTrack::new(1000);
+    p.smoke_test = true;
+    assert_eq!(
+        p.check(&st, &u, "m", 10, 600, 1100),
+        None,
+        "no result, no stall"
+    );
+    let with = |st: &mut HostState, h: &str| {
+        let obs = st.units.get_mut(&u.key()).unwrap().server.as_mut().unwrap();
+        obs.smoke = Some(SmokeResult {
+            unit_hash: h.into(),
+            requests: 1,
+            failures: vec![],
+        });
+    };
+    with(&mut st, "an older unit's");
+    assert_eq!(p.check(&st, &u, "m", 10, 600, 1200), None);
+    assert!(matches!(
+        p.check(&st, &u, "m", 10, 600, 1600),
+        Some(WaitOutcome::DeadlineExceeded { .. })
+    ));
+    with(&mut st, &hash);
+    assert!(matches!(
+        p.check(&st, &u, "m", 10, 600, 1300),
+        Some(WaitOutcome::Ready { .. })
+    ));
+    let mut plain = StartupTrack::new(1000);
+    with(&mut st, "an older unit's");
+    assert!(
+        matches!(
+            plain.check(&st, &u, "m", 10, 600, 1001),
+            Some(WaitOutcome::Ready { .. })
+        ),
+        "without a smoke test Ready is Ready"
+    );
+}

@@ -29,6 +29,7 @@ mod probe;
 mod pve;
 mod run_as;
 mod server;
+mod smoke;
 pub mod staging;
 mod systemd;
 
@@ -137,7 +138,7 @@ pub struct LocalHost {
     /// Preflight results kept while their directories do not change.
     preflight_cache: crate::host::preflight::Cache,
     /// Smoke test results by unit and test, kept while the unit is the one tested.
-    smoke_cache: std::cell::RefCell<std::collections::BTreeMap<String, SmokeResult>>,
+    smoke: smoke::Runner,
     /// Where each watched server answered at the last observation (`probe_ready`).
     endpoints: std::cell::RefCell<std::collections::BTreeMap<String, (String, u16)>>,
     /// When and where `probe_ready` last got 200 from a unit's server (the next observation
@@ -163,7 +164,7 @@ impl LocalHost {
             node_name: None,
             preflight: vec![],
             preflight_cache: Default::default(),
-            smoke_cache: Default::default(),
+            smoke: Default::default(),
             endpoints: Default::default(),
             probed_healthy: Default::default(),
         }

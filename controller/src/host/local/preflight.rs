@@ -204,6 +204,11 @@ impl LocalHost {
         let requests = self.preflight.clone();
         let mut cache = std::mem::take(&mut self.preflight_cache);
         cache.retain(&requests);
+        self.smoke.retain(|k| {
+            requests
+                .iter()
+                .any(|r| k.starts_with(&format!("{}|", r.unit.key())))
+        });
         let mut out = BTreeMap::new();
         for req in &requests {
             if !running(req.location) {

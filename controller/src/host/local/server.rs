@@ -5,6 +5,9 @@ use crate::host::model::{HttpState, Location, ServerObservation, Unit, UnitRef};
 use crate::systemd::unit;
 use std::time::Duration;
 
+/// The most one smoke request may take, whatever `timeoutSeconds` says (the CRD's maximum too).
+const SMOKE_REQUEST_MAX: u64 = 120;
+
 /// How long a probe's 200 stands for the next observation's `/health_generate`.
 const PROBE_FRESH: Duration = Duration::from_secs(2);
 
@@ -181,8 +184,8 @@ impl LocalHost {
         Some(ok)
     }
 
-    /// The smoke test of the server a Ready unit runs: from the cache while the unit is the one
-    /// tested, else its chat requests now (bounded client, a deadline per request).
+    /// The smoke test of the server a Ready unit runs: its result once done for this unit, else
+    /// `None` after starting it beside the observation (`smoke.rs`: no lock held, one budget).
     fn smoke_test(
         &self,
         r: &UnitRef,
@@ -202,42 +205,41 @@ impl LocalHost {
             r.key(),
             serde_json::to_string(spec).unwrap_or_default()
         );
-        if let Some(done) = self.smoke_cache.borrow().get(&key) {
-            if done.unit_hash == unit_hash {
-                return Some(done.clone());
-            }
-        }
-        let deadline = Duration::from_secs(spec.timeout_seconds.max(1));
-        let failures = spec
-            .requests
-            .iter()
-            .filter_map(|q| {
-                let body = crate::sglang::smoke::request_body(&req.served_name, q);
-                let answer = crate::http::client::post_json(
-                    host,
-                    port,
-                    "/v1/chat/completions",
-                    &body,
-                    deadline,
-                );
-                let verdict = match answer {
-                    Ok((status, text)) => crate::sglang::smoke::judge(q, status, &text),
-                    Err(e) => Err(format!(
-                        "{}: {}",
-                        q.name,
-                        crate::text::sanitize(&e.to_string(), 200)
-                    )),
-                };
-                verdict.err()
-            })
-            .collect();
-        let res = crate::host::model::SmokeResult {
-            unit_hash,
-            requests: spec.requests.len() as u32,
-            failures,
+        let per_request = Duration::from_secs(spec.timeout_seconds.clamp(1, SMOKE_REQUEST_MAX));
+        let (host, served) = (host.to_string(), req.served_name.clone());
+        let requests = || {
+            spec.requests
+                .iter()
+                .map(|q| {
+                    let (q, host, served) = (q.clone(), host.clone(), served.clone());
+                    super::smoke::Request {
+                        name: q.name.clone(),
+                        send: Box::new(move |deadline| {
+                            let body = crate::sglang::smoke::request_body(&served, &q);
+                            let answer = crate::http::client::post_json(
+                                &host,
+                                port,
+                                "/v1/chat/completions",
+                                &body,
+                                deadline,
+                            );
+                            match answer {
+                                Ok((status, text)) => {
+                                    crate::sglang::smoke::judge(&q, status, &text)
+                                }
+                                Err(e) => Err(format!(
+                                    "{}: {}",
+                                    q.name,
+                                    crate::text::sanitize(&e.to_string(), 200)
+                                )),
+                            }
+                        }),
+                    }
+                })
+                .collect()
         };
-        self.smoke_cache.borrow_mut().insert(key, res.clone());
-        Some(res)
+        self.smoke
+            .result_or_start(&key, &unit_hash, per_request, requests)
     }
 
     /// GPU memory used per visible GPU (MiB), from nvidia-smi; empty when it is not available.
