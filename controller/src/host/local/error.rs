@@ -66,6 +66,9 @@ pub enum LocalError {
     /// A program ran past its deadline and was killed.
     #[error("{command} did not finish within {seconds} s and was killed")]
     Killed { command: String, seconds: u64 },
+    /// The observation's commands together ran past its budget: the look is given up.
+    #[error("the observation of the host ran past its budget of {seconds} s (a command, or a container answering `pct exec`, is slow or hung); nothing was decided on it, it is tried again")]
+    ObserveBudget { seconds: u64 },
     /// A program exited, but something it left behind kept its output open past the deadline.
     #[error("{command} exited, but a process it left behind kept its output open for more than {seconds} s; its process group was killed and the output dropped")]
     OutputHeld { command: String, seconds: u64 },

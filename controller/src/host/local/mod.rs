@@ -43,6 +43,11 @@ use pci::GpuFilter;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The most one observation may take, all its commands together: a container whose commands
+/// each run close to their own deadline (`pct exec` into a hung container, a slow import
+/// check) cannot stretch one look at the host, and the host lock held for it, without end.
+pub const OBSERVE_BUDGET: Duration = Duration::from_secs(180);
+
 /// Most units of GPU holders observed beyond the watched ones (see `observe_holder_units`).
 const HOLDER_UNITS_MAX: usize = 16;
 /// At most this many unwatched managed unit files of the host are observed.
@@ -126,6 +131,10 @@ pub struct LocalHost {
     pub write_timeout: Duration,
     /// Deadline of each command.
     pub command_timeout: Duration,
+    /// The most one observation may take, all its commands together ([`OBSERVE_BUDGET`]).
+    pub observe_budget: Duration,
+    /// When the observation under way must end; each command's deadline is cut to it.
+    observe_until: std::cell::Cell<Option<std::time::Instant>>,
     /// How long a write waits for a Proxmox lock before it reports a wait
     /// ([`files::LOCK_ACQUIRE`], Proxmox's own default).
     pub lock_timeout: Duration,
@@ -160,6 +169,8 @@ impl LocalHost {
             write_timeout: Duration::from_secs(30),
             lock_timeout: files::LOCK_ACQUIRE,
             command_timeout: Duration::from_secs(120),
+            observe_budget: OBSERVE_BUDGET,
+            observe_until: Default::default(),
             units: vec![],
             node_name: None,
             preflight: vec![],
@@ -170,9 +181,23 @@ impl LocalHost {
         }
     }
 
+    /// Runs a command within its deadline, cut to what is left of the observation's budget
+    /// when one is under way (none left: [`LocalError::ObserveBudget`], nothing run).
     pub(crate) fn cmd(&self, argv: &[&str]) -> Result<exec::CmdOutput, LocalError> {
         let v: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-        exec::run(&v, self.command_timeout)
+        let deadline = match self.observe_until.get() {
+            None => self.command_timeout,
+            Some(until) => {
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return Err(LocalError::ObserveBudget {
+                        seconds: self.observe_budget.as_secs(),
+                    });
+                }
+                self.command_timeout.min(left)
+            }
+        };
+        exec::run(&v, deadline)
     }
 
     fn node(&self) -> String {
@@ -599,10 +624,24 @@ pub fn uvm_major(text: &str) -> Option<u32> {
 }
 
 impl Host for LocalHost {
+    /// One look at the whole host within [`LocalHost::observe_budget`]. A look that ran out of
+    /// it is an error, not a partial state: a state missing a container's holders could let
+    /// the planner unbind a GPU in use.
     fn observe(&mut self) -> Result<HostState, HostError> {
         tracing::debug!("observe: the whole host");
-        self.observe_state()
-            .map_err(|e| HostError::Other(e.to_string()))
+        let start = std::time::Instant::now();
+        self.observe_until.set(Some(start + self.observe_budget));
+        let st = self.observe_state();
+        self.observe_until.set(None);
+        if start.elapsed() >= self.observe_budget {
+            return Err(HostError::Other(
+                LocalError::ObserveBudget {
+                    seconds: self.observe_budget.as_secs(),
+                }
+                .to_string(),
+            ));
+        }
+        st.map_err(|e| HostError::Other(e.to_string()))
     }
 
     fn apply(&mut self, step: &Step) -> Result<StepOutcome, HostError> {

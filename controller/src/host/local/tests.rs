@@ -638,3 +638,31 @@ fn the_hosts_managed_unit_files_are_observed_though_not_watched() {
         assert!(!st.units.contains_key(&key(n)), "{n}");
     }
 }
+
+/// Issue 23: each command had a deadline, the observation none: containers whose `pct` calls
+/// each ran close to their own deadline stretched one look (and the host lock) without end.
+/// Now the look has one budget; past it, it is an error (never a partial state) and the
+/// commands left are not run.
+#[test]
+fn an_observation_ends_within_its_budget_however_slow_the_containers() {
+    let t = fake_root();
+    for vmid in [130, 131, 132, 133] {
+        std::fs::write(
+            t.path().join(format!("etc/pve/lxc/{vmid}.conf")),
+            "arch: amd64\n",
+        )
+        .unwrap();
+    }
+    let pct = t.path().join("bin/pct");
+    std::fs::write(&pct, "#!/bin/sh\nsleep 1\necho 'status: stopped'\n").unwrap();
+    let mut h = host(&t);
+    h.command_timeout = Duration::from_secs(30);
+    h.observe_budget = Duration::from_millis(1500);
+    let t0 = std::time::Instant::now();
+    let e = h.observe().unwrap_err().to_string();
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert!(e.contains("ran past its budget of 1 s"), "{e}");
+    // With a budget that fits, the same host is observed.
+    h.observe_budget = Duration::from_secs(60);
+    assert!(h.observe().is_ok());
+}
