@@ -1,5 +1,12 @@
 //! Prometheus metrics and the `/metrics`, `/healthz`, `/readyz` endpoints (hyper, through
-//! [`crate::http::server`]).
+//! [`crate::http::server`]), and the liveness listener apart from them ([`serve_health`]).
+//!
+//! # Liveness apart from `/metrics`
+//! The metrics listener is on the pod network: anyone who reaches it can hold connections (at
+//! most [`LIMITS`]`.max_per_peer` each). Were liveness probed there, any pod could get the agent
+//! restarted. The chart probes liveness with `gpuplane healthz` (an exec probe) on a listener
+//! bound to 127.0.0.1 (`--health-addr`), which no other pod reaches; `/readyz` stays on the
+//! metrics port (a starved readiness probe marks the pod unready, never restarts it).
 //!
 //! Names users build on (dashboards, alerts in the chart):
 //! - `gpuplane_resource_condition{kind,namespace,name,type,status,reason}` = 1 for each
@@ -25,9 +32,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Scrapes served at once, and how long one may take.
-const LIMITS: Limits = Limits {
-    max_connections: 16,
+/// Scrapes served at once (4 from one peer: Prometheus scrapes over one connection, and no
+/// other client can take every slot), and how long one may take.
+pub const LIMITS: Limits = Limits {
+    max_connections: 32,
+    max_per_peer: 4,
     header_read: Duration::from_secs(5),
     connection: Duration::from_secs(30),
 };
@@ -272,6 +281,52 @@ pub async fn serve_on(listener: tokio::net::TcpListener, metrics: Metrics, ready
         serve_connection(tcp, move |req| answer(req, m.clone(), r.clone()), LIMITS)
     })
     .await
+}
+
+/// The liveness listener's bounds: only local probes reach it.
+const HEALTH_LIMITS: Limits = Limits {
+    max_connections: 4,
+    max_per_peer: 4,
+    header_read: Duration::from_secs(5),
+    connection: Duration::from_secs(10),
+};
+
+/// Binds `addr` (127.0.0.1:PORT in the chart) and serves `/healthz` only, apart from the metrics
+/// listener, until the process ends.
+pub async fn serve_health(addr: String) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    tracing::info!("serving /healthz on {addr}");
+    serve_health_on(listener).await;
+    Ok(())
+}
+
+/// [`serve_health`] on a bound listener.
+pub async fn serve_health_on(listener: tokio::net::TcpListener) {
+    accept_loop(listener, HEALTH_LIMITS, move |tcp, _| {
+        serve_connection(tcp, health, HEALTH_LIMITS)
+    })
+    .await
+}
+
+async fn health(req: Request<hyper::body::Incoming>) -> Result<Reply, std::convert::Infallible> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    Ok(match (req.method(), req.uri().path()) {
+        (&Method::GET | &Method::HEAD, "/healthz") => reply(StatusCode::OK, TEXT, "ok\n"),
+        _ => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),
+    })
+}
+
+/// `gpuplane healthz`: whether the liveness listener at `addr` (host:port) answers 200.
+pub fn probe_health(addr: &str) -> Result<(), String> {
+    let (host, port) = addr
+        .rsplit_once(':')
+        .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+        .ok_or_else(|| format!("{addr}: not host:port"))?;
+    match crate::http::client::get(host, port, "/healthz", Duration::from_secs(3)) {
+        Ok((200, _)) => Ok(()),
+        Ok((code, body)) => Err(format!("{addr}/healthz answered {code}: {}", body.trim())),
+        Err(e) => Err(format!("{addr}/healthz: {e}")),
+    }
 }
 
 async fn answer(
