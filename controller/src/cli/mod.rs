@@ -99,7 +99,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::P2pProbe { host, python, gpus } => commands::p2p_probe(&host, python, gpus),
         Command::Plan { input, output } => commands::plan(&input, output),
         Command::Preflight { input } => commands::preflight(&input),
-        Command::Healthz { addr } => match crate::metrics::probe_health(&addr) {
+        Command::Healthz { addr, path } => match crate::metrics::probe_health(&addr, &path) {
             Ok(()) => Ok(0),
             Err(e) => {
                 eprintln!("{e}");

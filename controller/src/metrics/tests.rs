@@ -140,16 +140,20 @@ async fn one_client_holding_connections_starves_neither_scrapes_nor_liveness() {
     ));
     let health = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let health_addr = health.local_addr().unwrap().to_string();
-    tokio::spawn(serve_health_on(health));
+    tokio::spawn(serve_health_on(health, Arc::new(AtomicBool::new(true))));
     let mut idle = Vec::new();
     for _ in 0..40 {
         idle.push(connect_from("127.0.0.2", port).await);
     }
     let t = std::time::Instant::now();
-    let (scrape, live) =
-        tokio::task::spawn_blocking(move || (get(port, "/metrics"), probe_health(&health_addr)))
-            .await
-            .unwrap();
+    let (scrape, live) = tokio::task::spawn_blocking(move || {
+        (
+            get(port, "/metrics"),
+            probe_health(&health_addr, "/healthz"),
+        )
+    })
+    .await
+    .unwrap();
     assert_eq!(scrape.0, 200);
     assert_eq!(live, Ok(()));
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
@@ -157,15 +161,23 @@ async fn one_client_holding_connections_starves_neither_scrapes_nor_liveness() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_liveness_listener_serves_only_healthz() {
+async fn the_probe_listener_serves_only_health_and_readiness() {
     let health = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = health.local_addr().unwrap().port();
-    tokio::spawn(serve_health_on(health));
-    let (h, m) =
-        tokio::task::spawn_blocking(move || (get(port, "/healthz"), get(port, "/metrics")))
-            .await
-            .unwrap();
+    let ready = Arc::new(AtomicBool::new(false));
+    tokio::spawn(serve_health_on(health, ready.clone()));
+    let addr = format!("127.0.0.1:{port}");
+    let (h, m, not_ready, is_ready) = tokio::task::spawn_blocking(move || {
+        let (h, m) = (get(port, "/healthz"), get(port, "/metrics"));
+        let not_ready = probe_health(&addr, "/readyz");
+        ready.store(true, Ordering::SeqCst);
+        (h, m, not_ready, probe_health(&addr, "/readyz"))
+    })
+    .await
+    .unwrap();
     assert_eq!(h, (200, "ok\n".into()));
     assert_eq!(m.0, 404);
-    assert!(probe_health("127.0.0.1:1").is_err());
+    assert!(not_ready.is_err_and(|e| e.contains("503")));
+    assert_eq!(is_ready, Ok(()));
+    assert!(probe_health("127.0.0.1:1", "/healthz").is_err());
 }

@@ -169,8 +169,9 @@ pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), Str
         api_ok.clone(),
     ));
     if let Some(addr) = opts.health_addr.clone() {
+        let ready = api_ok.clone();
         tokio::spawn(async move {
-            if let Err(e) = metrics::serve_health(addr.clone()).await {
+            if let Err(e) = metrics::serve_health(addr.clone(), ready).await {
                 tracing::error!("cannot serve /healthz on {addr}: {e}");
             }
         });
