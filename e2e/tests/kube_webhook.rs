@@ -307,8 +307,9 @@ fn kubectl_apply_of_a_wrong_spec_fails_at_once_with_the_clis_message() {
     // (no matchConditions before 1.28).
     webhook.kill().ok();
     webhook.wait().ok();
-    c.k(&["delete", "gpupartition", "kpro6", "--wait=false"]);
     let wrong = repo_path("examples/invalid/newline-in-served-name.yaml");
+    // Its objects deleted first (a delete waits on no entry), so the apply below creates them.
+    c.k(&["delete", "-f", &wrong, "--wait=false"]);
     let o = c.cp.kubectl(&["apply", "-f", &wrong]).run();
     assert!(
         !o.success && o.stderr.contains("failed calling webhook"),
