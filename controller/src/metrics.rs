@@ -1,5 +1,12 @@
 //! Prometheus metrics and the `/metrics`, `/healthz`, `/readyz` endpoints (hyper, through
-//! [`crate::http::server`]).
+//! [`crate::http::server`]), and the liveness listener apart from them ([`serve_health`]).
+//!
+//! # Liveness apart from `/metrics`
+//! The metrics listener is on the pod network: anyone who reaches it can hold connections (at
+//! most [`LIMITS`]`.max_per_peer` each). Were liveness probed there, any pod could get the agent
+//! restarted. The chart probes liveness and readiness with `gpuplane healthz` (exec probes) on a
+//! listener bound to 127.0.0.1 (`--health-addr`, `/healthz` and `/readyz`), which no other pod
+//! reaches, so a NetworkPolicy on the metrics port need not admit the kubelet either.
 //!
 //! Names users build on (dashboards, alerts in the chart):
 //! - `gpuplane_resource_condition{kind,namespace,name,type,status,reason}` = 1 for each
@@ -25,9 +32,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Scrapes served at once, and how long one may take.
-const LIMITS: Limits = Limits {
-    max_connections: 16,
+/// Scrapes served at once (4 from one peer: Prometheus scrapes over one connection, and no
+/// other client can take every slot), and how long one may take.
+pub const LIMITS: Limits = Limits {
+    max_connections: 32,
+    max_per_peer: 4,
     header_read: Duration::from_secs(5),
     connection: Duration::from_secs(30),
 };
@@ -274,12 +283,77 @@ pub async fn serve_on(listener: tokio::net::TcpListener, metrics: Metrics, ready
     .await
 }
 
+/// The liveness listener's bounds: only local probes reach it.
+const HEALTH_LIMITS: Limits = Limits {
+    max_connections: 4,
+    max_per_peer: 4,
+    header_read: Duration::from_secs(5),
+    connection: Duration::from_secs(10),
+};
+
+/// Binds `addr` (127.0.0.1:PORT in the chart) and serves `/healthz` and `/readyz` only, apart
+/// from the metrics listener, until the process ends.
+pub async fn serve_health(addr: String, ready: Arc<AtomicBool>) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    tracing::info!("serving /healthz, /readyz on {addr}");
+    serve_health_on(listener, ready).await;
+    Ok(())
+}
+
+/// [`serve_health`] on a bound listener.
+pub async fn serve_health_on(listener: tokio::net::TcpListener, ready: Arc<AtomicBool>) {
+    accept_loop(listener, HEALTH_LIMITS, move |tcp, _| {
+        let r = ready.clone();
+        serve_connection(tcp, move |req| health(req, r.clone()), HEALTH_LIMITS)
+    })
+    .await
+}
+
+async fn health(
+    req: Request<hyper::body::Incoming>,
+    ready: Arc<AtomicBool>,
+) -> Result<Reply, std::convert::Infallible> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return Ok(reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "GET only\n"));
+    }
+    Ok(probe(req.uri().path(), &ready))
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// `/healthz` (the process answers), `/readyz` (the API server was reached), or 404.
+fn probe(path: &str, ready: &AtomicBool) -> Reply {
+    match path {
+        "/healthz" => reply(StatusCode::OK, TEXT, "ok\n"),
+        "/readyz" if ready.load(Ordering::SeqCst) => reply(StatusCode::OK, TEXT, "ok\n"),
+        "/readyz" => reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
+            "the API server has not been reached yet\n",
+        ),
+        _ => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),
+    }
+}
+
+/// `gpuplane healthz`: whether `path` (`/healthz`, `/readyz`) of the listener at `addr`
+/// (host:port) answers 200.
+pub fn probe_health(addr: &str, path: &str) -> Result<(), String> {
+    let (host, port) = addr
+        .rsplit_once(':')
+        .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+        .ok_or_else(|| format!("{addr}: not host:port"))?;
+    match crate::http::client::get(host, port, path, Duration::from_secs(3)) {
+        Ok((200, _)) => Ok(()),
+        Ok((code, body)) => Err(format!("{addr}{path} answered {code}: {}", body.trim())),
+        Err(e) => Err(format!("{addr}{path}: {e}")),
+    }
+}
+
 async fn answer(
     req: Request<hyper::body::Incoming>,
     metrics: Metrics,
     ready: Arc<AtomicBool>,
 ) -> Result<Reply, std::convert::Infallible> {
-    const TEXT: &str = "text/plain; charset=utf-8";
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return Ok(reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "GET only\n"));
     }
@@ -289,14 +363,7 @@ async fn answer(
             "text/plain; version=0.0.4; charset=utf-8",
             metrics.render(),
         ),
-        "/healthz" => reply(StatusCode::OK, TEXT, "ok\n"),
-        "/readyz" if ready.load(Ordering::SeqCst) => reply(StatusCode::OK, TEXT, "ok\n"),
-        "/readyz" => reply(
-            StatusCode::SERVICE_UNAVAILABLE,
-            TEXT,
-            "the API server has not been reached yet\n",
-        ),
-        _ => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),
+        path => probe(path, &ready),
     })
 }
 

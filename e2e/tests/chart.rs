@@ -125,25 +125,411 @@ fn check_templates(_chart: &Path) -> BTreeMap<String, Yaml> {
     rendered
 }
 
-/// The webhook: served over HTTPS by its own Deployment, registered for both kinds on create and
-/// update with the chart's failure policy, and allowed to read (never write) the two kinds.
+/// The webhook: served over HTTPS by two replicas of its own Deployment with a PDB, registered
+/// for both kinds with the chart's failure policy (spec validation) and, failing closed, for
+/// the agent's updates, status writes, Leases and events; allowed to watch (never write) the
+/// two kinds.
 fn check_webhook(chart: &Path, rendered: &BTreeMap<String, Yaml>) {
     let values: Yaml = serde_yaml::from_str(&read(&chart.join("values.yaml"))).unwrap();
     assert_eq!(values["webhook"]["failurePolicy"].as_str(), Some("Ignore"));
-    let cfg = &rendered["webhook/ValidatingWebhookConfiguration"]["webhooks"][0];
+    let hooks = rendered["webhook/ValidatingWebhookConfiguration"]["webhooks"]
+        .as_sequence()
+        .expect("webhooks");
+    let hook = |name: &str| {
+        hooks
+            .iter()
+            .find(|h| h["name"].as_str() == Some(name))
+            .unwrap_or_else(|| panic!("no webhook {name}"))
+    };
+    let cfg = hook("validate.gpuplane.dev");
     assert_eq!(
         cfg["clientConfig"]["service"]["path"].as_str(),
         Some("/validate")
     );
+    assert_eq!(cfg["failurePolicy"].as_str(), Some("Ignore"));
     assert_eq!(cfg["sideEffects"].as_str(), Some("None"));
     let rule = &cfg["rules"][0];
     assert_eq!(rule["apiGroups"][0].as_str(), Some("gpuplane.dev"));
     assert_eq!(rule["resources"].as_sequence().map(Vec::len), Some(2));
-    let args = &rendered["webhook/Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"];
+    // The agent rules fail closed, on their own path, status subresources included.
+    for name in ["agent.gpuplane.dev", "leases.gpuplane.dev"] {
+        let h = hook(name);
+        assert_eq!(h["failurePolicy"].as_str(), Some("Fail"), "{name}");
+        assert_eq!(
+            h["clientConfig"]["service"]["path"].as_str(),
+            Some("/validate-agent"),
+            "{name}"
+        );
+    }
+    let resources = &hook("agent.gpuplane.dev")["rules"][0]["resources"];
+    for r in ["gpupartitions/status", "inferenceservers/status"] {
+        assert!(
+            resources
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .any(|x| x.as_str() == Some(r)),
+            "{r}"
+        );
+    }
+    let events = hook("events.gpuplane.dev");
+    assert_eq!(events["matchPolicy"].as_str(), Some("Exact"));
+    assert_eq!(
+        events["rules"][0]["apiGroups"][0].as_str(),
+        Some("events.k8s.io")
+    );
+    let dep = &rendered["webhook/Deployment"]["spec"];
+    assert_eq!(dep["replicas"].as_u64(), Some(2));
+    let args = &dep["template"]["spec"]["containers"][0]["args"];
     assert_eq!(args[0].as_str(), Some("webhook"));
+    let pdb = &rendered["webhook/PodDisruptionBudget"]["spec"];
+    assert_eq!(pdb["minAvailable"].as_u64(), Some(1));
+    assert_eq!(
+        pdb["selector"]["matchLabels"],
+        dep["selector"]["matchLabels"]
+    );
     let verbs = &rendered["webhook/ClusterRole"]["rules"][0]["verbs"];
-    assert_eq!(verbs, &serde_yaml::from_str::<Yaml>("[get, list]").unwrap());
+    assert_eq!(
+        verbs,
+        &serde_yaml::from_str::<Yaml>("[get, list, watch]").unwrap()
+    );
     assert!(rendered.contains_key("webhook/Secret") && rendered.contains_key("webhook/Service"));
+    // Off by default: no NetworkPolicy, and no admission policy for a 1.20 API server.
+    assert!(!rendered.keys().any(|k| k.ends_with("NetworkPolicy")));
+}
+
+/// `helm template` with `args`: the rendered objects.
+fn template(args: &[&str]) -> Vec<Yaml> {
+    let mut all = vec![
+        "template",
+        "t",
+        "charts/gpuplane",
+        "--namespace",
+        "gpuplane-system",
+    ];
+    all.extend_from_slice(args);
+    let (ok, out, err) = run_helm(&all);
+    assert!(ok, "helm template {args:?}: {err}");
+    serde_yaml::Deserializer::from_str(&out)
+        .map(|d| Yaml::deserialize(d).expect("YAML"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// matchConditions only where the API server has them (1.28); on 1.20 the events entry is
+/// Ignore and there is no ValidatingAdmissionPolicy.
+fn check_versions() {
+    let old = template(&["--kube-version", "1.20.2"]);
+    let vwc = old
+        .iter()
+        .find(|d| d["kind"].as_str() == Some("ValidatingWebhookConfiguration"))
+        .unwrap();
+    for h in vwc["webhooks"].as_sequence().unwrap() {
+        assert!(h["matchConditions"].is_null(), "{h:?}");
+        if h["name"].as_str() == Some("events.gpuplane.dev") {
+            assert_eq!(h["failurePolicy"].as_str(), Some("Ignore"));
+        }
+    }
+    assert!(!old
+        .iter()
+        .any(|d| d["kind"].as_str() == Some("ValidatingAdmissionPolicy")));
+    let new = template(&["--kube-version", "1.30.0"]);
+    let vwc = new
+        .iter()
+        .find(|d| d["kind"].as_str() == Some("ValidatingWebhookConfiguration"))
+        .unwrap();
+    for h in vwc["webhooks"].as_sequence().unwrap() {
+        let agent_side = h["name"].as_str() != Some("validate.gpuplane.dev");
+        assert_eq!(!h["matchConditions"].is_null(), agent_side, "{h:?}");
+        if agent_side {
+            assert_eq!(h["failurePolicy"].as_str(), Some("Fail"), "{h:?}");
+        }
+    }
+}
+
+/// The NetworkPolicies, when enabled: only the API server's CIDRs to the webhook's port, only
+/// the Prometheus selectors to the metrics port; without CIDRs the chart refuses to render.
+fn check_network_policies() {
+    let (ok, _, err) = run_helm(&[
+        "template",
+        "t",
+        "charts/gpuplane",
+        "--set",
+        "networkPolicy.enabled=true",
+    ]);
+    assert!(!ok && err.contains("apiServerCIDRs"), "{err}");
+    let docs = template(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "networkPolicy.apiServerCIDRs={10.0.0.0/24}",
+        "--set",
+        "networkPolicy.prometheus.podSelector.matchLabels.app=prometheus",
+    ]);
+    let np = |suffix: &str| {
+        docs.iter()
+            .find(|d| {
+                d["kind"].as_str() == Some("NetworkPolicy")
+                    && d["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.ends_with(suffix))
+            })
+            .unwrap_or_else(|| panic!("no NetworkPolicy *{suffix}"))
+    };
+    let hook = &np("-webhook")["spec"];
+    assert_eq!(
+        hook["podSelector"]["matchLabels"]["app.kubernetes.io/component"].as_str(),
+        Some("webhook")
+    );
+    assert_eq!(
+        hook["ingress"][0]["from"][0]["ipBlock"]["cidr"].as_str(),
+        Some("10.0.0.0/24")
+    );
+    assert_eq!(
+        hook["ingress"][0]["ports"][0]["port"].as_str(),
+        Some("https")
+    );
+    let metrics = &np("-metrics")["spec"];
+    assert_eq!(
+        metrics["podSelector"]["matchLabels"]["app.kubernetes.io/component"].as_str(),
+        Some("agent")
+    );
+    assert_eq!(
+        metrics["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app"].as_str(),
+        Some("prometheus")
+    );
+    assert_eq!(
+        metrics["ingress"][0]["ports"][0]["port"].as_str(),
+        Some("metrics")
+    );
+}
+
+/// Evaluates CEL `expr` with `vars` bound; `None` when it does not evaluate to a bool.
+fn cel(expr: &str, vars: &[(&str, &serde_json::Value)]) -> Option<bool> {
+    let program = cel_interpreter::Program::compile(expr)
+        .unwrap_or_else(|e| panic!("CEL does not compile: {expr}: {e}"));
+    let mut ctx = cel_interpreter::Context::default();
+    for (k, v) in vars {
+        ctx.add_variable(*k, (*v).clone()).unwrap();
+    }
+    match program.execute(&ctx) {
+        Ok(cel_interpreter::Value::Bool(b)) => Some(b),
+        _ => None,
+    }
+}
+
+/// What a ValidatingAdmissionPolicy decides for `request`: `None` when its matchConditions do
+/// not match, `Some(messages of the failed validations)` otherwise (an expression that does not
+/// evaluate counts as failed: the policies are failurePolicy Fail).
+fn vap_decide(policy: &Yaml, request: &serde_json::Value) -> Option<Vec<String>> {
+    let spec: serde_json::Value = serde_json::to_value(&policy["spec"]).unwrap();
+    let (object, old) = (&request["object"], &request["oldObject"]);
+    let base = [("request", request), ("object", object), ("oldObject", old)];
+    for m in spec["matchConditions"].as_array().unwrap() {
+        if cel(m["expression"].as_str().unwrap(), &base) != Some(true) {
+            return None;
+        }
+    }
+    let mut variables = serde_json::Map::new();
+    for v in spec["variables"].as_array().into_iter().flatten() {
+        let e = v["expression"].as_str().unwrap();
+        let program = cel_interpreter::Program::compile(e).unwrap();
+        let mut ctx = cel_interpreter::Context::default();
+        for (k, val) in base {
+            ctx.add_variable(k, val.clone()).unwrap();
+        }
+        let value = match program.execute(&ctx) {
+            Ok(cel_interpreter::Value::String(s)) => serde_json::json!(s.as_str()),
+            other => panic!("variable {e}: {other:?}"),
+        };
+        variables.insert(v["name"].as_str().unwrap().to_string(), value);
+    }
+    let variables = serde_json::Value::Object(variables);
+    let mut vars = base.to_vec();
+    vars.push(("variables", &variables));
+    Some(
+        spec["validations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|v| cel(v["expression"].as_str().unwrap(), &vars) != Some(true))
+            .map(|v| v["message"].as_str().unwrap().to_string())
+            .collect(),
+    )
+}
+
+/// The agent rules as ValidatingAdmissionPolicies (rendered where the API serves them): every
+/// expression compiles, and on requests like the API server's they refuse what the webhook
+/// refuses (another node's partition or its status, a spec change, another node's Lease, an
+/// event about a Pod) and admit what the agent does.
+fn check_admission_policy() {
+    let docs = template(&[
+        "--api-versions",
+        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+    ]);
+    let policy = |suffix: &str| {
+        docs.iter()
+            .find(|d| {
+                d["kind"].as_str() == Some("ValidatingAdmissionPolicy")
+                    && d["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.ends_with(suffix))
+            })
+            .unwrap_or_else(|| panic!("no policy *{suffix}"))
+    };
+    let bindings: Vec<&Yaml> = docs
+        .iter()
+        .filter(|d| d["kind"].as_str() == Some("ValidatingAdmissionPolicyBinding"))
+        .collect();
+    assert_eq!(bindings.len(), 3);
+    for b in &bindings {
+        assert_eq!(b["spec"]["validationActions"][0].as_str(), Some("Deny"));
+    }
+    let agent = "system:serviceaccount:gpuplane-system:t-gpuplane";
+    let req = |kind: &str,
+               op: &str,
+               sub: &str,
+               node: &str,
+               object: serde_json::Value,
+               old: serde_json::Value| {
+        serde_json::json!({
+            "kind": {"kind": kind}, "operation": op, "subResource": sub,
+            "userInfo": {"username": agent,
+                         "extra": {"authentication.kubernetes.io/node-name": [node]}},
+            "object": object, "oldObject": old})
+    };
+    let part = |node: &str, policy: &str, fin: bool| {
+        serde_json::json!({"metadata": {"name": node, "labels": {"gpuplane.dev/node": node},
+                                        "finalizers": if fin { vec!["gpuplane.dev/x"] } else { vec![] }},
+                           "spec": {"nodeName": node, "deletionPolicy": policy}})
+    };
+    let objects = policy("-agent-objects");
+    let decide = |r: serde_json::Value| vap_decide(objects, &r).expect("matches the agent");
+    let fin = req(
+        "GpuPartition",
+        "UPDATE",
+        "",
+        "n1",
+        part("n1", "Retain", true),
+        part("n1", "Retain", false),
+    );
+    assert_eq!(decide(fin), Vec::<String>::new());
+    let spec = req(
+        "GpuPartition",
+        "UPDATE",
+        "",
+        "n1",
+        part("n1", "Restore", false),
+        part("n1", "Retain", false),
+    );
+    assert!(decide(spec)
+        .iter()
+        .any(|m| m.contains("only finalizers and status")));
+    let status = req(
+        "GpuPartition",
+        "UPDATE",
+        "status",
+        "n1",
+        part("n2", "Retain", false),
+        part("n2", "Retain", false),
+    );
+    assert!(decide(status)
+        .iter()
+        .any(|m| m.contains("own node's objects")));
+    let own_status = req(
+        "GpuPartition",
+        "UPDATE",
+        "status",
+        "n1",
+        part("n1", "Retain", false),
+        part("n1", "Retain", false),
+    );
+    assert_eq!(decide(own_status), Vec::<String>::new());
+    let create = req(
+        "GpuPartition",
+        "CREATE",
+        "",
+        "n1",
+        part("n1", "Retain", false),
+        serde_json::Value::Null,
+    );
+    assert!(decide(create).iter().any(|m| m.contains("may not create")));
+    let mut admin = req(
+        "GpuPartition",
+        "UPDATE",
+        "",
+        "n1",
+        part("n1", "Restore", false),
+        part("n1", "Retain", false),
+    );
+    admin["userInfo"]["username"] = serde_json::json!("admin");
+    assert_eq!(vap_decide(objects, &admin), None, "an admin is not judged");
+    let lease = |name: &str, node: &str| serde_json::json!({"metadata": {"name": name, "labels": {"gpuplane.dev/node": node}}});
+    let leases = policy("-agent-leases");
+    let own = req(
+        "Lease",
+        "UPDATE",
+        "",
+        "n1",
+        lease("gpuplane-node-n1", "n1"),
+        lease("gpuplane-node-n1", "n1"),
+    );
+    assert_eq!(vap_decide(leases, &own), Some(vec![]));
+    let theirs = req(
+        "Lease",
+        "UPDATE",
+        "",
+        "n1",
+        lease("gpuplane-node-n2", "n2"),
+        lease("gpuplane-node-n2", "n2"),
+    );
+    assert_eq!(vap_decide(leases, &theirs).map(|m| m.len()), Some(1));
+    let event = |ns: &str, kind: &str, api: &str, subject_ns: &str| {
+        serde_json::json!({"metadata": {"name": "e", "namespace": ns},
+                           "regarding": {"apiVersion": api, "kind": kind, "namespace": subject_ns, "name": "x"}})
+    };
+    let events = policy("-agent-events");
+    let ok = req(
+        "Event",
+        "CREATE",
+        "",
+        "n1",
+        event("t", "InferenceServer", "gpuplane.dev/v1alpha1", "t"),
+        serde_json::Value::Null,
+    );
+    assert_eq!(vap_decide(events, &ok), Some(vec![]));
+    let ok = req(
+        "Event",
+        "CREATE",
+        "",
+        "n1",
+        event(
+            "gpuplane-system",
+            "GpuPartition",
+            "gpuplane.dev/v1alpha1",
+            "gpuplane-system",
+        ),
+        serde_json::Value::Null,
+    );
+    assert_eq!(vap_decide(events, &ok), Some(vec![]));
+    let pod = req(
+        "Event",
+        "CREATE",
+        "",
+        "n1",
+        event("t", "Pod", "v1", "t"),
+        serde_json::Value::Null,
+    );
+    assert!(!vap_decide(events, &pod).unwrap().is_empty());
+    let tenant = req(
+        "Event",
+        "CREATE",
+        "",
+        "n1",
+        event("t", "GpuPartition", "gpuplane.dev/v1alpha1", "t"),
+        serde_json::Value::Null,
+    );
+    assert!(!vap_decide(events, &tenant).unwrap().is_empty());
 }
 
 /// RBAC: the chart's rules are exactly the ones the e2e tests run the agent under.
@@ -218,14 +604,26 @@ fn check_daemonset(rendered: &BTreeMap<String, Yaml>) {
         env_field("POD_NAMESPACE").as_deref(),
         Some("metadata.namespace")
     );
-    assert_eq!(
-        ctr["livenessProbe"]["httpGet"]["path"].as_str(),
-        Some("/healthz")
-    );
-    assert_eq!(
-        ctr["readinessProbe"]["httpGet"]["path"].as_str(),
-        Some("/readyz")
-    );
+    // The probes run `gpuplane healthz` against the loopback listener, not the metrics port.
+    assert!(args.contains(&"--health-addr=127.0.0.1:9465"), "{args:?}");
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let cmd: Vec<&str> = ctr[probe]["exec"]["command"]
+            .as_sequence()
+            .unwrap_or_else(|| panic!("{probe} is not an exec probe"))
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        assert_eq!(
+            cmd,
+            [
+                "gpuplane",
+                "healthz",
+                "--addr=127.0.0.1:9465",
+                &format!("--path={path}")
+            ],
+            "{probe}"
+        );
+    }
     assert_eq!(ctr["ports"][0]["name"].as_str(), Some("metrics"));
     let host_paths: Vec<&str> = ds["volumes"]
         .as_sequence()
@@ -295,6 +693,9 @@ fn chart_parses_and_its_rbac_equals_the_tested_rbac() {
     let rendered = check_templates(&chart);
     check_rbac(&root, &rendered);
     check_webhook(&chart, &rendered);
+    check_versions();
+    check_network_policies();
+    check_admission_policy();
     check_values_schema();
     check_monitoring_renders();
     check_daemonset(&rendered);

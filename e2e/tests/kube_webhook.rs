@@ -84,13 +84,21 @@ fn start_webhook(c: &Cluster, port: u16, cert: &str, key: &str, agent_args: &[&s
     child
 }
 
-/// The ValidatingWebhookConfiguration, as the chart writes it but with a URL.
+/// The ValidatingWebhookConfiguration, as the chart writes it for Kubernetes 1.20 (no
+/// matchConditions) but with a URL: spec validation with `policy`, the agent rules (objects,
+/// Leases) failing closed, the agent's events with Ignore.
 fn registration(port: u16, cert: &str, policy: &str) -> String {
     let out = Command::new("base64")
         .args(["-w0", cert])
         .output()
         .expect("base64");
     let ca = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let client = |path: &str| {
+        format!(
+            "    clientConfig:\n      url: https://127.0.0.1:{port}{path}\n      caBundle: {ca}\n"
+        )
+    };
+    let (spec, agent) = (client("/validate"), client("/validate-agent"));
     format!(
         r#"apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingWebhookConfiguration
@@ -102,31 +110,46 @@ webhooks:
     sideEffects: None
     failurePolicy: {policy}
     timeoutSeconds: 5
-    clientConfig:
-      url: https://127.0.0.1:{port}/validate
-      caBundle: {ca}
-    rules:
+{spec}    rules:
       - apiGroups: ["gpuplane.dev"]
         apiVersions: ["v1alpha1"]
         operations: ["CREATE", "UPDATE"]
         resources: ["gpupartitions", "inferenceservers"]
+  - name: agent.gpuplane.dev
+    admissionReviewVersions: ["v1"]
+    sideEffects: None
+    failurePolicy: Fail
+    timeoutSeconds: 5
+{agent}    rules:
+      - apiGroups: ["gpuplane.dev"]
+        apiVersions: ["v1alpha1"]
+        operations: ["UPDATE"]
+        resources: ["gpupartitions", "inferenceservers", "gpupartitions/status", "inferenceservers/status"]
   - name: leases.gpuplane.dev
     admissionReviewVersions: ["v1"]
     sideEffects: None
-    failurePolicy: {policy}
+    failurePolicy: Fail
     timeoutSeconds: 5
-    clientConfig:
-      url: https://127.0.0.1:{port}/validate
-      caBundle: {ca}
-    objectSelector:
+{agent}    objectSelector:
       matchExpressions:
         - key: gpuplane.dev/node
           operator: Exists
     rules:
       - apiGroups: ["coordination.k8s.io"]
         apiVersions: ["v1"]
-        operations: ["CREATE", "UPDATE", "DELETE"]
+        operations: ["CREATE", "UPDATE"]
         resources: ["leases"]
+  - name: events.gpuplane.dev
+    admissionReviewVersions: ["v1"]
+    sideEffects: None
+    matchPolicy: Exact
+    failurePolicy: Ignore
+    timeoutSeconds: 5
+{agent}    rules:
+      - apiGroups: ["events.k8s.io"]
+        apiVersions: ["v1", "v1beta1"]
+        operations: ["CREATE", "UPDATE"]
+        resources: ["events"]
 "#
     )
 }
@@ -279,10 +302,14 @@ fn kubectl_apply_of_a_wrong_spec_fails_at_once_with_the_clis_message() {
     agent_may_change_only_finalizers(&c);
 
     // The webhook stopped: with failurePolicy Fail nothing passes; with Ignore (the chart's
-    // default) the object is admitted and the agent judges it against the host.
+    // default) a new object is admitted and the agent judges it against the host. An update
+    // fails closed either way on 1.20: the agent-rules entry (Fail) sees every user's updates
+    // (no matchConditions before 1.28).
     webhook.kill().ok();
     webhook.wait().ok();
     let wrong = repo_path("examples/invalid/newline-in-served-name.yaml");
+    // Its objects deleted first (a delete waits on no entry), so the apply below creates them.
+    c.k(&["delete", "-f", &wrong, "--wait=false"]);
     let o = c.cp.kubectl(&["apply", "-f", &wrong]).run();
     assert!(
         !o.success && o.stderr.contains("failed calling webhook"),
@@ -294,6 +321,14 @@ fn kubectl_apply_of_a_wrong_spec_fails_at_once_with_the_clis_message() {
     assert!(
         o.success,
         "failurePolicy Ignore must admit while the webhook is down: {}",
+        o.stderr
+    );
+    let o =
+        c.cp.kubectl(&["label", "gpupartition", "kpro6", "x=y"])
+            .run();
+    assert!(
+        !o.success && o.stderr.contains("agent.gpuplane.dev"),
+        "an update must fail closed on the agent entry: {}",
         o.stderr
     );
     report_duration(
@@ -584,6 +619,177 @@ fn an_agent_token_reaches_only_its_own_nodes_objects_and_lease() {
     eprintln!("[kube_webhook] another node's partition and Lease, a relabelled Lease and an unbound token were refused");
     report_duration(
         "an_agent_token_reaches_only_its_own_nodes_objects_and_lease",
+        t0,
+    );
+}
+
+/// The webhook's peak resident memory (VmHWM of /proc/PID/status), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("webhook status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM")
+}
+
+/// `e2e/kube/webhook-flood.py` with `args`, from 127.0.0.2 (a pod's address, not the API
+/// server's); it runs until dropped.
+struct Flood(Child);
+
+impl Flood {
+    fn start(c: &Cluster, args: &[&str]) -> Flood {
+        let log = std::fs::File::create(c.cp.run.join(format!("flood-{}.log", args[0]))).unwrap();
+        let child = Command::new("python3")
+            .arg(repo_path("e2e/kube/webhook-flood.py"))
+            .args(args)
+            .stdout(log)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3");
+        Flood(child)
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        self.0.kill().ok();
+        self.0.wait().ok();
+    }
+}
+
+/// What an agent token of node kpro6 may still do, and not do, while the webhook is flooded:
+/// its spec patch is refused (denied, or failing closed), its finalizer patch passes (the
+/// webhook still answers the API server), and a status write for node other's partition is
+/// refused. Returns how long the finalizer patch took.
+fn the_agent_rules_hold(c: &Cluster, mine: &Path, during: &str) -> Duration {
+    let patch = |p: &str| {
+        as_agent(
+            c,
+            mine,
+            &["patch", "gpupartition", "kpro6", "--type", "merge", "-p", p],
+        )
+    };
+    let (ok, said) = patch(r#"{"spec":{"deletionPolicy":"Restore"}}"#);
+    assert!(
+        !ok && (said.contains("may change only finalizers and status")
+            || said.contains("failed calling webhook")),
+        "{during}: the agent's spec patch was admitted: {said}"
+    );
+    let t = Instant::now();
+    let (ok, said) = patch(r#"{"metadata":{"finalizers":["gpuplane.dev/test"]}}"#);
+    let took = t.elapsed();
+    assert!(
+        ok,
+        "{during}: the webhook did not answer the API server: {said}"
+    );
+    let (ok, said) = patch(r#"{"metadata":{"finalizers":null}}"#);
+    assert!(ok, "{during}: {said}");
+    // A status write for the other node's partition, through the status subresource.
+    // (Its resourceVersion kept: the status subresource insists; nothing else writes it here.)
+    let mut other = c.json(&["get", "gpupartition", "other"]);
+    other["status"] = serde_json::json!({"conditions": [{"type": "Ready", "status": "True",
+        "reason": "Converged", "message": "", "lastTransitionTime": "2024-01-01T00:00:00Z"}]});
+    let file = c.cp.run.join("other-status.json");
+    std::fs::write(&file, other.to_string()).unwrap();
+    let (ok, said) = as_agent(
+        c,
+        mine,
+        &[
+            "replace",
+            "--raw",
+            "/apis/gpuplane.dev/v1alpha1/gpupartitions/other/status",
+            "-f",
+            &file.display().to_string(),
+        ],
+    );
+    assert!(
+        !ok && said.contains("status of this object belongs to node other"),
+        "{during}: the agent wrote another node's status: {said}"
+    );
+    took
+}
+
+/// Issue 23 on the real API server: a pod flooding the webhook (300 idle TLS connections, then
+/// 8 concurrent 3 MiB bodies) neither gets a stolen agent token's spec patch admitted nor keeps
+/// the webhook from answering the API server, and the webhook stays under its 128 Mi limit. An
+/// agent token's status write for another node's object is refused throughout.
+#[test]
+fn the_agent_rules_fail_closed_and_hold_under_a_flood_within_the_memory_limit() {
+    let t0 = Instant::now();
+    let c = Cluster::start("webhook-flood");
+    let (cert, key) = certificate(&c.cp.run);
+    let port = free_ports(1)[0];
+    let mut webhook = start_webhook(
+        &c,
+        port,
+        &cert,
+        &key,
+        &[
+            "--agent-user",
+            AGENT_SA,
+            "--require-agent-node",
+            "--lease-namespace",
+            "gpuplane-system",
+        ],
+    );
+    c.k_stdin(&["apply", "-f", "-"], &registration(port, &cert, "Ignore"));
+    c.k_stdin(&["apply", "-f", "-"], AGENT_PODS);
+    let other = std::fs::read_to_string(repo_path("examples/kpro6/partition.yaml"))
+        .unwrap()
+        .replace("name: kpro6", "name: other")
+        .replace("nodeName: kpro6", "nodeName: other")
+        .replace("gpuplane.dev/node: kpro6", "gpuplane.dev/node: other");
+    wait_for("the webhook to admit", Duration::from_secs(30), || {
+        let o = c.cp.kubectl(&["apply", "-f", "-"]).stdin(&other).run();
+        o.success.then_some(()).ok_or(o.stderr)
+    });
+    c.apply("examples/kpro6/partition.yaml");
+    let mine = kubeconfig_with(
+        &c,
+        &agent_token(&c, Some("agent-kpro6")),
+        "kpro6.kubeconfig",
+    );
+    let quiet = the_agent_rules_hold(&c, &mine, "without a flood");
+
+    let port_s = port.to_string();
+    let idle = Flood::start(&c, &["idle", &port_s, "300"]);
+    std::thread::sleep(Duration::from_secs(5));
+    let under_idle = the_agent_rules_hold(&c, &mine, "under 300 idle connections");
+    let held = std::fs::read_to_string(c.cp.run.join("flood-idle.log")).unwrap_or_default();
+    eprintln!(
+        "[kube_webhook] flood: {}",
+        held.lines().last().unwrap_or("no output")
+    );
+    drop(idle);
+
+    let bodies = Flood::start(&c, &["bodies", &port_s, "8", "3"]);
+    std::thread::sleep(Duration::from_secs(5));
+    let under_bodies = the_agent_rules_hold(&c, &mine, "under 8 concurrent 3 MiB bodies");
+    std::thread::sleep(Duration::from_secs(5));
+    let sent = std::fs::read_to_string(c.cp.run.join("flood-bodies.log")).unwrap_or_default();
+    drop(bodies);
+    let peak = peak_rss_kib(webhook.id());
+    eprintln!(
+        "[kube_webhook] the agent's finalizer patch took {:.2}s quiet, {:.2}s under 300 idle connections, {:.2}s under 8 × 3 MiB bodies ({}); the webhook's peak RSS {:.1} MiB",
+        quiet.as_secs_f64(),
+        under_idle.as_secs_f64(),
+        under_bodies.as_secs_f64(),
+        sent.lines().last().unwrap_or("no output"),
+        peak as f64 / 1024.0
+    );
+    assert!(
+        peak < 128 * 1024,
+        "the webhook's peak RSS {peak} KiB is over its 128 Mi limit"
+    );
+    assert!(
+        under_idle < Duration::from_secs(5) && under_bodies < Duration::from_secs(5),
+        "{under_idle:?} {under_bodies:?}"
+    );
+    webhook.kill().ok();
+    webhook.wait().ok();
+    report_duration(
+        "the_agent_rules_fail_closed_and_hold_under_a_flood_within_the_memory_limit",
         t0,
     );
 }

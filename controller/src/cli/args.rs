@@ -68,6 +68,10 @@ pub enum Command {
         /// Address of /metrics, /healthz and /readyz.
         #[arg(long, default_value = "0.0.0.0:9464")]
         metrics_addr: String,
+        /// Also serve /healthz and /readyz alone on this address (127.0.0.1:PORT), apart from the
+        /// metrics listener, for probes no other pod can starve (`gpuplane healthz`).
+        #[arg(long)]
+        health_addr: Option<String>,
         /// Seconds between re-observations of the host when nothing changed in the API (drift check).
         #[arg(long, default_value_t = 30)]
         drift_interval: u64,
@@ -102,6 +106,17 @@ pub enum Command {
         /// With --manifests: stop once settled or after this many reconciles (tests).
         #[arg(long, hide = true)]
         max_rounds: Option<u64>,
+    },
+    /// Exit 0 when the agent's probe listener (`run --health-addr`) answers PATH with 200, 1
+    /// otherwise: the chart's liveness and readiness probes (exec probes, so the listener stays
+    /// on loopback, out of other pods' reach).
+    Healthz {
+        /// The probe listener's address.
+        #[arg(long, default_value = "127.0.0.1:9465")]
+        addr: String,
+        /// /healthz (liveness) or /readyz (readiness).
+        #[arg(long, default_value = "/healthz")]
+        path: String,
     },
     /// Serve the validating admission webhook (POST /validate, AdmissionReview v1) for both
     /// kinds over HTTPS: the CLI's host-independent validation at `kubectl apply` time.

@@ -41,6 +41,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             host,
             kubeconfig,
             metrics_addr,
+            health_addr,
             drift_interval,
             poll_interval,
             lease_namespace,
@@ -79,6 +80,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
                 gpu_driver: host.gpu_driver.clone(),
                 kubeconfig,
                 metrics_addr,
+                health_addr,
                 drift_interval: std::time::Duration::from_secs(drift_interval.max(1)),
                 poll_interval: std::time::Duration::from_secs(poll_interval.max(1)),
                 lease_namespace: lease_namespace
@@ -97,6 +99,13 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::P2pProbe { host, python, gpus } => commands::p2p_probe(&host, python, gpus),
         Command::Plan { input, output } => commands::plan(&input, output),
         Command::Preflight { input } => commands::preflight(&input),
+        Command::Healthz { addr, path } => match crate::metrics::probe_health(&addr, &path) {
+            Ok(()) => Ok(0),
+            Err(e) => {
+                eprintln!("{e}");
+                Ok(1)
+            }
+        },
         Command::Webhook {
             listen,
             tls_cert,
@@ -113,6 +122,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             agents: crate::webhook::Agents {
                 users: agent_users,
                 require_node: require_agent_node,
+                namespace: lease_namespace.clone(),
             },
             lease_namespace,
         }),

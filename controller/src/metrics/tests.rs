@@ -118,3 +118,66 @@ fn errors_are_counted_by_a_closed_category() {
         "{text}"
     );
 }
+
+/// A connection to `port` on 127.0.0.1 from the loopback address `from` (another peer).
+async fn connect_from(from: &str, port: u16) -> tokio::net::TcpStream {
+    let s = tokio::net::TcpSocket::new_v4().unwrap();
+    s.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    s.connect(([127, 0, 0, 1], port).into()).await.unwrap()
+}
+
+/// Issue 23: one client holding idle connections (any pod reaches the metrics port) took all 16
+/// slots, so scrapes and the liveness probe on the same listener timed out and the kubelet
+/// restarted the agent. Now it gets its 4, others are served, and liveness has its own listener.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_holding_connections_starves_neither_scrapes_nor_liveness() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(serve_on(
+        listener,
+        Metrics::new().unwrap(),
+        Arc::new(AtomicBool::new(true)),
+    ));
+    let health = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let health_addr = health.local_addr().unwrap().to_string();
+    tokio::spawn(serve_health_on(health, Arc::new(AtomicBool::new(true))));
+    let mut idle = Vec::new();
+    for _ in 0..40 {
+        idle.push(connect_from("127.0.0.2", port).await);
+    }
+    let t = std::time::Instant::now();
+    let (scrape, live) = tokio::task::spawn_blocking(move || {
+        (
+            get(port, "/metrics"),
+            probe_health(&health_addr, "/healthz"),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(scrape.0, 200);
+    assert_eq!(live, Ok(()));
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    drop(idle);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_listener_serves_only_health_and_readiness() {
+    let health = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = health.local_addr().unwrap().port();
+    let ready = Arc::new(AtomicBool::new(false));
+    tokio::spawn(serve_health_on(health, ready.clone()));
+    let addr = format!("127.0.0.1:{port}");
+    let (h, m, not_ready, is_ready) = tokio::task::spawn_blocking(move || {
+        let (h, m) = (get(port, "/healthz"), get(port, "/metrics"));
+        let not_ready = probe_health(&addr, "/readyz");
+        ready.store(true, Ordering::SeqCst);
+        (h, m, not_ready, probe_health(&addr, "/readyz"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(h, (200, "ok\n".into()));
+    assert_eq!(m.0, 404);
+    assert!(not_ready.is_err_and(|e| e.contains("503")));
+    assert_eq!(is_ready, Ok(()));
+    assert!(probe_health("127.0.0.1:1", "/healthz").is_err());
+}

@@ -52,6 +52,8 @@ pub struct RunOptions {
     pub gpu_driver: String,
     pub kubeconfig: Option<std::path::PathBuf>,
     pub metrics_addr: String,
+    /// The liveness listener apart from the metrics one (`--health-addr`), if any.
+    pub health_addr: Option<String>,
     pub drift_interval: Duration,
     pub poll_interval: Duration,
     pub lease_namespace: String,
@@ -166,6 +168,14 @@ pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), Str
         metrics.clone(),
         api_ok.clone(),
     ));
+    if let Some(addr) = opts.health_addr.clone() {
+        let ready = api_ok.clone();
+        tokio::spawn(async move {
+            if let Err(e) = metrics::serve_health(addr.clone(), ready).await {
+                tracing::error!("cannot serve /healthz on {addr}: {e}");
+            }
+        });
+    }
     {
         let lease = lease.clone();
         let metrics = metrics.clone();

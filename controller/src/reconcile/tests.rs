@@ -84,6 +84,7 @@ fn ctx(client: Client, host: SimHost) -> Arc<Ctx> {
         gpu_driver: "nvidia".into(),
         kubeconfig: None,
         metrics_addr: "127.0.0.1:0".into(),
+        health_addr: None,
         drift_interval: Duration::from_secs(30),
         poll_interval: Duration::from_secs(5),
         lease_namespace: "gpuplane-system".into(),

@@ -1,7 +1,18 @@
-//! What the agents' own identity may do: change finalizers on the two kinds (status is a
-//! subresource the webhook is not asked about) and hold its own node's Lease, for objects of its
-//! own node, and nothing else. The agent never creates, deletes or edits a spec; a stolen agent
-//! credential must not either.
+//! What the agents' own identity may do: change finalizers on the two kinds, write their status
+//! (the `status` subresource), hold its own node's Lease and publish events about its objects,
+//! all for objects of its own node, and nothing else. The agent never creates, deletes or edits
+//! a spec; a stolen agent credential must not either.
+//!
+//! An object whose node the webhook cannot place (a server whose partition it does not know, a
+//! cache not synced yet) is refused to an agent: a rule that cannot be checked does not pass.
+//! The agent retries; the admin's own requests are not judged here.
+//!
+//! # Events
+//! The agent publishes events (`events.k8s.io/v1`) about its partitions, in its own namespace
+//! (`Agents::namespace`, the Lease namespace), and about its servers, in the server's namespace
+//! (see `reconcile::kube_io::publish`). An agent's event must be about a `GpuPartition` or an
+//! `InferenceServer` of its node, in that namespace; it may create and patch (a series) them,
+//! never delete.
 //!
 //! The agent is recognised by the request's user name (`--agent-user`, which the chart sets to
 //! `system:serviceaccount:<namespace>:<agent service account>`). Its node comes from its token
@@ -36,6 +47,27 @@ pub struct Agents {
     pub users: Vec<String>,
     /// Refuse an agent whose token names no node or pod (`--require-agent-node`).
     pub require_node: bool,
+    /// The agents' own namespace (the Lease namespace), where their partitions' events live;
+    /// `None`: not checked.
+    pub namespace: Option<String>,
+}
+
+/// Where objects are: what the agent rules need to know of the cluster.
+pub trait Placement {
+    /// The node of one of our objects: a partition's `spec.nodeName`, a server's partition's.
+    fn node_of(&self, obj: &Value) -> Option<String>;
+    /// The node of the object of `kind` `namespace`/`name` (an event's subject), if known.
+    fn node_of_ref(&self, kind: &str, namespace: &str, name: &str) -> Option<String>;
+}
+
+/// A closure placing objects, knowing no object by reference (tests).
+impl<F: Fn(&Value) -> Option<String>> Placement for F {
+    fn node_of(&self, obj: &Value) -> Option<String> {
+        self(obj)
+    }
+    fn node_of_ref(&self, _: &str, _: &str, _: &str) -> Option<String> {
+        None
+    }
 }
 
 /// What a request's token says about the node its agent runs on.
@@ -90,12 +122,12 @@ pub fn binding(req: &Value, agents: &Agents) -> Option<Binding> {
 
 /// `Some(refusal)` when the request comes from an agent and asks for more than it may; `None`
 /// when it is not an agent's or is allowed. `node` is the agent's node as resolved from
-/// [`binding`]; `node_of` gives an object's node (a partition's, a server's partition's).
+/// [`binding`]; `place` gives an object's node (a partition's, a server's partition's).
 pub fn refuse(
     req: &Value,
     agents: &Agents,
     node: &AgentNode,
-    node_of: impl Fn(&Value) -> Option<String>,
+    place: impl Placement,
 ) -> Option<String> {
     let user = req["userInfo"]["username"].as_str()?;
     if !agents.users.iter().any(|a| a == user) {
@@ -116,8 +148,16 @@ pub fn refuse(
         AgentNode::Unbound => None,
     };
     let op = req["operation"].as_str().unwrap_or_default();
-    if req["kind"]["kind"].as_str() == Some("Lease") {
-        return refuse_lease(user, op, req, mine);
+    match req["kind"]["kind"].as_str().unwrap_or_default() {
+        "Lease" => return refuse_lease(user, op, req, mine),
+        "Event" => return refuse_event(user, op, req, agents, mine, &place),
+        "GpuPartition" | "InferenceServer" => {}
+        other => {
+            return Some(format!(
+                "{user} is the gpuplane agent: it may not {} a {other} (it writes only its partitions, servers, Lease and events)",
+                op.to_ascii_lowercase()
+            ))
+        }
     }
     if op != "UPDATE" {
         return Some(format!(
@@ -125,17 +165,107 @@ pub fn refuse(
             op.to_ascii_lowercase()
         ));
     }
-    if !only_finalizers_changed(&req["object"], &req["oldObject"]) {
+    // The status subresource changes only status (the API server keeps the rest as stored);
+    // the object itself may change only in its finalizers.
+    let status = req["subResource"].as_str() == Some("status");
+    if !status && !only_finalizers_changed(&req["object"], &req["oldObject"]) {
         return Some(format!(
             "{user} is the gpuplane agent: it may change only finalizers and status, not the spec, labels or annotations"
         ));
     }
-    match (mine, node_of(&req["object"])) {
-        (Some(mine), Some(node)) if node != mine => Some(format!(
-            "{user} acts for node {mine}; this object belongs to node {node}"
+    let mine = mine?;
+    // The node of the object as stored (an update cannot move it: its spec did not change).
+    let stored = if req["oldObject"].is_object() {
+        &req["oldObject"]
+    } else {
+        &req["object"]
+    };
+    let what = if status {
+        "status of this object"
+    } else {
+        "this object"
+    };
+    match place.node_of(stored) {
+        Some(node) if node == mine => None,
+        Some(node) => Some(format!(
+            "{user} acts for node {mine}; {what} belongs to node {node}"
         )),
-        _ => None,
+        None => Some(format!(
+            "{user} acts for node {mine}; the webhook cannot place {what} on a node (its partition is unknown or the webhook's cache is not synced), so it is refused"
+        )),
     }
+}
+
+/// An agent may create and patch events only about a partition or server of its node, in the
+/// namespace the agent publishes them in.
+fn refuse_event(
+    user: &str,
+    op: &str,
+    req: &Value,
+    agents: &Agents,
+    mine: Option<&str>,
+    place: &impl Placement,
+) -> Option<String> {
+    if op != "CREATE" && op != "UPDATE" {
+        return Some(format!(
+            "{user} is the gpuplane agent: it may not {} an event",
+            op.to_ascii_lowercase()
+        ));
+    }
+    let mine = mine?;
+    for ev in [&req["object"], &req["oldObject"]] {
+        if !ev.is_object() {
+            continue;
+        }
+        let ns = ev["metadata"]["namespace"]
+            .as_str()
+            .or(req["namespace"].as_str())
+            .unwrap_or_default();
+        // events.k8s.io/v1 names the subject `regarding`, core/v1 `involvedObject`.
+        let subject = if ev["regarding"].is_object() {
+            &ev["regarding"]
+        } else {
+            &ev["involvedObject"]
+        };
+        let kind = subject["kind"].as_str().unwrap_or_default();
+        let name = subject["name"].as_str().unwrap_or_default();
+        let group = subject["apiVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        let ours = group == "gpuplane.dev" && (kind == "GpuPartition" || kind == "InferenceServer");
+        if !ours {
+            return Some(format!(
+                "{user} is the gpuplane agent: its events must be about a GpuPartition or an InferenceServer, not {kind} {name:?}"
+            ));
+        }
+        let want_ns = match kind {
+            "GpuPartition" => agents.namespace.as_deref().unwrap_or(ns),
+            _ => subject["namespace"].as_str().unwrap_or_default(),
+        };
+        if ns != want_ns {
+            return Some(format!(
+                "{user} is the gpuplane agent: an event about {kind} {name} belongs in namespace {want_ns:?}, not {ns:?}"
+            ));
+        }
+        let subject_ns = subject["namespace"].as_str().unwrap_or_default();
+        match place.node_of_ref(kind, subject_ns, name) {
+            Some(node) if node == mine => {}
+            Some(node) => {
+                return Some(format!(
+                    "{user} acts for node {mine}; {kind} {name} belongs to node {node}"
+                ))
+            }
+            None => {
+                return Some(format!(
+                    "{user} acts for node {mine}; the webhook cannot place {kind} {name} on a node, so the event is refused"
+                ))
+            }
+        }
+    }
+    None
 }
 
 /// An agent may create and renew only its own node's Lease, labelled with that node, and never

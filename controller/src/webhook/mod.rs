@@ -2,18 +2,28 @@
 //! message the CLI prints, instead of becoming an `InvalidSpec` condition later.
 //!
 //! `gpuplane webhook --listen ADDR --tls-cert FILE --tls-key FILE` serves `POST /validate`
-//! (AdmissionReview v1) for `GpuPartition` and `InferenceServer`, and `GET /healthz`. The review
-//! runs the host-independent validation the CLI runs ([`crate::desired::offline`]), over the
-//! object and the cluster's other objects (listed at each review), so it also refuses what a
-//! schema cannot express: tensor parallel size against a slice, two servers on one slice or
-//! unit, two partitions for one node.
+//! (AdmissionReview v1) for `GpuPartition` and `InferenceServer`, `POST /validate-agent` (the
+//! agent rules alone, [`agent`]) and `GET /healthz`. The review runs the host-independent
+//! validation the CLI runs ([`crate::desired::offline`]), over the object and the cluster's
+//! other objects (held by informer caches, watched, not listed per review), so it also refuses
+//! what a schema cannot express: tensor parallel size against a slice, two servers on one slice
+//! or unit, two partitions for one node.
 //!
 //! # Failure policy
-//! The chart registers the webhook with `failurePolicy: Ignore`: when the webhook is down, the
-//! API server admits the object and the agent, which always validates again against the real
-//! host before its first write, reports the problem as an `InvalidSpec` condition. `Fail` would
-//! make a webhook outage block every change to these objects, including deleting a broken
-//! partition and the agent's own finalizer updates; the chart lets an admin choose it.
+//! Two walls, two policies. Spec validation (`/validate`) is registered with `failurePolicy:
+//! Ignore` by default: when the webhook is down, the API server admits the object and the agent,
+//! which always validates again against the real host before its first write, reports the
+//! problem as an `InvalidSpec` condition. The agent rules (`/validate-agent`: the agent's
+//! updates, status writes and Leases) are always `Fail`: a webhook that cannot answer (down,
+//! starved) must not let a stolen agent token through. Before Kubernetes 1.28 (no
+//! matchConditions) that entry sees every user's updates, so while no replica answers nobody
+//! updates these objects (the chart runs two replicas and a PodDisruptionBudget); creates and
+//! deletes never wait on it (the agent's RBAC grants neither). Where the API server has
+//! ValidatingAdmissionPolicy the chart ships the same rules as policies too.
+//!
+//! # Bounds
+//! Connections: 256, 64 per peer address (the API server is another address than a flooding
+//! pod). Bodies: 512 KiB each (`server::MAX_BODY`), 8 at once (`server::BODIES_IN_FLIGHT`).
 //!
 //! # Caveats
 //! The API server drops unknown fields before admission, so a misspelt field never reaches the

@@ -1,6 +1,6 @@
 //! One AdmissionReview: the decision, pure given the cluster's other objects.
 
-use super::agent::{AgentNode, Agents};
+use super::agent::{AgentNode, Agents, Placement};
 use crate::desired::offline;
 use crate::manifests::schema;
 use gpuplane_crds::condition::Time;
@@ -25,11 +25,31 @@ pub struct Cluster {
 pub fn review(body: &Value, cluster: &Cluster, agents: &Agents, agent_node: &AgentNode) -> Value {
     let req = &body["request"];
     let uid = req["uid"].clone();
-    let (allowed, message, warnings) =
-        match super::agent::refuse(req, agents, agent_node, |o| node_of(o, cluster)) {
-            Some(why) => (false, why, vec![]),
-            None => decide(req, cluster),
-        };
+    let (allowed, message, warnings) = match super::agent::refuse(req, agents, agent_node, cluster)
+    {
+        Some(why) => (false, why, vec![]),
+        None => decide(req, cluster),
+    };
+    answer(uid, allowed, message, warnings)
+}
+
+/// Answers the AdmissionReview `body` by the agent rules alone (`/validate-agent`, the entry
+/// that fails closed): anyone but an agent is allowed at once, an agent as [`super::agent`] says.
+pub fn review_agent(
+    body: &Value,
+    cluster: &Cluster,
+    agents: &Agents,
+    agent_node: &AgentNode,
+) -> Value {
+    let req = &body["request"];
+    match super::agent::refuse(req, agents, agent_node, cluster) {
+        Some(why) => answer(req["uid"].clone(), false, why, vec![]),
+        None => answer(req["uid"].clone(), true, String::new(), vec![]),
+    }
+}
+
+/// The AdmissionReview answer.
+fn answer(uid: Value, allowed: bool, message: String, warnings: Vec<String>) -> Value {
     let mut response = json!({"uid": uid, "allowed": allowed});
     if !allowed {
         // No code or reason: the API server then reports "admission webhook ... denied the
@@ -142,17 +162,43 @@ fn unserved(obj: &Value, cluster: &Cluster) -> Option<String> {
     })
 }
 
-/// The node an object belongs to: a partition's `nodeName`, a server's partition's.
-fn node_of(obj: &Value, cluster: &Cluster) -> Option<String> {
-    if let Some(n) = obj["spec"]["nodeName"].as_str() {
-        return Some(n.to_string());
+/// Objects are placed from the cluster as the webhook sees it; unreadable, nothing is placed
+/// but a partition by its own `nodeName`.
+impl Placement for &Cluster {
+    /// A partition's `nodeName`, a server's partition's.
+    fn node_of(&self, obj: &Value) -> Option<String> {
+        if let Some(n) = obj["spec"]["nodeName"].as_str() {
+            return Some(n.to_string());
+        }
+        self.partition_node(obj["spec"]["partitionRef"]["name"].as_str()?)
     }
-    let p = obj["spec"]["partitionRef"]["name"].as_str()?;
-    cluster
-        .partitions
-        .iter()
-        .find(|x| x.metadata.name.as_deref() == Some(p))
-        .map(|x| x.spec.node_name.clone())
+
+    fn node_of_ref(&self, kind: &str, namespace: &str, name: &str) -> Option<String> {
+        match kind {
+            "GpuPartition" => self.partition_node(name),
+            "InferenceServer" => {
+                let s = self.servers.iter().find(|s| {
+                    s.metadata.name.as_deref() == Some(name)
+                        && s.metadata.namespace.as_deref() == Some(namespace)
+                })?;
+                self.partition_node(&s.spec.partition_ref.name)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Cluster {
+    /// The node of partition `name`, if the cluster could be read and has it.
+    fn partition_node(&self, name: &str) -> Option<String> {
+        if self.unreadable.is_some() {
+            return None;
+        }
+        self.partitions
+            .iter()
+            .find(|x| x.metadata.name.as_deref() == Some(name))
+            .map(|x| x.spec.node_name.clone())
+    }
 }
 
 /// The denial text: the CLI's words, one problem per line.

@@ -1,24 +1,41 @@
 //! HTTPS for the webhook: TLS (rustls) over hyper, with bounded requests and connections.
 
 use super::agent::{binding, AgentNode, Agents, Binding};
-use super::review::{review, Cluster};
+use super::review::{review, review_agent, Cluster};
 use crate::http::server::{accept_loop, reply, serve_connection, Limits, Reply};
+use futures::{FutureExt, StreamExt};
 use gpuplane_crds::{GpuPartition, InferenceServer};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::ListParams;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Semaphore;
 use tokio_rustls::rustls;
 
-/// The largest AdmissionReview accepted (the API server's own request limit is 3 MiB).
-const MAX_BODY: usize = 3 * 1024 * 1024;
-/// Connections served at once; more wait in the kernel's backlog.
-const MAX_CONNECTIONS: usize = 64;
+/// The largest AdmissionReview read. A `GpuPartition` or `InferenceServer` is a few KiB (its
+/// lists are short: slices, GPUs, flags), a review carries it twice (`object`, `oldObject`)
+/// with its managed fields, and a Lease or an Event is smaller still: 512 KiB is many times what
+/// these objects need. The API server's own 3 MiB request limit was the cap before: eight such
+/// bodies and their parse took the pod past its 128 Mi limit.
+pub const MAX_BODY: usize = 512 * 1024;
+/// Bodies read and reviewed at once: with [`MAX_BODY`] a bound on the memory requests take
+/// (8 × 512 KiB and their parse, a few MiB), whatever the number of connections.
+pub const BODIES_IN_FLIGHT: usize = 8;
+/// How long a request may wait for one of the [`BODIES_IN_FLIGHT`] slots, and then how long its
+/// body may take: a slow body cannot hold a slot past the API server's own timeout (5 s).
+const BODY_DEADLINE: Duration = Duration::from_secs(3);
+/// Connections served at once; more are closed at once.
+const MAX_CONNECTIONS: usize = 256;
+/// Connections served at once from one peer address: a pod opening hundreds of idle connections
+/// holds at most these, and the API server (another address) is still served.
+const MAX_PER_PEER: usize = 64;
 /// Time for a TLS handshake or for a request's headers.
 const READ_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -37,6 +54,116 @@ pub struct WebhookOptions {
     pub lease_namespace: Option<String>,
 }
 
+/// What every request of the server shares.
+struct State {
+    client: Option<Client>,
+    caches: Option<Caches>,
+    agents: Agents,
+    /// The [`BODIES_IN_FLIGHT`] slots.
+    bodies: Semaphore,
+}
+
+/// The cluster's objects as the webhook's informers hold them (watched, not listed at each
+/// review).
+#[derive(Clone)]
+struct Caches {
+    partitions: Store<GpuPartition>,
+    servers: Store<InferenceServer>,
+    /// The agents' labelled Leases, when their namespace is known.
+    leases: Option<Store<Lease>>,
+}
+
+impl Caches {
+    /// Starts the watches; the stores fill as the API server answers.
+    fn start(client: &Client, lease_ns: Option<&str>) -> Caches {
+        let all = watcher::Config::default();
+        let partitions = watch(Api::all(client.clone()), all.clone(), "GpuPartitions");
+        let servers = watch(Api::all(client.clone()), all, "InferenceServers");
+        let leases = lease_ns.map(|ns| {
+            let labelled = watcher::Config::default().labels(gpuplane_crds::NODE_LABEL);
+            watch(Api::namespaced(client.clone(), ns), labelled, "Leases")
+        });
+        Caches {
+            partitions,
+            servers,
+            leases,
+        }
+    }
+
+    /// The cluster now; unreadable while a store has not synced (its first list not answered:
+    /// no access, RBAC it lacks), as a failed list was before.
+    fn cluster(&self) -> Cluster {
+        let mut missing = vec![];
+        if !synced(&self.partitions) {
+            missing.push("GpuPartitions");
+        }
+        if !synced(&self.servers) {
+            missing.push("InferenceServers");
+        }
+        if !missing.is_empty() {
+            let why = format!(
+                "its cache of {} has not synced (can it list and watch them?)",
+                missing.join(" and ")
+            );
+            tracing::warn!("review without the cluster's objects: {why}");
+            return Cluster {
+                unreadable: Some(why),
+                ..Cluster::default()
+            };
+        }
+        let now = jiff::Timestamp::now();
+        Cluster {
+            partitions: self
+                .partitions
+                .state()
+                .iter()
+                .map(|p| (**p).clone())
+                .collect(),
+            servers: self.servers.state().iter().map(|s| (**s).clone()).collect(),
+            served_nodes: self.leases.as_ref().filter(|l| synced(l)).map(|l| {
+                l.state()
+                    .iter()
+                    .filter_map(|l| {
+                        let node = l.metadata.labels.as_ref()?.get(gpuplane_crds::NODE_LABEL)?;
+                        crate::kubeapi::lease::is_live_claim(l, node, now).then(|| node.clone())
+                    })
+                    .collect()
+            }),
+            unreadable: None,
+        }
+    }
+}
+
+/// A store kept by a watch of `api` on its own task, retried with backoff.
+fn watch<K>(api: Api<K>, config: watcher::Config, what: &'static str) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let stream = watcher(api, config).default_backoff().reflect(writer);
+    tokio::spawn(stream.for_each(move |e| {
+        if let Err(e) = e {
+            tracing::warn!("watching {what}: {e}");
+        }
+        std::future::ready(())
+    }));
+    store
+}
+
+/// Whether `store` has had its first list.
+fn synced<K>(store: &Store<K>) -> bool
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
+}
+
 /// Serves until the process is stopped.
 pub async fn serve(opts: WebhookOptions) -> Result<(), String> {
     let tls = Arc::new(tls_config(&opts)?);
@@ -52,31 +179,31 @@ pub async fn serve(opts: WebhookOptions) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(&opts.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", opts.listen))?;
-    tracing::info!(listen = %opts.listen, "gpuplane webhook serving /validate");
+    tracing::info!(listen = %opts.listen, "gpuplane webhook serving /validate and /validate-agent");
     let limits = Limits {
         max_connections: MAX_CONNECTIONS,
+        max_per_peer: MAX_PER_PEER,
         header_read: READ_DEADLINE,
         connection: Duration::from_secs(60),
     };
-    let agents = Arc::new(opts.agents.clone());
-    let lease_ns = Arc::new(opts.lease_namespace.clone());
+    let state = Arc::new(State {
+        caches: client
+            .as_ref()
+            .map(|c| Caches::start(c, opts.lease_namespace.as_deref())),
+        client,
+        agents: opts.agents.clone(),
+        bodies: Semaphore::new(BODIES_IN_FLIGHT),
+    });
     accept_loop(listener, limits, move |tcp, peer| {
         let acceptor = acceptor.clone();
-        let client = client.clone();
-        let agents = agents.clone();
-        let lease_ns = lease_ns.clone();
+        let state = state.clone();
         async move {
             let Ok(Ok(tls)) = tokio::time::timeout(READ_DEADLINE, acceptor.accept(tcp)).await
             else {
                 tracing::debug!(%peer, "TLS handshake failed or timed out");
                 return;
             };
-            serve_connection(
-                tls,
-                move |req| handle(req, client.clone(), agents.clone(), lease_ns.clone()),
-                limits,
-            )
-            .await;
+            serve_connection(tls, move |req| handle(req, state.clone()), limits).await;
         }
     })
     .await;
@@ -102,43 +229,59 @@ fn tls_config(opts: &WebhookOptions) -> Result<rustls::ServerConfig, String> {
 
 async fn handle(
     req: Request<Incoming>,
-    client: Option<Client>,
-    agents: Arc<Agents>,
-    lease_ns: Arc<Option<String>>,
+    state: Arc<State>,
 ) -> Result<Reply, std::convert::Infallible> {
     let text = |code: StatusCode, body: String| reply(code, "text/plain; charset=utf-8", body);
-    match (req.method(), req.uri().path()) {
-        (&Method::GET, "/healthz") => Ok(text(StatusCode::OK, "ok\n".into())),
-        (&Method::POST, "/validate") => {
-            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-                Ok(b) => b.to_bytes(),
-                Err(e) => return Ok(text(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())),
-            };
-            let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) else {
-                return Ok(text(StatusCode::BAD_REQUEST, "not JSON\n".into()));
-            };
-            let cluster = match &client {
-                Some(c) => cluster(c, lease_ns.as_deref()).await,
-                None => Cluster {
-                    unreadable: Some(
-                        "it has no API access (no kubeconfig, not in a cluster)".into(),
-                    ),
-                    ..Cluster::default()
-                },
-            };
-            let node = match binding(&v["request"], &agents) {
-                Some(b) => agent_node(client.as_ref(), b).await,
-                None => AgentNode::Unbound,
-            };
-            let answer = review(&v, &cluster, &agents, &node);
-            Ok(reply(
-                StatusCode::OK,
-                "application/json",
-                answer.to_string(),
-            ))
+    let agent_only = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/healthz") => return Ok(text(StatusCode::OK, "ok\n".into())),
+        (&Method::POST, "/validate") => false,
+        (&Method::POST, "/validate-agent") => true,
+        _ => return Ok(text(StatusCode::NOT_FOUND, "not found\n".into())),
+    };
+    // One of the body slots for the read, the parse and the review.
+    let Ok(Ok(_slot)) = tokio::time::timeout(BODY_DEADLINE, state.bodies.acquire()).await else {
+        return Ok(text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many reviews in flight\n".into(),
+        ));
+    };
+    let read = Limited::new(req.into_body(), MAX_BODY).collect();
+    let body = match tokio::time::timeout(BODY_DEADLINE, read).await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) => return Ok(text(StatusCode::PAYLOAD_TOO_LARGE, format!("{e}\n"))),
+        Err(_) => return Ok(text(StatusCode::REQUEST_TIMEOUT, "body too slow\n".into())),
+    };
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) else {
+        return Ok(text(StatusCode::BAD_REQUEST, "not JSON\n".into()));
+    };
+    drop(body);
+    let agent = binding(&v["request"], &state.agents);
+    // The agent rules answer anyone else at once, without looking at the cluster.
+    let cluster = if agent_only && agent.is_none() {
+        Cluster::default()
+    } else {
+        match &state.caches {
+            Some(c) => c.cluster(),
+            None => Cluster {
+                unreadable: Some("it has no API access (no kubeconfig, not in a cluster)".into()),
+                ..Cluster::default()
+            },
         }
-        _ => Ok(text(StatusCode::NOT_FOUND, "not found\n".into())),
-    }
+    };
+    let node = match agent {
+        Some(b) => agent_node(state.client.as_ref(), b).await,
+        None => AgentNode::Unbound,
+    };
+    let answer = if agent_only {
+        review_agent(&v, &cluster, &state.agents, &node)
+    } else {
+        review(&v, &cluster, &state.agents, &node)
+    };
+    Ok(reply(
+        StatusCode::OK,
+        "application/json",
+        answer.to_string(),
+    ))
 }
 
 /// The node of the agent whose token has `binding`: a pod-bound token's pod is read (its UID must
@@ -167,58 +310,5 @@ async fn agent_node(client: Option<&Client>, binding: Binding) -> AgentNode {
         },
         Ok(None) => AgentNode::Unresolved(format!("pod {namespace}/{name} does not exist")),
         Err(e) => AgentNode::Unresolved(format!("cannot read pod {namespace}/{name}: {e}")),
-    }
-}
-
-/// The nodes whose agent holds a live, labelled Lease in `ns`; `None` when they cannot be read.
-async fn served_nodes(client: &Client, ns: &str) -> Option<std::collections::BTreeSet<String>> {
-    use k8s_openapi::api::coordination::v1::Lease;
-    let lp = ListParams::default().labels(gpuplane_crds::NODE_LABEL);
-    let leases = Api::<Lease>::namespaced(client.clone(), ns)
-        .list(&lp)
-        .await
-        .map_err(|e| tracing::debug!("cannot list Leases in {ns}: {e}"))
-        .ok()?;
-    let now = jiff::Timestamp::now();
-    Some(
-        leases
-            .items
-            .iter()
-            .filter_map(|l| {
-                let node = l.metadata.labels.as_ref()?.get(gpuplane_crds::NODE_LABEL)?;
-                crate::kubeapi::lease::is_live_claim(l, node, now).then(|| node.clone())
-            })
-            .collect(),
-    )
-}
-
-/// The cluster's partitions and servers; empty lists when they cannot be read (each object is
-/// then checked alone, never refused for the API's sake).
-async fn cluster(client: &Client, lease_ns: Option<&str>) -> Cluster {
-    let lp = ListParams::default();
-    let partitions = Api::<GpuPartition>::all(client.clone()).list(&lp).await;
-    let servers = Api::<InferenceServer>::all(client.clone()).list(&lp).await;
-    match (partitions, servers) {
-        (Ok(p), Ok(s)) => Cluster {
-            partitions: p.items,
-            servers: s.items,
-            served_nodes: match lease_ns {
-                Some(ns) => served_nodes(client, ns).await,
-                None => None,
-            },
-            unreadable: None,
-        },
-        (p, s) => {
-            let why: Vec<String> = [("GpuPartitions", p.err()), ("InferenceServers", s.err())]
-                .into_iter()
-                .filter_map(|(kind, e)| e.map(|e| format!("listing {kind}: {e}")))
-                .collect();
-            let why = crate::text::truncate(&why.join("; "), 500);
-            tracing::warn!("cannot list objects for the review: {why}");
-            Cluster {
-                unreadable: Some(why),
-                ..Cluster::default()
-            }
-        }
     }
 }

@@ -2,8 +2,8 @@ use super::*;
 use serde_json::json;
 
 fn req(op: &str, user: &str, new: Value, old: Value, node: Option<&str>) -> Value {
-    let mut r =
-        json!({"operation": op, "userInfo": {"username": user}, "object": new, "oldObject": old});
+    let mut r = json!({"operation": op, "userInfo": {"username": user}, "object": new,
+                       "oldObject": old, "kind": {"group": "gpuplane.dev", "kind": "GpuPartition"}});
     if let Some(n) = node {
         r["userInfo"]["extra"] = json!({ NODE_EXTRA: [n] });
     }
@@ -40,6 +40,7 @@ fn agents(require_node: bool) -> Agents {
     Agents {
         users: vec![AGENT.to_string()],
         require_node,
+        namespace: Some("gpuplane-system".into()),
     }
 }
 
@@ -217,4 +218,148 @@ fn an_agent_holds_only_its_own_nodes_labelled_lease() {
     let mut admin = lease_req("UPDATE", other.clone(), other);
     admin["userInfo"]["username"] = json!("admin");
     assert_eq!(refuse(&admin, &a, &AgentNode::Unbound, node_of), None);
+}
+
+/// A status update through the `status` subresource: `status` of `p` changed.
+fn status_req(p: &Value) -> Value {
+    let mut new = p.clone();
+    new["status"] = json!({"conditions": [{"type": "Ready", "status": "True"}]});
+    let mut r = req("UPDATE", AGENT, new, p.clone(), None);
+    r["subResource"] = json!("status");
+    r
+}
+
+/// Issue 23: the status subresource was not checked, so a stolen agent token could mark every
+/// node's objects Ready=True. Now an agent writes status only for its own node's objects.
+#[test]
+fn an_agent_writes_status_only_for_its_own_nodes_objects() {
+    let a = agents(true);
+    let p = partition("n2", &["gpuplane.dev/host-cleanup"], "Retain");
+    let r = refuse(&status_req(&p), &a, &known("n1"), node_of);
+    assert!(
+        r.as_ref()
+            .is_some_and(|m| m.contains("status of this object belongs to node n2")),
+        "{r:?}"
+    );
+    assert_eq!(refuse(&status_req(&p), &a, &known("n2"), node_of), None);
+    // The status subresource with a spec change in the request: the API server keeps the spec,
+    // and the rule judges the node of the stored object.
+    let mut moved = status_req(&p);
+    moved["object"]["spec"]["nodeName"] = json!("n1");
+    let r = refuse(&moved, &a, &known("n1"), node_of);
+    assert!(r.is_some_and(|m| m.contains("belongs to node n2")));
+}
+
+/// Issue 23: an agent request on an object whose node the webhook could not place was allowed.
+#[test]
+fn an_agent_request_on_an_object_of_no_known_node_is_refused() {
+    let a = agents(true);
+    let server = json!({"metadata": {"name": "s", "namespace": "t", "finalizers": []},
+                        "spec": {"partitionRef": {"name": "gone"}}});
+    let mut fin = server.clone();
+    fin["metadata"]["finalizers"] = json!(["gpuplane.dev/server-cleanup"]);
+    let mut r = req("UPDATE", AGENT, fin, server.clone(), None);
+    r["kind"]["kind"] = json!("InferenceServer");
+    let why = refuse(&r, &a, &known("n1"), node_of);
+    assert!(
+        why.as_ref()
+            .is_some_and(|m| m.contains("cannot place this object on a node")),
+        "{why:?}"
+    );
+    let mut st = status_req(&server);
+    st["kind"]["kind"] = json!("InferenceServer");
+    assert!(refuse(&st, &a, &known("n1"), node_of).is_some());
+    // Kinds the agent never writes are refused to it outright.
+    let mut cm = req("UPDATE", AGENT, json!({}), json!({}), None);
+    cm["kind"] = json!({"group": "", "kind": "ConfigMap"});
+    let why = refuse(&cm, &a, &known("n1"), node_of);
+    assert!(why.is_some_and(|m| m.contains("may not update a ConfigMap")));
+}
+
+/// Places partitions p1 (n1), p2 (n2) and server t/s1 on p1, by reference too.
+struct Fleet;
+impl Placement for Fleet {
+    fn node_of(&self, obj: &Value) -> Option<String> {
+        node_of(obj)
+    }
+    fn node_of_ref(&self, kind: &str, ns: &str, name: &str) -> Option<String> {
+        match (kind, ns, name) {
+            ("GpuPartition", _, "p1") | ("InferenceServer", "t", "s1") => Some("n1".into()),
+            ("GpuPartition", _, "p2") => Some("n2".into()),
+            _ => None,
+        }
+    }
+}
+
+fn event(ns: &str, kind: &str, subject_ns: &str, name: &str) -> Value {
+    let mut r = req(
+        "CREATE",
+        AGENT,
+        json!({"metadata": {"name": "e", "namespace": ns}, "reason": "Converged",
+               "regarding": {"apiVersion": "gpuplane.dev/v1alpha1", "kind": kind,
+                             "namespace": subject_ns, "name": name}}),
+        Value::Null,
+        None,
+    );
+    r["kind"] = json!({"group": "events.k8s.io", "version": "v1", "kind": "Event"});
+    r["namespace"] = json!(ns);
+    r
+}
+
+/// Issue 23: events were not checked. An agent's events are about its node's partitions (in its
+/// own namespace) and servers (in theirs), nothing else.
+#[test]
+fn an_agent_publishes_events_only_about_its_nodes_objects_where_they_belong() {
+    let a = agents(true);
+    let n1 = known("n1");
+    let ok = |r: Value| refuse(&r, &a, &n1, Fleet);
+    assert_eq!(
+        ok(event(
+            "gpuplane-system",
+            "GpuPartition",
+            "gpuplane-system",
+            "p1"
+        )),
+        None
+    );
+    assert_eq!(ok(event("t", "InferenceServer", "t", "s1")), None);
+    // Patching its event (a series) is an UPDATE: allowed too.
+    let mut patch = event("t", "InferenceServer", "t", "s1");
+    patch["operation"] = json!("UPDATE");
+    patch["oldObject"] = patch["object"].clone();
+    assert_eq!(ok(patch.clone()), None);
+    for (r, want) in [
+        (
+            event("gpuplane-system", "GpuPartition", "gpuplane-system", "p2"),
+            "belongs to node n2",
+        ),
+        // A partition's event in a tenant's namespace, where the tenant reads it.
+        (
+            event("t", "GpuPartition", "t", "p1"),
+            "belongs in namespace \"gpuplane-system\"",
+        ),
+        (
+            event("t", "InferenceServer", "t", "unknown"),
+            "cannot place",
+        ),
+        (
+            event("kube-system", "Pod", "kube-system", "x"),
+            "must be about",
+        ),
+    ] {
+        let why = ok(r);
+        assert!(
+            why.as_ref().is_some_and(|m| m.contains(want)),
+            "{want}: {why:?}"
+        );
+    }
+    // Rewriting another node's event into one of its own: the old object is judged too.
+    let mut theft = patch;
+    theft["oldObject"]["regarding"]["name"] = json!("p2");
+    theft["oldObject"]["regarding"]["kind"] = json!("GpuPartition");
+    theft["oldObject"]["regarding"]["namespace"] = json!("t");
+    assert!(ok(theft).is_some());
+    let mut del = event("t", "InferenceServer", "t", "s1");
+    del["operation"] = json!("DELETE");
+    assert!(ok(del).is_some_and(|m| m.contains("may not delete an event")));
 }
