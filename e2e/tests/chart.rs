@@ -638,12 +638,22 @@ fn check_daemonset(rendered: &BTreeMap<String, Yaml>) {
         "/run/lock",
         "/var/lib/gpuplane",
         "/dev",
+        "/etc/systemd/system",
     ] {
         assert!(
             host_paths.contains(&p),
             "DaemonSet lacks a hostPath volume {p}: {host_paths:?}"
         );
     }
+    // Issue 23: a Host unit must be written where the host's systemd reads it (systemctl runs
+    // in the host's namespaces), not into the pod's own filesystem.
+    let mounts: Vec<&str> = ctr["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["mountPath"].as_str())
+        .collect();
+    assert!(mounts.contains(&"/etc/systemd/system"), "{mounts:?}");
     assert_eq!(
         rendered["Service"]["spec"]["ports"][0]["targetPort"].as_str(),
         Some("metrics")
