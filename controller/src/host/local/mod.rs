@@ -21,6 +21,7 @@ mod files;
 #[cfg(test)]
 mod fuzz;
 pub mod holders;
+mod identity;
 pub mod iommu;
 mod listening;
 pub mod pci;
@@ -40,6 +41,7 @@ use crate::proxmox::pci_cfg::PciCfg;
 use crate::step::Step;
 pub use error::LocalError;
 use pci::GpuFilter;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -153,7 +155,12 @@ pub struct LocalHost {
     /// When and where `probe_ready` last got 200 from a unit's server (the next observation
     /// uses it when the server is still at that address).
     probed_healthy: std::cell::RefCell<std::collections::BTreeMap<String, Probed>>,
+    /// The last `nvidia-smi` identities, with the GPUs on `nvidia` they were read for.
+    nvml: std::cell::RefCell<Option<(String, NvmlIds)>>,
 }
+
+/// UUID and serial by PCI address.
+type NvmlIds = BTreeMap<String, (String, Option<String>)>;
 
 impl LocalHost {
     pub fn new(root: &Path, gpu_vendor: &str) -> LocalHost {
@@ -178,6 +185,7 @@ impl LocalHost {
             smoke: Default::default(),
             endpoints: Default::default(),
             probed_healthy: Default::default(),
+            nvml: Default::default(),
         }
     }
 
@@ -320,11 +328,46 @@ impl LocalHost {
         }
     }
 
+    /// UUID and serial of the GPUs on `nvidia`, by address: `nvidia-smi` asked again only when
+    /// which GPUs are on `nvidia` changed (it takes seconds on a loaded host).
+    fn nvml_ids(&self, devices: &BTreeMap<String, PciDevice>) -> NvmlIds {
+        let on: Vec<&str> = devices
+            .values()
+            .filter(|d| d.driver.as_deref() == Some("nvidia"))
+            .map(|d| d.address.as_str())
+            .collect();
+        if on.is_empty() {
+            return BTreeMap::new();
+        }
+        let key = on.join(",");
+        if let Some((k, ids)) = &*self.nvml.borrow() {
+            if *k == key {
+                return ids.clone();
+            }
+        }
+        let ids = match self.cmd(&[
+            &self.tools.nvidia_smi,
+            "--query-gpu=pci.bus_id,uuid,serial",
+            "--format=csv,noheader",
+        ]) {
+            Ok(o) if o.ok() => identity::nvidia_smi_ids(&o.stdout),
+            _ => BTreeMap::new(),
+        };
+        *self.nvml.borrow_mut() = Some((key, ids.clone()));
+        ids
+    }
+
     fn observe_state(&mut self) -> Result<HostState, LocalError> {
         let mut devices = pci::scan(&self.root, &self.filter);
         for (addr, hs) in holders::scan(&self.root, &devices) {
             if let Some(d) = devices.get_mut(&addr) {
                 d.holders = hs;
+            }
+        }
+        for (addr, (uuid, serial)) in self.nvml_ids(&devices) {
+            if let Some(d) = devices.get_mut(&addr) {
+                d.identity.uuid = Some(uuid);
+                d.identity.serial = serial;
             }
         }
         let mut st = HostState {

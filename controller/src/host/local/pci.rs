@@ -48,6 +48,14 @@ pub fn read_device(root: &Root, addr: &str) -> Option<PciDevice> {
     let nvidia_minor = root
         .read(&format!("/proc/driver/nvidia/gpus/{addr}/information"))
         .and_then(|t| parse_minor(&t));
+    let identity = super::identity::identity(
+        read_config(root, addr).and_then(|c| super::identity::device_serial_number(&c)),
+        super::identity::slot_of(addr, &slots(root)),
+        std::fs::read_link(root.path(&base))
+            .ok()
+            .and_then(|t| super::identity::topology_path(&t.to_string_lossy())),
+        None,
+    );
     Some(PciDevice {
         address: addr.to_string(),
         vendor,
@@ -60,7 +68,29 @@ pub fn read_device(root: &Root, addr: &str) -> Option<PciDevice> {
         driver_override,
         nvidia_minor,
         holders: vec![],
+        identity,
     })
+}
+
+/// The device's config space (4096 bytes for root, 256 otherwise; never more is read).
+fn read_config(root: &Root, addr: &str) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let f = std::fs::File::open(root.path(&format!("/sys/bus/pci/devices/{addr}/config"))).ok()?;
+    let mut buf = Vec::with_capacity(4096);
+    f.take(4096).read_to_end(&mut buf).ok()?;
+    Some(buf)
+}
+
+/// `(name, address)` of each physical slot the platform names.
+fn slots(root: &Root) -> Vec<(String, String)> {
+    root.list("/sys/bus/pci/slots")
+        .into_iter()
+        .take(256)
+        .filter_map(|n| {
+            let a = root.read(&format!("/sys/bus/pci/slots/{n}/address"))?;
+            Some((n, a))
+        })
+        .collect()
 }
 
 /// `Device Minor: \t 0` from `/proc/driver/nvidia/gpus/<addr>/information`.

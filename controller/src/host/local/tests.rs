@@ -666,3 +666,46 @@ fn an_observation_ends_within_its_budget_however_slow_the_containers() {
     h.observe_budget = Duration::from_secs(60);
     assert!(h.observe().is_ok());
 }
+
+/// Issue 24 (the observation): every GPU's identity beyond its address, whatever its driver —
+/// the Device Serial Number from its config space, the physical slot, the topology path from
+/// its sysfs link — and UUID and serial from `nvidia-smi` while it is on `nvidia`.
+#[test]
+fn each_gpu_is_observed_with_what_tells_it_from_its_twins() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = fake_root();
+    let dev = t.path().join("sys/bus/pci/devices/0000:01:00.0");
+    let mut config = vec![0u8; 4096];
+    config[0x100..0x104].copy_from_slice(&(0x0003u32 | (1 << 16)).to_le_bytes());
+    config[0x104..0x108].copy_from_slice(&0x9c2d_b048u32.to_le_bytes());
+    config[0x108..0x10c].copy_from_slice(&0x7800_cf5cu32.to_le_bytes());
+    std::fs::write(dev.join("config"), &config).unwrap();
+    let slot = t.path().join("sys/bus/pci/slots/3");
+    std::fs::create_dir_all(&slot).unwrap();
+    std::fs::write(slot.join("address"), "0000:01:00\n").unwrap();
+    let smi = t.path().join("bin/nvidia-smi");
+    std::fs::write(
+        &smi,
+        "#!/bin/sh\necho '00000000:01:00.0, GPU-624a3d49-0000-1111-2222-333344445555, 1654924066922'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut h = host(&t);
+    h.tools.nvidia_smi = smi.display().to_string();
+    let st = h.observe().unwrap();
+    let id = &st.pci_devices["0000:01:00.0"].identity;
+    assert_eq!(id.dsn.as_deref(), Some("7800cf5c9c2db048"));
+    assert_eq!(id.slot.as_deref(), Some("3"));
+    assert_eq!(
+        id.uuid.as_deref(),
+        Some("GPU-624a3d49-0000-1111-2222-333344445555")
+    );
+    assert_eq!(id.serial.as_deref(), Some("1654924066922"));
+    assert!(
+        st.pci_devices
+            .values()
+            .filter(|d| d.address != "0000:01:00.0")
+            .all(|d| d.identity.dsn.is_none()),
+        "no config space, no serial number"
+    );
+}

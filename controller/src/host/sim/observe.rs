@@ -201,6 +201,7 @@ impl SimDevice {
             driver_override: self.driver_override.clone(),
             nvidia_minor: self.nvidia_minor(),
             holders: vec![],
+            identity: Default::default(),
         }
     }
 }

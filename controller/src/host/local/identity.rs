@@ -1,0 +1,184 @@
+//! Which GPU is which beyond its PCI address (issue 24, the observation): facts that survive a
+//! renumbering of the buses, read from sysfs whatever driver is bound, and the GPU's own
+//! identity from NVML while it is on `nvidia`.
+//!
+//! - the PCIe Device Serial Number (extended capability `0x0003`) from the device's config
+//!   space, which root reads in full (4096 bytes) on any driver;
+//! - the physical slot: the `/sys/bus/pci/slots/<name>/address` that names the device's bus and
+//!   device number (a fact of real servers and of the qemu test; a VM often has none);
+//! - the topology path: the root complex, then each hop's device and function down to the GPU,
+//!   without bus numbers (they are what a renumbering changes);
+//! - UUID and board serial from `nvidia-smi --query-gpu=pci.bus_id,uuid,serial`.
+//!
+//! Pure parsers here; `pci.rs` and `mod.rs` read the files and run the command.
+
+use crate::host::model::GpuIdentity;
+use std::collections::BTreeMap;
+
+/// Capability ID of the PCIe Device Serial Number extended capability.
+const DSN_CAP: u16 = 0x0003;
+
+/// The Device Serial Number from a config space dump, as 16 hex digits (upper dword first, as
+/// `lspci -vv` prints it without its dashes); `None` when there is no such capability or only
+/// the first 256 bytes were readable (not root).
+pub fn device_serial_number(config: &[u8]) -> Option<String> {
+    let dword = |at: usize| -> Option<u32> {
+        let b = config.get(at..at + 4)?;
+        Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let mut at = 0x100usize;
+    // A capability list is at most (4096 - 256) / 4 entries; a loop in it ends here too.
+    for _ in 0..960 {
+        let header = dword(at)?;
+        if header == 0 || header == 0xffff_ffff {
+            return None;
+        }
+        if (header & 0xffff) as u16 == DSN_CAP {
+            let (lo, hi) = (dword(at + 4)?, dword(at + 8)?);
+            return Some(format!("{:016x}", (u64::from(hi) << 32) | u64::from(lo)));
+        }
+        let next = (header >> 20) as usize & !3;
+        if next < 0x100 {
+            return None;
+        }
+        at = next;
+    }
+    None
+}
+
+/// The slot whose `address` (`0000:01:00`, domain:bus:device) is the device's, from
+/// `(slot name, address file text)` pairs.
+pub fn slot_of(addr: &str, slots: &[(String, String)]) -> Option<String> {
+    let dev = addr.rsplit_once('.').map(|(d, _)| d)?;
+    slots
+        .iter()
+        .find(|(_, a)| a.trim().eq_ignore_ascii_case(dev))
+        .map(|(n, _)| crate::text::sanitize(n, 64))
+}
+
+/// The topology path from the device's sysfs link target
+/// (`../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0`): `pci0000:00/01.0/00.0`.
+pub fn topology_path(link_target: &str) -> Option<String> {
+    let mut parts = link_target.split('/').skip_while(|p| !p.starts_with("pci"));
+    let root = parts.next()?.to_string();
+    let mut out = vec![root];
+    for hop in parts {
+        // 0000:00:01.0 -> 01.0
+        let (_, devfn) = hop.rsplit_once(':')?;
+        out.push(devfn.to_string());
+    }
+    (out.len() > 1).then(|| out.join("/"))
+}
+
+/// `pci.bus_id, uuid, serial` lines of `nvidia-smi --query-gpu=pci.bus_id,uuid,serial
+/// --format=csv,noheader`, by PCI address as sysfs spells it (`0000:01:00.0`).
+pub fn nvidia_smi_ids(out: &str) -> BTreeMap<String, (String, Option<String>)> {
+    let mut m = BTreeMap::new();
+    for line in out.lines().take(1024) {
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        let [bus, uuid, serial] = f[..] else {
+            continue;
+        };
+        // 00000000:01:00.0 -> 0000:01:00.0
+        let bus = bus.to_ascii_lowercase();
+        let addr = match bus.split_once(':') {
+            Some((dom, rest)) if dom.len() == 8 => format!("{}:{rest}", &dom[4..]),
+            _ => bus,
+        };
+        let ok = |s: &str| {
+            !s.is_empty()
+                && s.len() <= 64
+                && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        };
+        if !uuid.starts_with("GPU-") || !ok(uuid) {
+            continue;
+        }
+        let serial =
+            (ok(serial) && serial != "N/A" && serial != "[N/A]").then(|| serial.to_string());
+        m.insert(addr, (uuid.to_string(), serial));
+    }
+    m
+}
+
+/// The identity of a device from what was read; empty fields where nothing was.
+pub fn identity(
+    dsn: Option<String>,
+    slot: Option<String>,
+    path: Option<String>,
+    nvml: Option<&(String, Option<String>)>,
+) -> GpuIdentity {
+    GpuIdentity {
+        dsn,
+        slot,
+        path,
+        uuid: nvml.map(|(u, _)| u.clone()),
+        serial: nvml.and_then(|(_, s)| s.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A config space with two extended capabilities before the DSN (AER at 0x100, then a
+    /// vendor-specific one at 0x148), as a real GPU has them.
+    fn config_with_dsn(serial: u64) -> Vec<u8> {
+        let mut c = vec![0u8; 4096];
+        let put =
+            |c: &mut Vec<u8>, at: usize, v: u32| c[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        put(&mut c, 0x100, 0x0001 | (1 << 16) | (0x148 << 20));
+        put(&mut c, 0x148, 0x000b | (1 << 16) | (0x200 << 20));
+        put(&mut c, 0x200, 0x0003 | (1 << 16));
+        put(&mut c, 0x204, serial as u32);
+        put(&mut c, 0x208, (serial >> 32) as u32);
+        c
+    }
+
+    /// The H200 of the device machine: DSN 78-00-cf-5c-9c-2d-b0-48 as `lspci -vv` prints it.
+    #[test]
+    fn the_device_serial_number_is_found_down_the_capability_list() {
+        let c = config_with_dsn(0x7800_cf5c_9c2d_b048);
+        assert_eq!(
+            device_serial_number(&c).as_deref(),
+            Some("7800cf5c9c2db048")
+        );
+        assert_eq!(
+            device_serial_number(&c[..256]),
+            None,
+            "only 256 bytes: not root"
+        );
+        let mut looped = config_with_dsn(1);
+        looped[0x14a..0x14c].copy_from_slice(&((0x100u16) << 4).to_le_bytes());
+        let _ = device_serial_number(&looped); // a loop ends, whatever it returns
+        assert_eq!(device_serial_number(&[0u8; 4096]), None);
+    }
+
+    #[test]
+    fn slot_and_path_survive_renumbering() {
+        let slots = vec![
+            ("1".to_string(), "0000:01:00\n".to_string()),
+            ("7".to_string(), "0000:81:00\n".to_string()),
+        ];
+        assert_eq!(slot_of("0000:81:00.0", &slots).as_deref(), Some("7"));
+        assert_eq!(slot_of("0000:82:00.0", &slots), None);
+        let before = topology_path("../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0");
+        let after = topology_path("../../../devices/pci0000:00/0000:00:01.0/0000:05:00.0");
+        assert_eq!(before.as_deref(), Some("pci0000:00/01.0/00.0"));
+        assert_eq!(before, after, "bus numbers are not part of the path");
+    }
+
+    #[test]
+    fn nvidia_smi_names_uuid_and_serial_by_sysfs_address() {
+        let out = "00000000:C1:00.0, GPU-624a3d49-1111-2222-3333-444455556666, 1654924066922\n00000000:01:00.0, GPU-aaaa, [N/A]\ngarbage\n00000000:02:00.0, not-a-uuid, 1\n";
+        let m = nvidia_smi_ids(out);
+        assert_eq!(
+            m["0000:c1:00.0"],
+            (
+                "GPU-624a3d49-1111-2222-3333-444455556666".to_string(),
+                Some("1654924066922".to_string())
+            )
+        );
+        assert_eq!(m["0000:01:00.0"].1, None);
+        assert_eq!(m.len(), 2);
+    }
+}
