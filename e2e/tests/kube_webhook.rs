@@ -440,18 +440,14 @@ fn as_agent(c: &Cluster, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
     (o.success, format!("{}{}", o.stdout, o.stderr))
 }
 
-/// Finding 5 of the security review, on the real API server: an agent's pod-bound token (what
-/// the chart mounts) reaches only its own node's objects and Lease. The webhook reads the node
-/// from the token's pod. The real agent, with that token, converges its node through the webhook.
-#[test]
-fn an_agent_token_reaches_only_its_own_nodes_objects_and_lease() {
-    use gpuplane_e2e::agent::{Agent, AgentOpts};
-    let t0 = Instant::now();
-    let c = Cluster::start("webhook-node");
+/// Starts the webhook with the agent rules for the chart's agent ServiceAccount (node-bound
+/// tokens required, Leases in `gpuplane-system`), registers it with the spec entry's
+/// `spec_policy`, and creates the agents' pods: the webhook and its port.
+fn agent_webhook(c: &Cluster, spec_policy: &str) -> (Child, u16) {
     let (cert, key) = certificate(&c.cp.run);
     let port = free_ports(1)[0];
-    let mut webhook = start_webhook(
-        &c,
+    let webhook = start_webhook(
+        c,
         port,
         &cert,
         &key,
@@ -463,14 +459,34 @@ fn an_agent_token_reaches_only_its_own_nodes_objects_and_lease() {
             "gpuplane-system",
         ],
     );
-    c.k_stdin(&["apply", "-f", "-"], &registration(port, &cert, "Fail"));
+    c.k_stdin(
+        &["apply", "-f", "-"],
+        &registration(port, &cert, spec_policy),
+    );
     c.k_stdin(&["apply", "-f", "-"], AGENT_PODS);
-    // The other node's partition (the admin's, admitted).
-    let other = std::fs::read_to_string(repo_path("examples/kpro6/partition.yaml"))
+    (webhook, port)
+}
+
+/// The reference partition for node `other`, which no agent serves.
+fn other_partition() -> String {
+    std::fs::read_to_string(repo_path("examples/kpro6/partition.yaml"))
         .unwrap()
         .replace("name: kpro6", "name: other")
         .replace("nodeName: kpro6", "nodeName: other")
-        .replace("gpuplane.dev/node: kpro6", "gpuplane.dev/node: other");
+        .replace("gpuplane.dev/node: kpro6", "gpuplane.dev/node: other")
+}
+
+/// Finding 5 of the security review, on the real API server: an agent's pod-bound token (what
+/// the chart mounts) reaches only its own node's objects and Lease. The webhook reads the node
+/// from the token's pod. The real agent, with that token, converges its node through the webhook.
+#[test]
+fn an_agent_token_reaches_only_its_own_nodes_objects_and_lease() {
+    use gpuplane_e2e::agent::{Agent, AgentOpts};
+    let t0 = Instant::now();
+    let c = Cluster::start("webhook-node");
+    let (mut webhook, _) = agent_webhook(&c, "Fail");
+    // The other node's partition (the admin's, admitted).
+    let other = other_partition();
     // No agent serves node other: admitted, with a warning that says so.
     let warned = wait_for("the webhook to admit", Duration::from_secs(30), || {
         let o = c.cp.kubectl(&["apply", "-f", "-"]).stdin(&other).run();
@@ -718,28 +734,8 @@ fn the_agent_rules_hold(c: &Cluster, mine: &Path, during: &str) -> Duration {
 fn the_agent_rules_fail_closed_and_hold_under_a_flood_within_the_memory_limit() {
     let t0 = Instant::now();
     let c = Cluster::start("webhook-flood");
-    let (cert, key) = certificate(&c.cp.run);
-    let port = free_ports(1)[0];
-    let mut webhook = start_webhook(
-        &c,
-        port,
-        &cert,
-        &key,
-        &[
-            "--agent-user",
-            AGENT_SA,
-            "--require-agent-node",
-            "--lease-namespace",
-            "gpuplane-system",
-        ],
-    );
-    c.k_stdin(&["apply", "-f", "-"], &registration(port, &cert, "Ignore"));
-    c.k_stdin(&["apply", "-f", "-"], AGENT_PODS);
-    let other = std::fs::read_to_string(repo_path("examples/kpro6/partition.yaml"))
-        .unwrap()
-        .replace("name: kpro6", "name: other")
-        .replace("nodeName: kpro6", "nodeName: other")
-        .replace("gpuplane.dev/node: kpro6", "gpuplane.dev/node: other");
+    let (mut webhook, port) = agent_webhook(&c, "Ignore");
+    let other = other_partition();
     wait_for("the webhook to admit", Duration::from_secs(30), || {
         let o = c.cp.kubectl(&["apply", "-f", "-"]).stdin(&other).run();
         o.success.then_some(()).ok_or(o.stderr)

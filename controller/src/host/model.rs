@@ -469,6 +469,13 @@ pub struct P2pProbe {
     pub location: Option<Location>,
 }
 
+impl P2pProbe {
+    /// Whether this is the verdict for `gpus` probed at `location` (one per pair of them).
+    pub fn is_for(&self, gpus: &[String], location: Option<Location>) -> bool {
+        self.gpus == gpus && self.location == location
+    }
+}
+
 impl HostState {
     /// Devices the GPU filter selects (display class, given vendor), by address.
     pub fn gpus<'a>(&'a self, vendor: &'a str) -> impl Iterator<Item = &'a PciDevice> + 'a {
@@ -502,7 +509,7 @@ impl HostState {
         let key = self.p2p_key(gpus);
         self.p2p_probes
             .iter()
-            .find(|p| p.gpus == gpus && p.key == key && p.location == Some(location))
+            .find(|p| p.is_for(gpus, Some(location)) && p.key == key)
     }
 }
 

@@ -77,6 +77,12 @@ pub fn sha256(text: &str) -> String {
     format!("{:x}", Sha256::digest(text.as_bytes()))
 }
 
+/// Whether `path` may be read under `roots`: below one of them, or anywhere when there are none
+/// (a host without tenancy rules, the CLI on files).
+fn within(path: &str, roots: &[String]) -> bool {
+    roots.is_empty() || roots.iter().any(|r| under(path, r))
+}
+
 /// Whether `path` is `root` or below it (both absolute, compared by whole components).
 pub fn under(path: &str, root: &str) -> bool {
     let root = root.trim_end_matches('/');
@@ -122,7 +128,7 @@ impl Target for Confined<'_> {
             return r.clone();
         }
         let r = self.t.resolve(path).and_then(|real| {
-            if self.roots.is_empty() || self.roots.iter().any(|r| under(&real, r)) {
+            if within(&real, self.roots) {
                 Ok(real)
             } else {
                 Err(format!(
@@ -140,7 +146,7 @@ impl Target for Confined<'_> {
 
 /// Reads one model directory, unless it lies outside `roots`.
 fn read_dir(t: &dyn Target, dir: &str, roots: &[String]) -> DirFacts {
-    let outside = |p: &str| !roots.is_empty() && !roots.iter().any(|r| under(p, r));
+    let outside = |p: &str| !within(p, roots);
     let refuse = |why: String| DirFacts {
         path: dir.to_string(),
         problems: vec![why],

@@ -507,8 +507,7 @@ fn reload_start_wait(
 
 /// SHA-256 of a unit's text, hex.
 pub fn unit_hash(content: &str) -> String {
-    use sha2::{Digest, Sha256};
-    format!("{:x}", Sha256::digest(content.as_bytes()))
+    crate::host::preflight::sha256(content)
 }
 
 fn place(s: &DesiredServer) -> String {

@@ -12,7 +12,6 @@
 //!
 //! Pure parsers here; `pci.rs` and `mod.rs` read the files and run the command.
 
-use crate::host::model::GpuIdentity;
 use std::collections::BTreeMap;
 
 /// Capability ID of the PCIe Device Serial Number extended capability.
@@ -98,22 +97,6 @@ pub fn nvidia_smi_ids(out: &str) -> BTreeMap<String, (String, Option<String>)> {
         m.insert(addr, (uuid.to_string(), serial));
     }
     m
-}
-
-/// The identity of a device from what was read; empty fields where nothing was.
-pub fn identity(
-    dsn: Option<String>,
-    slot: Option<String>,
-    path: Option<String>,
-    nvml: Option<&(String, Option<String>)>,
-) -> GpuIdentity {
-    GpuIdentity {
-        dsn,
-        slot,
-        path,
-        uuid: nvml.map(|(u, _)| u.clone()),
-        serial: nvml.and_then(|(_, s)| s.clone()),
-    }
 }
 
 #[cfg(test)]

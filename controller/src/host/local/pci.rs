@@ -48,14 +48,15 @@ pub fn read_device(root: &Root, addr: &str) -> Option<PciDevice> {
     let nvidia_minor = root
         .read(&format!("/proc/driver/nvidia/gpus/{addr}/information"))
         .and_then(|t| parse_minor(&t));
-    let identity = super::identity::identity(
-        read_config(root, addr).and_then(|c| super::identity::device_serial_number(&c)),
-        super::identity::slot_of(addr, &slots(root)),
-        std::fs::read_link(root.path(&base))
+    // UUID and serial come from nvidia-smi, for all GPUs at once (`LocalHost::nvml_ids`).
+    let identity = crate::host::model::GpuIdentity {
+        dsn: read_config(root, addr).and_then(|c| super::identity::device_serial_number(&c)),
+        slot: super::identity::slot_of(addr, &slots(root)),
+        path: std::fs::read_link(root.path(&base))
             .ok()
             .and_then(|t| super::identity::topology_path(&t.to_string_lossy())),
-        None,
-    );
+        ..Default::default()
+    };
     Some(PciDevice {
         address: addr.to_string(),
         vendor,

@@ -27,7 +27,7 @@ pub fn load_cache(state_dir: &Path) -> Vec<P2pProbe> {
 
 fn store(state_dir: &Path, probe: P2pProbe) -> Result<(), LocalError> {
     let mut all = load_cache(state_dir);
-    all.retain(|p| p.gpus != probe.gpus || p.location != probe.location);
+    all.retain(|p| !p.is_for(&probe.gpus, probe.location));
     all.push(probe);
     std::fs::create_dir_all(state_dir)
         .map_err(|e| LocalError::io("cannot create", state_dir, e))?;

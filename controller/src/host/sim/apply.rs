@@ -245,7 +245,7 @@ impl SimHost {
         };
         self.file
             .p2p_probes
-            .retain(|p| p.gpus != gpus || p.location != Some(location));
+            .retain(|p| !p.is_for(gpus, Some(location)));
         self.file.p2p_probes.push(probe);
         Ok(StepOutcome {
             detail: Some(detail),

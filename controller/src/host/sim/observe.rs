@@ -209,12 +209,13 @@ impl SimDevice {
 impl SimContainer {
     /// The container as Proxmox shows it: its state and the GPU lines of its config.
     fn observed(&self, vmid: u32) -> Container {
+        let config = LxcConfig::parse(&self.config);
         Container {
             vmid,
             state: self.state,
-            gpu_mounts: self.gpu_mounts(),
+            gpu_mounts: config.gpu_mounts(),
             nvidia_userspace_version: self.nvidia_userspace_version.clone(),
-            privileged: !LxcConfig::parse(&self.config).unprivileged(),
+            privileged: !config.unprivileged(),
         }
     }
 }
