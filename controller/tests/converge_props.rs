@@ -338,6 +338,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
         units,
         p2p_probes: vec![],
         holders,
+        gpu_ledger: None,
         files: None,
         faults: vec![],
     };

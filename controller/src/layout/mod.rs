@@ -35,3 +35,6 @@ pub fn spec_hash(spec: &GpuPartitionSpec) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+#[cfg(test)]
+mod tests;
