@@ -13,7 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 /// there (`nvidia`, or the display driver of emulated GPUs in tests).
 ///
 /// # Guarantees
-/// On `Ok`, every slice has at least one GPU, no GPU is in two slices, and consumers fit
+/// On `Ok`, every slice has at least one GPU (unless the ledger gave it GPUs that are gone
+/// from the bus: the layout guard then stalls that slice), no GPU is in two slices, and consumers fit
 /// their driver (LXC needs `nvidia`, VM needs `vfio-pci`).
 pub fn resolve_partition(
     p: &GpuPartition,
@@ -26,8 +27,8 @@ pub fn resolve_partition(
     );
     let spec = &p.spec;
     let name = p.metadata.name.as_deref().unwrap_or_default();
-    let hash = crate::layout::spec_hash(spec);
-    let mut check = Check::new(&res, host, gpu_vendor, name, &hash);
+    let terms = layout_terms(p, gpu_vendor);
+    let mut check = Check::new(&res, host, gpu_vendor, name, &terms);
     check.node_and_slices(spec);
     // First pass: explicit selectors (addresses, NUMA); count selectors take what is left.
     let mut chosen: Vec<Option<Vec<String>>> = spec
@@ -49,7 +50,7 @@ pub fn resolve_partition(
         slices: resolved_slices(spec, chosen),
         iommu: iommu_expectation(spec),
         host_driver: gpu_driver.into(),
-        layout: Some(layout_terms(p, gpu_vendor)),
+        layout: Some(terms),
     })
 }
 
@@ -97,6 +98,8 @@ struct Check<'a> {
     /// that is not on the bus now is the layout guard's to report (`GpuMissing`, that slice
     /// only), not a spec error that would stop every slice.
     ledger: Option<&'a crate::host::ledger::Ledger>,
+    /// Indices of the ledger's GPUs a selector may miss without a spec error (`remembered`).
+    gone: BTreeSet<usize>,
 }
 
 impl<'a> Check<'a> {
@@ -106,13 +109,28 @@ impl<'a> Check<'a> {
         host: &'a HostState,
         gpu_vendor: &'a str,
         partition: &str,
-        spec_hash: &str,
+        terms: &crate::layout::Terms,
     ) -> Self {
         let observed: Vec<_> = host.gpus(gpu_vendor).collect();
         let ledger = host
             .gpu_ledger
             .as_ref()
-            .filter(|l| l.partition == partition && l.spec_hash == spec_hash);
+            .filter(|l| l.partition == partition && l.spec_hash == terms.spec_hash);
+        // What the ledger remembers and the bus does not show: before an acknowledgement every
+        // GPU it gave a slice that is not where the spec looks (gone, or at another address);
+        // after one, only the GPUs that are gone or were replaced (an address the buses left is the
+        // spec's to fix).
+        let accepted =
+            terms.accept_layout.as_deref() == Some(crate::layout::layout_hash(&observed).as_str());
+        let gone: BTreeSet<usize> = match ledger {
+            Some(l) if accepted => {
+                let m = crate::layout::matching::match_gpus(l, &observed);
+                let replaced = m.replaced.into_iter().map(|(i, _)| i);
+                m.missing.into_iter().chain(replaced).collect()
+            }
+            Some(l) => (0..l.gpus.len()).collect(),
+            None => BTreeSet::new(),
+        };
         Check {
             problems: Problems::new(resource),
             host,
@@ -124,20 +142,22 @@ impl<'a> Check<'a> {
             claimed: BTreeMap::new(),
             known: crate::layout::matching::known_identities(host.gpu_ledger.as_ref(), &observed),
             ledger,
+            gone,
         }
     }
 
     /// Whether the ledger gives slice `slice` a GPU `is_it` picks that is not on the bus now
-    /// (gone, or at another address): the guard reports it, for that slice alone.
+    /// where the spec looks: the guard reports it (or, acknowledged, the slice goes on without
+    /// it), for that slice alone.
     fn remembered(
         &self,
         slice: &str,
         is_it: impl Fn(&crate::host::ledger::LedgerGpu) -> bool,
     ) -> bool {
         self.ledger.is_some_and(|l| {
-            l.gpus
-                .iter()
-                .any(|g| g.owner.as_deref() == Some(slice) && is_it(g))
+            l.gpus.iter().enumerate().any(|(i, g)| {
+                self.gone.contains(&i) && g.owner.as_deref() == Some(slice) && is_it(g)
+            })
         })
     }
 

@@ -127,9 +127,14 @@ pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
         }
     }
     if same_spec {
+        // A GPU gone, or replaced by another, stays in the ledger (marked missing) while the
+        // spec that gave it a slice stands: its slice is not stalled again for the same loss,
+        // and a selector that names it is not a spec error.
+        let replaced = m.replaced.iter().map(|(li, _)| li);
         fresh.extend(
             m.missing
                 .iter()
+                .chain(replaced)
                 .map(|li| &l.gpus[*li])
                 .filter(|g| g.owner.is_some())
                 .map(|g| LedgerGpu {

@@ -1,0 +1,459 @@
+//! Issue 24's property test: the simulated reference host (eight identical GPUs, four per NUMA
+//! node; an LXC slice on NUMA node 0 and a VM slice) converged, then its layout changed under
+//! an unchanged spec — addresses renumbered, GPUs swapped between slots, replaced in place,
+//! removed, added, each followed by a reboot (every GPU back on nvidia, minors in probe order) —
+//! and converged again. Invariants: no GPU changes owner by the agent's hand unless its ledger
+//! owner is kept; identity selectors follow their GPUs; every change is reported old → new; no
+//! write touches a stalled slice (none at all when every slice stalls); after the printed hash
+//! is accepted the host converges and a further converge makes zero writes.
+//!
+//! At least 50 layouts in CI; `PROPTEST_CASES=2000 cargo test -p gpuplane --test layout_props`
+//! for a long run. The figures are printed at the end (`--nocapture`).
+
+use gpuplane::converge::{converge, Options, Report, Stop};
+use gpuplane::desired::select::for_host;
+use gpuplane::door::Door;
+use gpuplane::host::model::HostState;
+use gpuplane::host::sim::SimHost;
+use gpuplane::host::Host;
+use gpuplane::manifests::Manifests;
+use gpuplane::step::Step;
+use gpuplane_crds::GpuSelector;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How the VM slice selects its GPUs.
+#[derive(Debug, Clone, Copy)]
+enum Sel {
+    Numa,
+    Slots,
+    Uuids,
+    Addresses,
+}
+
+/// One change of the host's layout (indices are into the device list).
+#[derive(Debug, Clone)]
+enum Change {
+    /// The buses renumbered: device i gets the address of device perm[i] (or a fresh one).
+    Renumber(Vec<usize>, bool),
+    /// Two GPUs trade slots (a technician moves boards).
+    Swap(usize, usize),
+    /// A board replaced in place (an RMA).
+    Replace(usize),
+    /// A GPU fell off the bus.
+    Remove(usize),
+    /// A GPU appears in a new slot on a NUMA node.
+    Add(i32),
+}
+
+fn change() -> impl Strategy<Value = Change> {
+    prop_oneof![
+        3 => (Just((0..8).collect::<Vec<usize>>()).prop_shuffle(), any::<bool>()).prop_map(|(p, fresh)| Change::Renumber(p, fresh)),
+        2 => (0..8usize, 0..8usize).prop_map(|(a, b)| Change::Swap(a, b)),
+        2 => (0..8usize).prop_map(Change::Replace),
+        2 => (0..8usize).prop_map(Change::Remove),
+        1 => (0..2i32).prop_map(Change::Add),
+    ]
+}
+
+fn case() -> impl Strategy<Value = (Sel, Vec<Change>)> {
+    (
+        prop_oneof![
+            Just(Sel::Numa),
+            Just(Sel::Slots),
+            Just(Sel::Uuids),
+            Just(Sel::Addresses)
+        ],
+        prop::collection::vec(change(), 1..3),
+    )
+}
+
+/// The twin without its server (the partition alone is under test) and the reference
+/// partition with the VM slice selecting by `sel`.
+fn start(sel: Sel) -> (SimHost, Manifests) {
+    let mut h = SimHost::from_yaml(gpuplane::EMBEDDED_HOST, "twin").unwrap();
+    h.file.units.clear();
+    h.file.holders.clear();
+    let mut m = Manifests::default();
+    for (n, t) in gpuplane::EMBEDDED_MANIFESTS {
+        m.add_text(t, n).unwrap();
+    }
+    m.servers.clear();
+    let vm: Vec<&gpuplane::host::sim::SimDevice> = h
+        .file
+        .pci_devices
+        .iter()
+        .filter(|d| d.numa_node == 1)
+        .collect();
+    let ids = |f: &dyn Fn(&gpuplane::host::sim::SimDevice) -> String| {
+        vm.iter().map(|d| f(d)).collect::<Vec<_>>()
+    };
+    m.partitions[0].spec.slices[1].gpus = match sel {
+        Sel::Numa => GpuSelector {
+            numa_node: Some(1),
+            ..Default::default()
+        },
+        Sel::Slots => GpuSelector {
+            slots: Some(ids(&|d| d.identity.slot.clone().unwrap())),
+            ..Default::default()
+        },
+        Sel::Uuids => GpuSelector {
+            uuids: Some(ids(&|d| d.identity.uuid.clone().unwrap())),
+            ..Default::default()
+        },
+        Sel::Addresses => GpuSelector {
+            addresses: Some(
+                ids(&|d| d.address.clone())
+                    .into_iter()
+                    .map(gpuplane_crds::PciAddress)
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+    };
+    (h, m)
+}
+
+fn run(h: &mut SimHost, m: &Manifests) -> Result<Report, String> {
+    let st = h.observe().unwrap();
+    let d = for_host(m, &st, "10de", "nvidia").map_err(|e| e.to_string())?;
+    Ok(converge(&d, &mut Door::new(h), &Options::default()))
+}
+
+/// Which consumer has each physical GPU (by its serial number): `vm` (on vfio-pci and in the
+/// mapping), `ct` (on nvidia and mounted in container 129), `-` (neither).
+fn owners(st: &HostState) -> BTreeMap<String, &'static str> {
+    let mapped: BTreeSet<&String> = st
+        .pci_mappings
+        .get("pro6000-vm")
+        .map(|es| es.iter().flat_map(|e| e.paths.iter()).collect())
+        .unwrap_or_default();
+    let mounted = &st.containers[&129].gpu_mounts.minors;
+    st.gpus("10de")
+        .map(|d| {
+            let o = match d.driver.as_deref() {
+                Some("vfio-pci") if mapped.contains(&d.address) => "vm",
+                Some("nvidia") if d.nvidia_minor.is_some_and(|n| mounted.contains(&n)) => "ct",
+                _ => "-",
+            };
+            (d.identity.dsn.clone().unwrap(), o)
+        })
+        .collect()
+}
+
+/// Applies `c` to the host's devices, then reboots: every GPU on nvidia, minors in probe order.
+fn apply(h: &mut SimHost, c: &Change, fresh: &mut u32) {
+    let devs = &mut h.file.pci_devices;
+    let n = devs.len();
+    match c {
+        Change::Renumber(perm, new_buses) => {
+            // The permutation of 0..8 restricted to the devices there are (more, after an Add,
+            // keep their place): device i takes device p[i]'s address, or (new buses) that
+            // address with its bus number moved up by 2, as a firmware update renumbers.
+            let p: Vec<usize> = perm.iter().copied().filter(|x| *x < n).collect();
+            let addrs: Vec<String> = devs.iter().map(|d| d.address.clone()).collect();
+            for (i, d) in devs.iter_mut().enumerate() {
+                let a = &addrs[p.get(i).copied().unwrap_or(i)];
+                d.address = if *new_buses {
+                    let bus = u8::from_str_radix(&a[5..7], 16).unwrap().wrapping_add(2);
+                    format!("0000:{bus:02x}:00.0")
+                } else {
+                    a.clone()
+                };
+            }
+        }
+        Change::Swap(a, b) if a % n != b % n => {
+            let (a, b) = (a % n, b % n);
+            let (ia, ib) = (devs[a].identity.clone(), devs[b].identity.clone());
+            devs[a].identity = gpuplane::host::model::GpuIdentity {
+                slot: ia.slot.clone(),
+                path: ia.path.clone(),
+                ..ib.clone()
+            };
+            devs[b].identity = gpuplane::host::model::GpuIdentity {
+                slot: ib.slot,
+                path: ib.path,
+                ..ia
+            };
+        }
+        Change::Swap(..) => {}
+        Change::Replace(i) => {
+            *fresh += 1;
+            let id = &mut devs[i % n].identity;
+            id.dsn = Some(format!("77{:014x}", *fresh));
+            id.uuid = Some(format!("GPU-99999999-0000-0000-0000-{:012x}", *fresh));
+            id.serial = Some(format!("99{}", *fresh));
+        }
+        Change::Remove(i) => {
+            if n > 1 {
+                devs.remove(i % n);
+            }
+        }
+        Change::Add(numa) => {
+            *fresh += 1;
+            let mut d = devs[0].clone();
+            d.address = format!("0000:{:02x}:00.0", 0xc0 + *fresh % 0x30);
+            if devs.iter().any(|x| x.address == d.address) {
+                return;
+            }
+            d.numa_node = *numa;
+            d.iommu_group = Some(40 + *fresh);
+            d.identity.slot = Some(format!("{}", 20 + *fresh));
+            d.identity.path = Some(format!("pci0000:c0/{:02x}.0/00.0", *fresh));
+            d.identity.dsn = Some(format!("77{:014x}", *fresh));
+            d.identity.uuid = Some(format!("GPU-99999999-0000-0000-0000-{:012x}", *fresh));
+            d.identity.serial = Some(format!("99{}", *fresh));
+            devs.push(d);
+        }
+    }
+    // Reboot: the NVIDIA module probes every GPU, in address order.
+    let groups: BTreeMap<u32, String> = h.file.iommu.group_types.clone();
+    let mut order: Vec<usize> = (0..h.file.pci_devices.len()).collect();
+    order.sort_by_key(|i| h.file.pci_devices[*i].address.clone());
+    for (minor, i) in order.into_iter().enumerate() {
+        let d = &mut h.file.pci_devices[i];
+        d.driver = Some("nvidia".into());
+        d.driver_override = None;
+        d.minor = Some(minor as u32);
+        if let Some(g) = d.iommu_group {
+            h.file
+                .iommu
+                .group_types
+                .entry(g)
+                .or_insert_with(|| groups.values().next().cloned().unwrap_or_default());
+        }
+    }
+}
+
+/// The slices a blocked run froze (its layout blockers name them first), and the messages.
+fn stalled(r: &Report) -> Option<(BTreeSet<String>, Vec<String>)> {
+    let Some(Stop::Blocked { blockers }) = &r.stop else {
+        return None;
+    };
+    let layout = ["HostLayoutChanged", "GpuReplaced", "GpuMissing"];
+    let mine: Vec<_> = blockers
+        .iter()
+        .filter(|b| layout.contains(&b.reason.as_str()))
+        .collect();
+    if mine.is_empty() {
+        return None;
+    }
+    let slices = mine
+        .iter()
+        .filter_map(|b| {
+            b.message
+                .strip_prefix("slice ")
+                .and_then(|m| m.split(':').next())
+                .map(String::from)
+        })
+        .collect();
+    Some((slices, mine.iter().map(|b| b.message.clone()).collect()))
+}
+
+#[derive(Default, Debug)]
+struct Figures {
+    layouts: u64,
+    stalls: u64,
+    follows: u64,
+    refused: u64,
+    wrong_owner_moves: u64,
+    writes_while_stalled: u64,
+}
+
+fn one(sel: Sel, changes: &[Change], f: &mut Figures) -> Result<(), TestCaseError> {
+    let (mut h, mut m) = start(sel);
+    let r0 = run(&mut h, &m).map_err(TestCaseError::fail)?;
+    prop_assert!(r0.converged(), "{:?}", r0.stop);
+    let o0 = owners(&h.observe().unwrap());
+    let before: BTreeMap<String, String> = h
+        .file
+        .pci_devices
+        .iter()
+        .map(|d| (d.identity.dsn.clone().unwrap(), d.address.clone()))
+        .collect();
+    let mut fresh = 0;
+    for c in changes {
+        apply(&mut h, c, &mut fresh);
+    }
+    f.layouts += 1;
+    let o1 = owners(&h.observe().unwrap());
+    let mapped_before: Vec<Vec<String>> = h.observe().unwrap().pci_mappings["pro6000-vm"]
+        .iter()
+        .map(|e| e.paths.clone())
+        .collect();
+    let r = match run(&mut h, &m) {
+        Ok(r) => r,
+        Err(e) => {
+            // The spec cannot be resolved on this layout (a uuids slice and a numaNode slice
+            // both want a GPU that moved between them): refused before any write.
+            prop_assert!(e.contains("InvalidSpec"), "{e}");
+            f.refused += 1;
+            return Ok(());
+        }
+    };
+    let o2 = owners(&h.observe().unwrap());
+    for (dsn, now) in &o2 {
+        if let (Some(was), Some(then)) = (o0.get(dsn), o1.get(dsn)) {
+            // Taking a GPU away (to no consumer) is never a wrong move: a reboot may have given
+            // a container a minor that now names another slice's GPU.
+            if now != then && now != was && *now != "-" {
+                f.wrong_owner_moves += 1;
+                prop_assert!(false, "GPU {dsn} moved by the agent from {then} to {now}; its ledger owner was {was}; {:?}", changes);
+            }
+        }
+    }
+    if let Some((slices, messages)) = stalled(&r) {
+        f.stalls += 1;
+        for msg in &messages {
+            prop_assert!(
+                msg.contains('→')
+                    || msg.contains("gone from the bus")
+                    || msg.contains("replaced by")
+                    || msg.contains("a new GPU"),
+                "{msg}"
+            );
+        }
+        let both = slices.contains("inference") && slices.contains("confidential-vm");
+        if both {
+            f.writes_while_stalled += r.writes;
+            prop_assert_eq!(
+                r.writes,
+                0,
+                "every slice stalled, yet {:?}",
+                r.applied
+                    .iter()
+                    .map(|a| a.planned.step.to_string())
+                    .collect::<Vec<_>>()
+            );
+        }
+        for a in &r.applied {
+            let touches = match &a.planned.step {
+                // The one write a stalled VM slice may see: its mapping loses an address that
+                // now holds a GPU of a slice that is not stalled (the VM would take it).
+                Step::SetPciMapping { entries, .. } => {
+                    slices.contains("confidential-vm")
+                        && !entries.iter().all(|e| mapped_before.contains(&e.paths))
+                }
+                Step::SetContainerGpus { .. }
+                | Step::StopContainer { .. }
+                | Step::StartContainer { .. } => slices.contains("inference"),
+                _ => false,
+            };
+            if touches {
+                f.writes_while_stalled += 1;
+            }
+            prop_assert!(
+                !touches,
+                "{} touches a stalled slice {:?}",
+                a.planned.step,
+                slices
+            );
+        }
+        // Acknowledged with the hash the message offers.
+        let at = messages[0].find("accept-layout=").unwrap() + "accept-layout=".len();
+        let hash: String = messages[0][at..]
+            .chars()
+            .take_while(|c| c.is_ascii_hexdigit())
+            .collect();
+        m.partitions[0]
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert("gpuplane.dev/accept-layout".into(), hash);
+        match run(&mut h, &m) {
+            Ok(r3) => prop_assert!(
+                r3.converged(),
+                "after the acknowledgement: {:?} {:?}",
+                r3.stop,
+                changes
+            ),
+            // Acknowledged, the layout is the host's truth: addresses that are gone are the
+            // spec's to fix, and the agent says so before any write.
+            Err(e) if matches!(sel, Sel::Addresses) && e.contains("no GPU at") => {
+                f.refused += 1;
+                return Ok(());
+            }
+            Err(e) => prop_assert!(false, "after the acknowledgement: {e} {:?}", changes),
+        }
+    } else {
+        prop_assert!(r.converged(), "{:?} {:?}", r.stop, changes);
+        // Every GPU that moved is reported old → new.
+        let why: String = r
+            .applied
+            .iter()
+            .filter(|a| matches!(a.planned.step, Step::WriteLedger { .. }))
+            .map(|a| a.planned.why.clone())
+            .collect();
+        for d in &h.file.pci_devices {
+            let dsn = d.identity.dsn.clone().unwrap();
+            if let Some(old) = before.get(&dsn).filter(|old| **old != d.address) {
+                prop_assert!(
+                    why.contains(&format!("{old} → {}", d.address)),
+                    "{dsn} {old} → {}: {why}",
+                    d.address
+                );
+            }
+        }
+        if matches!(sel, Sel::Slots | Sel::Uuids) {
+            let vm = |o: &BTreeMap<String, &str>| -> BTreeSet<String> {
+                o.iter()
+                    .filter(|(_, o)| **o == "vm")
+                    .map(|(d, _)| d.clone())
+                    .collect()
+            };
+            prop_assert_eq!(vm(&o0), vm(&o2), "the identity slice has the same GPUs");
+            // A follow: the slice's GPUs are where they were no longer.
+            let moved = vm(&o2).iter().any(|dsn| {
+                let now = h
+                    .file
+                    .pci_devices
+                    .iter()
+                    .find(|d| d.identity.dsn.as_ref() == Some(dsn));
+                now.is_some_and(|d| before.get(dsn) != Some(&d.address))
+            });
+            if moved {
+                f.follows += 1;
+            }
+        }
+    }
+    let last = run(&mut h, &m).map_err(TestCaseError::fail)?;
+    prop_assert_eq!(
+        last.writes,
+        0,
+        "a further converge: {:?}",
+        last.applied
+            .iter()
+            .map(|a| a.planned.step.to_string())
+            .collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+#[test]
+fn no_gpu_changes_owner_when_the_host_layout_changes_under_an_unchanged_spec() {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let figures = std::cell::RefCell::new(Figures::default());
+    let result = runner.run(&case(), |(sel, changes)| {
+        one(sel, &changes, &mut figures.borrow_mut())
+    });
+    let f = figures.into_inner();
+    eprintln!(
+        "layout property test: {} layouts tried, {} stalls, {} follows by identity selectors, {} refused as invalid, {} wrong-owner moves, {} writes to stalled slices",
+        f.layouts, f.stalls, f.follows, f.refused, f.wrong_owner_moves, f.writes_while_stalled
+    );
+    result.unwrap();
+    assert!(f.layouts >= 50, "at least 50 layouts: {f:?}");
+    assert!(
+        f.stalls > 0 && f.follows > 0,
+        "both stories were exercised: {f:?}"
+    );
+}
