@@ -368,9 +368,9 @@ fn one(sel: Sel, changes: &[Change], f: &mut Figures) -> Result<(), TestCaseErro
                 r3.stop,
                 changes
             ),
-            // Acknowledged, the layout is the host's truth: addresses that are gone are the
-            // spec's to fix, and the agent says so before any write.
-            Err(e) if matches!(sel, Sel::Addresses) && e.contains("no GPU at") => {
+            // Acknowledged, the layout is the host's truth: a slice that names only GPUs that
+            // are not on the bus is the spec's to fix, and the agent says so before any write.
+            Err(e) if e.contains("none of the GPUs this slice names is on this host now") => {
                 f.refused += 1;
                 return Ok(());
             }

@@ -14,7 +14,7 @@ use super::{
     check_servers_together, in_claim_order, resolve_partition, resolve_server, DesiredPartition,
     ResolvedConsumer, ResolvedSlice, SpecError,
 };
-use crate::host::model::{Container, HostState, PciDevice, RunState};
+use crate::host::model::{Container, GpuIdentity, HostState, PciDevice, RunState};
 use gpuplane_crds::{
     Consumer, GpuDriver, GpuPartition, InferenceServer, ServerPolicy, UnitLocation,
 };
@@ -193,6 +193,28 @@ fn stand_in_host(p: &GpuPartition, servers: &[&InferenceServer]) -> HostState {
         } else if let Some(c) = s.gpus.count {
             for _ in 0..c.min(1024) {
                 fresh(&mut h, -1);
+            }
+        }
+        // GPUs named by identity: one stand-in GPU per distinct name (a name listed twice is
+        // still the spec's error), with that identity.
+        let named: [(
+            &Option<Vec<String>>,
+            fn(&mut GpuIdentity) -> &mut Option<String>,
+        ); 3] = [
+            (&s.gpus.uuids, |i| &mut i.uuid),
+            (&s.gpus.serials, |i| &mut i.serial),
+            (&s.gpus.slots, |i| &mut i.slot),
+        ];
+        for (names, field) in named {
+            let mut seen = std::collections::BTreeSet::new();
+            for n in names.iter().flatten().take(1024) {
+                if seen.insert(n) {
+                    fresh(&mut h, -1);
+                    let last = h.pci_devices.values_mut().next_back();
+                    if let Some(d) = last {
+                        *field(&mut d.identity) = Some(n.clone());
+                    }
+                }
             }
         }
         if let Some(Consumer { lxc: Some(l), .. }) = &s.consumer {

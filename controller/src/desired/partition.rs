@@ -98,8 +98,8 @@ struct Check<'a> {
     /// that is not on the bus now is the layout guard's to report (`GpuMissing`, that slice
     /// only), not a spec error that would stop every slice.
     ledger: Option<&'a crate::host::ledger::Ledger>,
-    /// Indices of the ledger's GPUs a selector may miss without a spec error (`remembered`).
-    gone: BTreeSet<usize>,
+    /// The layout on the bus is acknowledged (`accept-layout`).
+    accepted: bool,
 }
 
 impl<'a> Check<'a> {
@@ -116,21 +116,10 @@ impl<'a> Check<'a> {
             .gpu_ledger
             .as_ref()
             .filter(|l| l.partition == partition && l.spec_hash == terms.spec_hash);
-        // What the ledger remembers and the bus does not show: before an acknowledgement every
-        // GPU it gave a slice that is not where the spec looks (gone, or at another address);
-        // after one, only the GPUs that are gone or were replaced (an address the buses left is the
-        // spec's to fix).
+        // Acknowledged, a slice that names only GPUs that are not on the bus is the spec's to fix
+        // (and a count that cannot be met); before, the guard reports what moved.
         let accepted =
             terms.accept_layout.as_deref() == Some(crate::layout::layout_hash(&observed).as_str());
-        let gone: BTreeSet<usize> = match ledger {
-            Some(l) if accepted => {
-                let m = crate::layout::matching::match_gpus(l, &observed);
-                let replaced = m.replaced.into_iter().map(|(i, _)| i);
-                m.missing.into_iter().chain(replaced).collect()
-            }
-            Some(l) => (0..l.gpus.len()).collect(),
-            None => BTreeSet::new(),
-        };
         Check {
             problems: Problems::new(resource),
             host,
@@ -142,22 +131,22 @@ impl<'a> Check<'a> {
             claimed: BTreeMap::new(),
             known: crate::layout::matching::known_identities(host.gpu_ledger.as_ref(), &observed),
             ledger,
-            gone,
+            accepted,
         }
     }
 
-    /// Whether the ledger gives slice `slice` a GPU `is_it` picks that is not on the bus now
-    /// where the spec looks: the guard reports it (or, acknowledged, the slice goes on without
-    /// it), for that slice alone.
+    /// Whether the ledger gave slice `slice` a GPU `is_it` picks (one the selector now misses:
+    /// gone, moved, replaced): the guard reports it, or, acknowledged, the slice goes on
+    /// without it; either way for that slice alone, not as a spec error of every slice.
     fn remembered(
         &self,
         slice: &str,
         is_it: impl Fn(&crate::host::ledger::LedgerGpu) -> bool,
     ) -> bool {
         self.ledger.is_some_and(|l| {
-            l.gpus.iter().enumerate().any(|(i, g)| {
-                self.gone.contains(&i) && g.owner.as_deref() == Some(slice) && is_it(g)
-            })
+            l.gpus
+                .iter()
+                .any(|g| g.owner.as_deref() == Some(slice) && is_it(g))
         })
     }
 
@@ -198,6 +187,12 @@ impl<'a> Check<'a> {
             g.numa_node.map(|n| self.numa_node(i, n))
         };
         if let Some(v) = &picked {
+            if v.is_empty() && self.accepted && g.numa_node.is_none() {
+                self.problems.add(
+                    field(i, "gpus"),
+                    "none of the GPUs this slice names is on this host now (the layout was acknowledged with accept-layout); name GPUs that are here",
+                );
+            }
             self.claim(i, s, v);
         }
         picked
@@ -449,6 +444,7 @@ impl<'a> Check<'a> {
         free.sort_by_key(|a| (!already_serves(self.host, a, s), a.to_string()));
         let short = (free.len() as u32) < n;
         if short
+            && !self.accepted
             && self.remembered(&s.name, |g| {
                 !self.host_gpus.contains(&g.address.as_str()) || g.missing
             })

@@ -429,15 +429,15 @@ async fn publish_events(
             None => format!("{}: {}", a.planned.step, a.planned.why),
         };
         let action = a.planned.step.action();
-        publish(
-            ctx,
-            &target,
-            EventType::Normal,
-            "HostChanged",
-            &action,
-            note,
-        )
-        .await;
+        // A GPU found at a new address (or gone, or replaced, once acknowledged) says so by its
+        // own reason: the ledger write's note is the table of old → new.
+        let reason = match &a.planned.step {
+            crate::step::Step::WriteLedger { .. } if a.planned.why.contains("layout changed") => {
+                "GpuLayoutChanged"
+            }
+            _ => "HostChanged",
+        };
+        publish(ctx, &target, EventType::Normal, reason, &action, note).await;
         for l in &a.leftovers {
             publish(
                 ctx,

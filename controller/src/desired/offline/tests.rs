@@ -68,3 +68,32 @@ fn two_partitions_for_one_node_and_a_missing_partition() {
     assert!(errors.is_empty());
     assert!(warnings[0].contains("does not exist"), "{warnings:?}");
 }
+
+#[test]
+fn identity_selectors_pass_the_webhook_and_two_kinds_in_one_slice_do_not() {
+    let text = r#"
+apiVersion: gpuplane.dev/v1alpha1
+kind: GpuPartition
+metadata: {name: p}
+spec:
+  nodeName: n
+  slices:
+    - name: a
+      gpus: {slots: ["1", "2"]}
+      driver: nvidia
+    - name: b
+      gpus: {uuids: ["GPU-624a3d49-0000-1111-2222-333344445555"]}
+      driver: vfio-pci
+    - name: c
+      gpus: {serials: ["1654924066922"], count: 1}
+      driver: nvidia
+"#;
+    let mut m = crate::manifests::Manifests::default();
+    m.add_text(text, "p.yaml").unwrap();
+    let (errors, _) = validate(&m.partitions, &m.servers);
+    let msgs: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        msgs,
+        ["GpuPartition/p: spec.slices[2].gpus: set exactly one of addresses, numaNode, count, uuids, serials or slots (this slice sets count and serials)"]
+    );
+}
