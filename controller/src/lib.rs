@@ -24,6 +24,7 @@ pub mod door;
 pub mod host;
 pub mod http;
 pub mod kubeapi;
+pub mod layout;
 pub mod manifests;
 pub mod metrics;
 pub mod modelfiles;

@@ -66,6 +66,8 @@ pub enum Step {
     WriteUnit { unit: UnitRef, content: String },
     /// `systemctl daemon-reload` at a location.
     DaemonReload { location: Location },
+    /// Write the agent's GPU ledger (`/var/lib/gpuplane/gpus.json`, atomically).
+    WriteLedger { ledger: crate::layout::Ledger },
     /// `systemctl start` (or `restart` when `restart`).
     StartUnit { unit: UnitRef, restart: bool },
     /// Wait until the server answers `/health_generate` 200 and lists its model, or stalls;
@@ -110,6 +112,7 @@ impl Step {
             Step::SetPciMapping { mapping, .. } => mapping.clone(),
             Step::ProbeP2p { gpus, .. } => gpus.join(","),
             Step::DaemonReload { location } => location.to_string(),
+            Step::WriteLedger { .. } => "gpus".into(),
         };
         crate::text::truncate(&format!("{}:{target}", self.kind()), 128)
     }
@@ -133,6 +136,7 @@ impl Step {
             Step::SaveReadyUnit { .. } => "saveReadyUnit",
             Step::MarkUnitFailed { .. } => "markUnitFailed",
             Step::DaemonReload { .. } => "daemonReload",
+            Step::WriteLedger { .. } => "writeLedger",
             Step::StartUnit { .. } => "startUnit",
             Step::WaitReady { .. } => "waitReady",
         }
@@ -190,6 +194,9 @@ impl std::fmt::Display for Step {
                 &hash[..12.min(hash.len())]
             ),
             Step::DaemonReload { location } => write!(f, "systemctl daemon-reload on {location}"),
+            Step::WriteLedger { ledger } => {
+                write!(f, "record {} GPUs in the GPU ledger", ledger.gpus.len())
+            }
             Step::StartUnit {
                 unit,
                 restart: false,

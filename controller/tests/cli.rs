@@ -159,7 +159,9 @@ fn converge_json_reports_status_and_writes() {
         .iter()
         .map(|s| s["kind"].as_str().unwrap())
         .collect();
-    assert_eq!(kinds.first(), Some(&"stopUnit"));
+    // The GPUs' identities are recorded first, while all are still on nvidia.
+    assert_eq!(kinds.first(), Some(&"writeLedger"));
+    assert_eq!(kinds.get(1), Some(&"stopUnit"));
     assert_eq!(kinds.last(), Some(&"waitReady"));
 }
 
@@ -321,7 +323,7 @@ fn invalid_manifests_are_rejected_with_the_field_and_the_fix() {
         (
             "two-selectors",
             "spec.slices[0].gpus",
-            "exactly one of addresses, numaNode or count",
+            "exactly one of addresses, numaNode, count, uuids, serials or slots",
         ),
         (
             "unknown-slice",
@@ -517,8 +519,8 @@ fn a_sim_host_file_is_read_only_unless_asked_and_the_embedded_twin_is_the_start_
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     // The reference split from the hand-made state: the embedded default and the file agree.
     assert_eq!(
-        r["writes"], 27,
-        "the example is the un-converged reference host"
+        r["writes"], 28,
+        "the example is the un-converged reference host (27 writes and the GPU ledger)"
     );
     assert_eq!(
         std::fs::read(&host).unwrap(),
@@ -532,7 +534,7 @@ fn a_sim_host_file_is_read_only_unless_asked_and_the_embedded_twin_is_the_start_
     );
     let embedded = gpuplane(&["converge", "--output", "json"]);
     let e: Value = serde_json::from_slice(&embedded.stdout).unwrap();
-    assert_eq!(e["writes"], 27, "the embedded twin is the start state too");
+    assert_eq!(e["writes"], 28, "the embedded twin is the start state too");
     // sim-rw: the file is the host; a second run makes zero writes.
     let rw = format!("sim-rw:{}", host.display());
     let o = gpuplane(&["converge", "--host", &rw, "--output", "json"]);

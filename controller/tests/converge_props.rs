@@ -183,6 +183,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
             driver_override: c.gpus[i].2.map(str::to_string),
             default_driver: None,
             minor: Some(i as u32),
+            identity: Default::default(),
         })
         .chain((0..n).filter(|i| c.audio[*i] > 0).map(|i| {
             SimDevice {
@@ -204,6 +205,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
                 driver_override: (c.audio[i] == 2).then(|| "vfio-pci".to_string()),
                 default_driver: Some("snd_hda_intel".into()),
                 minor: None,
+                identity: Default::default(),
             }
         }))
         .collect::<Vec<_>>();
@@ -336,6 +338,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
         units,
         p2p_probes: vec![],
         holders,
+        gpu_ledger: None,
         files: None,
         faults: vec![],
     };

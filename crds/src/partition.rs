@@ -57,7 +57,8 @@ pub struct GpuSlice {
         regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     )]
     pub name: String,
-    /// Which GPUs this slice takes: give exactly one of `addresses`, `numaNode` or `count`.
+    /// Which GPUs this slice takes: give exactly one of `addresses`, `numaNode`, `count`,
+    /// `uuids`, `serials` or `slots`.
     pub gpus: GpuSelector,
     /// Kernel driver the slice's GPUs must be bound to.
     pub driver: GpuDriver,
@@ -140,6 +141,43 @@ pub struct GpuSelector {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub count: Option<u32>,
+    /// NVML UUIDs of the GPUs (`GPU-624a3d49-...`, as `nvidia-smi -L` prints them). The slice
+    /// follows these GPUs wherever their addresses go; a GPU on `vfio-pci` is known by the
+    /// UUID the agent's ledger remembers from when it was last on `nvidia`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub uuids: Option<Vec<String>>,
+    /// Board serial numbers of the GPUs (`nvidia-smi --query-gpu=serial`), remembered like UUIDs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub serials: Option<Vec<String>>,
+    /// Physical slot names of the GPUs (`/sys/bus/pci/slots/<name>`, the slot numbers the
+    /// server's firmware gives its PCIe slots): the slice keeps these slots when a firmware
+    /// update or a reseated riser renumbers the buses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub slots: Option<Vec<String>>,
+}
+
+impl GpuSelector {
+    /// The selector kinds that are set, by their field names.
+    pub fn kinds(&self) -> Vec<&'static str> {
+        let set = [
+            ("addresses", self.addresses.is_some()),
+            ("numaNode", self.numa_node.is_some()),
+            ("count", self.count.is_some()),
+            ("uuids", self.uuids.is_some()),
+            ("serials", self.serials.is_some()),
+            ("slots", self.slots.is_some()),
+        ];
+        set.iter().filter(|(_, on)| *on).map(|(k, _)| *k).collect()
+    }
+
+    /// Whether the slice names its GPUs by what they are (UUID, serial, slot), not by where
+    /// they sit on the bus or how many.
+    pub fn by_identity(&self) -> bool {
+        self.uuids.is_some() || self.serials.is_some() || self.slots.is_some()
+    }
 }
 
 /// A PCI address string, validated by pattern.

@@ -48,6 +48,9 @@ pub struct DesiredPartition {
     /// The kernel driver that stands for `nvidia` on this host (`nvidia`; tests on emulated
     /// devices name their display driver, e.g. `bochs-drm`).
     pub host_driver: String,
+    /// What the layout guard (`layout/guard.rs`) needs from the partition; `None`: no guard
+    /// (a stand-in partition, or the cleanup of a deleted one).
+    pub layout: Option<crate::layout::Terms>,
 }
 
 /// A slice with its GPUs resolved to addresses.

@@ -95,6 +95,7 @@ fn stand_in_partition(s: &InferenceServer) -> DesiredPartition {
         }],
         iommu: Default::default(),
         host_driver: "nvidia".into(),
+        layout: None,
     }
 }
 

@@ -25,7 +25,9 @@ pub fn resolve_partition(
         p.metadata.name.as_deref().unwrap_or("<unnamed>"),
     );
     let spec = &p.spec;
-    let mut check = Check::new(&res, host, gpu_vendor);
+    let name = p.metadata.name.as_deref().unwrap_or_default();
+    let hash = crate::layout::spec_hash(spec);
+    let mut check = Check::new(&res, host, gpu_vendor, name, &hash);
     check.node_and_slices(spec);
     // First pass: explicit selectors (addresses, NUMA); count selectors take what is left.
     let mut chosen: Vec<Option<Vec<String>>> = spec
@@ -47,7 +49,26 @@ pub fn resolve_partition(
         slices: resolved_slices(spec, chosen),
         iommu: iommu_expectation(spec),
         host_driver: gpu_driver.into(),
+        layout: Some(layout_terms(p, gpu_vendor)),
     })
+}
+
+/// What the layout guard needs from the partition object: its spec hash and annotations.
+fn layout_terms(p: &GpuPartition, gpu_vendor: &str) -> crate::layout::Terms {
+    let ann = |k: &str| {
+        p.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .map(|v| v.trim().to_string())
+    };
+    crate::layout::Terms {
+        spec_hash: crate::layout::spec_hash(&p.spec),
+        gpu_vendor: gpu_vendor.into(),
+        accept_layout: ann(crate::layout::guard::ACCEPT_ANNOTATION),
+        allow_unverified: ann(crate::layout::guard::UNVERIFIED_ANNOTATION).as_deref()
+            == Some("true"),
+    }
 }
 
 /// `spec.slices[i].x`.
@@ -71,6 +92,12 @@ struct Check<'a> {
     vmids: BTreeMap<u32, String>,
     /// GPU address → the slice that has it.
     claimed: BTreeMap<String, String>,
+    /// Each GPU's identity as far as known (observed, and what the ledger remembers).
+    known: BTreeMap<String, crate::host::model::GpuIdentity>,
+    /// The ledger, when its owners were decided under this very spec: a GPU it gives a slice
+    /// that is not on the bus now is the layout guard's to report (`GpuMissing`, that slice
+    /// only), not a spec error that would stop every slice.
+    ledger: Option<&'a crate::layout::Ledger>,
 }
 
 impl<'a> Check<'a> {
@@ -79,17 +106,36 @@ impl<'a> Check<'a> {
         resource: &'a crate::resource_key::ResourceKey,
         host: &'a HostState,
         gpu_vendor: &'a str,
+        partition: &str,
+        spec_hash: &str,
     ) -> Self {
+        let observed: Vec<_> = host.gpus(gpu_vendor).collect();
+        let ledger = host
+            .gpu_ledger
+            .as_ref()
+            .filter(|l| l.partition == partition && l.spec_hash == spec_hash);
         Check {
             problems: Problems::new(resource),
             host,
             gpu_vendor,
-            host_gpus: host.gpus(gpu_vendor).map(|d| d.address.as_str()).collect(),
+            host_gpus: observed.iter().map(|d| d.address.as_str()).collect(),
             names: BTreeSet::new(),
             mappings: BTreeMap::new(),
             vmids: BTreeMap::new(),
             claimed: BTreeMap::new(),
+            known: crate::layout::matching::known_identities(host.gpu_ledger.as_ref(), &observed),
+            ledger,
         }
+    }
+
+    /// Whether the ledger gives slice `slice` a GPU `is_it` picks that is not on the bus now
+    /// (gone, or at another address): the guard reports it, for that slice alone.
+    fn remembered(&self, slice: &str, is_it: impl Fn(&crate::layout::LedgerGpu) -> bool) -> bool {
+        self.ledger.is_some_and(|l| {
+            l.gpus
+                .iter()
+                .any(|g| g.owner.as_deref() == Some(slice) && is_it(g))
+        })
     }
 
     /// The partition names its node and has at least one slice.
@@ -116,10 +162,17 @@ impl<'a> Check<'a> {
         if let Some(policy) = &s.servers {
             super::tenancy::check_policy(&mut self.problems, i, policy);
         }
-        let picked = if let Some(addrs) = &s.gpus.addresses {
-            Some(self.addresses(i, addrs))
+        let g = &s.gpus;
+        let picked = if let Some(addrs) = &g.addresses {
+            Some(self.addresses(i, s, addrs))
+        } else if let Some(v) = &g.uuids {
+            Some(self.by_identity(i, s, "uuids", v, |id| id.uuid.as_deref()))
+        } else if let Some(v) = &g.serials {
+            Some(self.by_identity(i, s, "serials", v, |id| id.serial.as_deref()))
+        } else if let Some(v) = &g.slots {
+            Some(self.by_identity(i, s, "slots", v, |id| id.slot.as_deref()))
         } else {
-            s.gpus.numa_node.map(|n| self.numa_node(i, n))
+            g.numa_node.map(|n| self.numa_node(i, n))
         };
         if let Some(v) = &picked {
             self.claim(i, s, v);
@@ -149,27 +202,31 @@ impl<'a> Check<'a> {
         }
     }
 
-    /// Exactly one of addresses, numaNode and count is set.
+    /// Exactly one selector kind is set.
     fn one_selector(&mut self, i: usize, g: &GpuSelector) -> bool {
-        let set = [
-            g.addresses.is_some(),
-            g.numa_node.is_some(),
-            g.count.is_some(),
-        ]
-        .iter()
-        .filter(|x| **x)
-        .count();
-        if set != 1 {
+        let kinds = g.kinds();
+        if kinds.len() != 1 {
+            let set = if kinds.is_empty() {
+                "this slice sets none".to_string()
+            } else {
+                format!("this slice sets {}", kinds.join(" and "))
+            };
             self.problems.add(
                 field(i, "gpus"),
-                "set exactly one of addresses, numaNode or count",
+                format!("set exactly one of addresses, numaNode, count, uuids, serials or slots ({set})"),
             );
             return false;
         }
         // A slice of no GPUs would silently own nothing.
-        if g.addresses.as_ref().is_some_and(Vec::is_empty) {
+        let lists = [
+            ("addresses", g.addresses.as_ref().map(Vec::len)),
+            ("uuids", g.uuids.as_ref().map(Vec::len)),
+            ("serials", g.serials.as_ref().map(Vec::len)),
+            ("slots", g.slots.as_ref().map(Vec::len)),
+        ];
+        if let Some((k, _)) = lists.iter().find(|(_, n)| *n == Some(0)) {
             self.problems.add(
-                field(i, "gpus.addresses"),
+                field(i, &format!("gpus.{k}")),
                 "lists no GPU; a slice needs at least one (remove the slice if it is not wanted)",
             );
             return false;
@@ -241,8 +298,58 @@ impl<'a> Check<'a> {
         }
     }
 
+    /// The GPUs whose identity of one kind (`kind`, read by `get`) is listed, each once; an
+    /// entry no GPU has is a problem, unless the ledger gave this slice that GPU (then it is
+    /// gone, and the guard says so).
+    fn by_identity(
+        &mut self,
+        i: usize,
+        s: &GpuSlice,
+        kind: &str,
+        wanted: &[String],
+        get: impl Fn(&crate::host::model::GpuIdentity) -> Option<&str>,
+    ) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        for (j, w) in wanted.iter().enumerate() {
+            let at = field(i, &format!("gpus.{kind}[{j}]"));
+            let hit = self
+                .known
+                .iter()
+                .find(|(_, id)| get(id) == Some(w.as_str()))
+                .map(|(a, _)| a.clone());
+            match hit {
+                Some(a) if v.contains(&a) => {
+                    self.problems.add(at, format!("{w:?} is listed twice"))
+                }
+                Some(a) => v.push(a),
+                None if self.remembered(&s.name, |g| get(&g.identity) == Some(w.as_str())) => {}
+                None => {
+                    let here: Vec<String> = self
+                        .known
+                        .iter()
+                        .map(|(a, id)| format!("{a}={}", get(id).unwrap_or("?")))
+                        .collect();
+                    let hint = if kind == "slots" {
+                        " (slot names are those of /sys/bus/pci/slots; a host that names no slots cannot select by slot)"
+                    } else {
+                        " (UUIDs and serials are read from nvidia-smi while a GPU is on nvidia, and remembered in the agent's ledger after)"
+                    };
+                    self.problems.add(
+                        at,
+                        format!(
+                            "no GPU on this host has {} {w:?}; GPUs here: {}{hint}",
+                            kind.trim_end_matches('s'),
+                            here.join(", ")
+                        ),
+                    );
+                }
+            }
+        }
+        v
+    }
+
     /// The listed addresses that are PCI addresses of this host's GPUs, each once.
-    fn addresses(&mut self, i: usize, addrs: &[PciAddress]) -> Vec<String> {
+    fn addresses(&mut self, i: usize, s: &GpuSlice, addrs: &[PciAddress]) -> Vec<String> {
         let mut v = Vec::new();
         for (j, a) in addrs.iter().enumerate() {
             let full = a.full();
@@ -256,6 +363,9 @@ impl<'a> Check<'a> {
                     ),
                 );
             } else if !self.host_gpus.contains(&full.as_str()) {
+                if self.remembered(&s.name, |g| g.address == full) {
+                    continue;
+                }
                 self.problems.add(
                     at,
                     format!(
@@ -314,7 +424,14 @@ impl<'a> Check<'a> {
             .filter(|a| !self.claimed.contains_key(*a))
             .collect();
         free.sort_by_key(|a| (!already_serves(self.host, a, s), a.to_string()));
-        if (free.len() as u32) < n {
+        let short = (free.len() as u32) < n;
+        if short
+            && self.remembered(&s.name, |g| {
+                !self.host_gpus.contains(&g.address.as_str()) || g.missing
+            })
+        {
+            // GPUs of this slice are gone: the guard stalls the slice; take what is here.
+        } else if short {
             self.problems.add(
                 field(i, "gpus.count"),
                 format!(

@@ -144,7 +144,7 @@ fn partition_errors_keep_their_order() {
         "GpuPartition/bad: spec.slices[0].gpus.addresses[3]: no GPU at 0000:02:00.0 on this host; GPUs here: 0000:01:00.0, 0000:11:00.0, 0000:61:00.0, 0000:71:00.0, 0000:81:00.0, 0000:91:00.0, 0000:e1:00.0, 0000:f1:00.0",
         "GpuPartition/bad: spec.slices[1].name: \"Bad_Name\" is not a DNS label (lower-case letters, digits and '-', at most 63)",
         "GpuPartition/bad: spec.slices[1].name: slice name \"Bad_Name\" is used twice; slice names must be unique",
-        "GpuPartition/bad: spec.slices[1].gpus: set exactly one of addresses, numaNode or count",
+        "GpuPartition/bad: spec.slices[1].gpus: set exactly one of addresses, numaNode, count, uuids, serials or slots (this slice sets numaNode and count)",
         "GpuPartition/bad: spec.slices[2].driver: a VM consumer (VM 129) needs driver vfio-pci",
         "GpuPartition/bad: spec.slices[2].consumer.vm.pciMapping: \"1x\" is not a valid Proxmox mapping ID (letter first, then letters, digits, '-' or '_', 2 to 40 characters)",
         "GpuPartition/bad: spec.slices[2].consumer.vm.vmid: vmid 129 is already the consumer of slice \"Bad_Name\"",
@@ -209,6 +209,7 @@ fn count_selectors_take_what_explicit_selectors_leave() {
             ],
             iommu: IommuModeExpectation::Any,
             host_driver: "bochs-drm".into(),
+            layout: got.layout.clone(),
         }
     );
 }
@@ -227,8 +228,14 @@ fn the_reference_partition_resolves() {
     );
     inference.servers = manifests().partitions[0].spec.slices[0].servers.clone();
     assert!(inference.servers.is_some());
+    let got = kpro6();
     assert_eq!(
-        kpro6(),
+        got.layout.as_ref().map(|t| t.gpu_vendor.as_str()),
+        Some("10de"),
+        "the guard knows the host's GPUs"
+    );
+    assert_eq!(
+        got,
         DesiredPartition {
             name: "kpro6".into(),
             node_name: "kpro6".into(),
@@ -243,6 +250,7 @@ fn the_reference_partition_resolves() {
             ],
             iommu: IommuModeExpectation::Translated,
             host_driver: "nvidia".into(),
+            layout: got.layout.clone(),
         }
     );
 }

@@ -50,6 +50,10 @@ pub struct HostState {
     /// server id (`namespace/name`). Absent: the backend was asked for none, or cannot look.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub preflight: BTreeMap<String, PreflightFacts>,
+    /// The agent's GPU ledger (`/var/lib/gpuplane/gpus.json`): what it last saw of each GPU
+    /// and which slice owned it. `None`: never written (or unreadable, said in `notes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_ledger: Option<crate::layout::Ledger>,
     /// What this host lacks that a person should know (no GPUs, no Proxmox, no systemd):
     /// situations that are normal on some hosts, said plainly, never an error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

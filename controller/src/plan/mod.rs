@@ -41,15 +41,67 @@ struct GpuTarget {
 }
 
 /// Plans the steps from `host` to `desired`.
+///
+/// The layout guard (`layout/guard.rs`) decides first: slices it freezes are planned as if
+/// they were not there (nothing for their GPUs, consumer or servers) and reported as blockers;
+/// GPUs of unknown identity bound for a VM go to the host driver first. The ledger write, when
+/// due, is the plan's first step (so identities are recorded while the GPUs are still on
+/// `nvidia`), and only in a plan nothing else blocks.
 pub fn plan(desired: &Desired, host: &HostState) -> Plan {
+    let verdict = crate::layout::check(&desired.partition, host);
+    let view = layout_view(desired, &verdict);
+    let d = view.as_ref().unwrap_or(desired);
     let mut p = Planner {
-        d: desired,
+        d,
         h: host,
         plan: Plan::default(),
     };
     p.run();
-    preflight::gate(desired, host, &mut p.plan);
+    preflight::gate(d, host, &mut p.plan);
+    let res = crate::resource_key::ResourceKey::partition(desired.partition.name.as_str());
+    if let Some((ledger, why)) = verdict.write {
+        if p.plan.blockers.is_empty() {
+            p.plan.steps.insert(
+                0,
+                PlannedStep {
+                    step: Step::WriteLedger { ledger },
+                    why,
+                },
+            );
+        }
+    }
+    for s in verdict.stalls {
+        p.plan.blockers.push(Blocker {
+            resource: res.clone(),
+            reason: s.reason.into(),
+            message: s.message,
+        });
+    }
     p.plan
+}
+
+/// `desired` without the slices the guard froze (and their servers), and with the GPUs to
+/// identify first moved to a slice of the host driver; `None` when the guard changes nothing.
+fn layout_view(desired: &Desired, v: &crate::layout::Verdict) -> Option<Desired> {
+    if v.stalls.is_empty() && v.identify_first.is_empty() {
+        return None;
+    }
+    let mut d = desired.clone();
+    d.partition.slices.retain(|s| !v.frozen(&s.name));
+    d.servers.retain(|s| !v.frozen(&s.spec.partition_ref.slice));
+    if !v.identify_first.is_empty() {
+        for s in &mut d.partition.slices {
+            s.gpus.retain(|g| !v.identify_first.contains_key(g));
+        }
+        d.partition.slices.push(crate::desired::ResolvedSlice {
+            name: "(identify)".into(),
+            gpus: v.identify_first.keys().cloned().collect(),
+            driver: gpuplane_crds::GpuDriver::Nvidia,
+            consumer: None,
+            servers: None,
+        });
+    }
+    Some(d)
 }
 
 struct Planner<'a> {

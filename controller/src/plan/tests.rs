@@ -230,6 +230,7 @@ fn add_device(
         driver_override: None,
         default_driver: Some(driver.into()),
         minor: None,
+        identity: Default::default(),
     });
     h.file.pci_drivers.insert(driver.into());
 }

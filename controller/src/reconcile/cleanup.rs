@@ -37,6 +37,8 @@ pub fn restore_desired(dp: &DesiredPartition) -> Desired {
     Desired {
         partition: DesiredPartition {
             slices,
+            // Giving everything back is no new owner: the guard has nothing to keep.
+            layout: None,
             ..dp.clone()
         },
         servers: vec![],

@@ -179,6 +179,7 @@ fn scenarios() -> Vec<Row> {
         driver_override: None,
         default_driver: Some("mlx5_core".into()),
         minor: None,
+        identity: Default::default(),
     });
     h.file.pci_drivers.insert("mlx5_core".into());
     let d = desired(&mut h, &manifests());

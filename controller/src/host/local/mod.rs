@@ -23,6 +23,7 @@ mod fuzz;
 pub mod holders;
 mod identity;
 pub mod iommu;
+mod ledger;
 mod listening;
 pub mod pci;
 mod preflight;
@@ -430,6 +431,10 @@ impl LocalHost {
         });
         st.p2p_probes = probe::load_cache(&self.state_dir);
         st.notes = absent::notes(&self.root, &st, &self.filter.vendor);
+        match ledger::load(&self.state_dir) {
+            Ok(l) => st.gpu_ledger = l,
+            Err(note) => st.notes.push(note),
+        }
         Ok(st)
     }
 
@@ -521,6 +526,7 @@ impl LocalHost {
                 leftovers = self.write_state(unit, "failed", hash)?
             }
             Step::RemoveUnit { unit } => self.remove_unit(unit)?,
+            Step::WriteLedger { ledger } => leftovers = ledger::store(&self.state_dir, ledger)?,
             Step::WaitReady { .. } => {}
         }
         Ok(StepOutcome {

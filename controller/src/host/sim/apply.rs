@@ -28,6 +28,7 @@ impl SimHost {
                 self.file.units.remove(&unit.key());
             }
             Step::WaitReady { .. } => {}
+            Step::WriteLedger { ledger } => self.file.gpu_ledger = Some(ledger.clone()),
             // containers
             Step::StopContainer { vmid } => self.stop_container(step, *vmid)?,
             Step::StartContainer { vmid } => self.start_container(step, *vmid)?,

@@ -70,6 +70,10 @@ pub struct SimDevice {
     /// The minor the nvidia driver gives this GPU when bound (visible only while bound).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub minor: Option<u32>,
+    /// What this physical GPU is: its slot, path and serial number are seen on any driver, its
+    /// UUID and board serial only while it is on `nvidia` (as NVML shows them).
+    #[serde(default, skip_serializing_if = "GpuIdentity::is_empty")]
+    pub identity: GpuIdentity,
 }
 
 impl SimDevice {
@@ -176,6 +180,9 @@ pub struct SimHostFile {
     /// and preflight reports nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files: Option<super::files::SimFiles>,
+    /// The agent's GPU ledger, as it wrote it (`/var/lib/gpuplane/gpus.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_ledger: Option<crate::layout::Ledger>,
     /// Faults still to inject (each consumed as it fires).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<super::SimFault>,

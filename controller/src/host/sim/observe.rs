@@ -55,6 +55,7 @@ impl SimHost {
             nvidia: f.nvidia.clone(),
             vms: f.vms.clone(),
             p2p_probes: f.p2p_probes.clone(),
+            gpu_ledger: f.gpu_ledger.clone(),
             pci_devices: f
                 .pci_devices
                 .iter()
@@ -201,7 +202,13 @@ impl SimDevice {
             driver_override: self.driver_override.clone(),
             nvidia_minor: self.nvidia_minor(),
             holders: vec![],
-            identity: Default::default(),
+            identity: {
+                let mut id = self.identity.clone();
+                if self.driver.as_deref() != Some("nvidia") {
+                    (id.uuid, id.serial) = (None, None);
+                }
+                id
+            },
         }
     }
 }

@@ -1,0 +1,361 @@
+//! The guard: never move a GPU between owners unless the spec asked for it.
+//!
+//! Compares the owners the resolved spec gives the GPUs on the bus now with the owners the
+//! ledger remembers for the same physical GPUs (`matching.rs`). Under an unchanged spec (the
+//! ledger's spec hash is the spec's), any difference comes from the host, not from a person: a
+//! renumbering under an `addresses` or `numaNode` selector, a GPU replaced in place, a GPU
+//! gone, a new GPU a `count` slice would take. Then every slice involved is frozen: the planner
+//! plans nothing for it (its GPUs, its consumer, its servers), and the partition is `Stalled`
+//! with `HostLayoutChanged`, `GpuReplaced` or `GpuMissing` and the table of old → new. The
+//! other slices keep converging and serving.
+//!
+//! A person acknowledges by changing the spec, or by annotating the partition
+//! `gpuplane.dev/accept-layout: <hash>` with the layout hash the message prints (the hash of
+//! the GPUs on the bus now, so an acknowledgement never covers a later, different change).
+//!
+//! A GPU that replaced another in place (or appeared) and whose UUID is unknown goes to no VM
+//! until it has been seen on `nvidia` (the agent binds it there first, and the ledger records
+//! its UUID), unless the partition is annotated `gpuplane.dev/allow-unverified-gpus: "true"`.
+//! Pure.
+
+use super::ledger::{Ledger, LedgerGpu};
+use super::matching::{known_identities, match_gpus, Matching};
+use crate::desired::DesiredPartition;
+use crate::host::model::{HostState, PciDevice};
+use gpuplane_crds::GpuDriver;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The annotation that acknowledges a layout: its value is the layout hash.
+pub const ACCEPT_ANNOTATION: &str = "gpuplane.dev/accept-layout";
+/// The annotation that lets a GPU of unknown identity go to a VM.
+pub const UNVERIFIED_ANNOTATION: &str = "gpuplane.dev/allow-unverified-gpus";
+
+/// Reasons, most severe first.
+pub const GPU_MISSING: &str = "GpuMissing";
+pub const GPU_REPLACED: &str = "GpuReplaced";
+pub const LAYOUT_CHANGED: &str = "HostLayoutChanged";
+pub const IDENTITY_UNKNOWN: &str = "GpuIdentityUnknown";
+
+/// What the guard needs beyond the resolved slices (from the partition object).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Terms {
+    /// [`super::spec_hash`] of the partition.
+    pub spec_hash: String,
+    /// The vendor whose display devices are the host's GPUs.
+    pub gpu_vendor: String,
+    /// The `accept-layout` annotation's value.
+    pub accept_layout: Option<String>,
+    /// `allow-unverified-gpus: "true"`.
+    pub allow_unverified: bool,
+}
+
+/// A slice the guard froze.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stall {
+    pub slice: String,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The guard's answer for one plan.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Slices nothing may change for, each with why.
+    pub stalls: Vec<Stall>,
+    /// The ledger to write (it differs from the stored one) and what changed, old → new.
+    pub write: Option<(Ledger, String)>,
+    /// GPUs of VM slices to bind to `nvidia` first, so their identity is known: address → slice.
+    pub identify_first: BTreeMap<String, String>,
+}
+
+impl Verdict {
+    /// Whether slice `name` is frozen.
+    pub fn frozen(&self, name: &str) -> bool {
+        self.stalls.iter().any(|s| s.slice == name)
+    }
+}
+
+/// The hash a person writes into `accept-layout`: of the GPUs on the bus now (address, model,
+/// NUMA node, slot, path and the identities observed), 12 hex digits.
+pub fn layout_hash(observed: &[&PciDevice]) -> String {
+    let mut h = Sha256::new();
+    for d in observed {
+        let i = &d.identity;
+        let o = |x: &Option<String>| x.clone().unwrap_or_default();
+        h.update(format!(
+            "{}|{}:{}|{}|{}|{}|{}|{}|{}\n",
+            d.address,
+            d.vendor,
+            d.device,
+            d.numa_node,
+            o(&i.slot),
+            o(&i.path),
+            o(&i.dsn),
+            o(&i.uuid),
+            o(&i.serial)
+        ));
+    }
+    h.finalize()
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// One difference between the ledger and the spec's selection now.
+struct Change {
+    reason: &'static str,
+    /// The slices it touches (the old owner, the new one).
+    slices: BTreeSet<String>,
+    row: String,
+}
+
+/// Checks `d`'s selection on `host` against the ledger `host` shows.
+pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
+    let Some(t) = &d.layout else {
+        return Verdict::default();
+    };
+    let observed: Vec<&PciDevice> = host.gpus(&t.gpu_vendor).collect();
+    let owner_now: BTreeMap<&str, &str> = d
+        .slices
+        .iter()
+        .flat_map(|s| s.gpus.iter().map(move |g| (g.as_str(), s.name.as_str())))
+        .collect();
+    let owner_of = |a: &str| owner_now.get(a).map(|s| s.to_string());
+    let ledger = host.gpu_ledger.as_ref().filter(|l| l.partition == d.name);
+    let known = known_identities(ledger, &observed);
+    let mut fresh: Vec<LedgerGpu> = observed
+        .iter()
+        .map(|o| LedgerGpu::of(o, known[&o.address].clone(), owner_of(&o.address)))
+        .collect();
+    let Some(l) = ledger else {
+        let mut v = Verdict::default();
+        if !fresh.is_empty() {
+            let new = Ledger {
+                partition: d.name.clone(),
+                spec_hash: t.spec_hash.clone(),
+                gpus: fresh,
+            };
+            v.write = Some((
+                new,
+                format!(
+                    "record the identity and owner of the host's {} GPUs",
+                    observed.len()
+                ),
+            ));
+        }
+        return v;
+    };
+    let m = match_gpus(l, &observed);
+    let same_spec = l.spec_hash == t.spec_hash;
+    let hash = layout_hash(&observed);
+    let accepted = !same_spec || t.accept_layout.as_deref() == Some(hash.as_str());
+    let changes = changes(l, &m, &owner_of);
+    let mut v = Verdict::default();
+    if !accepted {
+        v.stalls = stalls(&changes, &hash);
+        if !v.stalls.is_empty() {
+            return v;
+        }
+    }
+    // The ledger to keep: the GPUs on the bus, and (same spec) the owned ones that are gone.
+    for (li, addr) in &m.same {
+        if let Some(e) = fresh.iter_mut().find(|e| &e.address == addr) {
+            e.unverified = l.gpus[*li].unverified && e.identity.uuid.is_none();
+        }
+    }
+    let newcomers = m.replaced.iter().map(|(_, a)| a).chain(&m.added);
+    for addr in newcomers {
+        if let Some(e) = fresh.iter_mut().find(|e| &e.address == addr) {
+            e.unverified = e.identity.uuid.is_none();
+        }
+    }
+    if same_spec {
+        fresh.extend(
+            m.missing
+                .iter()
+                .map(|li| &l.gpus[*li])
+                .filter(|g| g.owner.is_some())
+                .map(|g| LedgerGpu {
+                    missing: true,
+                    ..g.clone()
+                }),
+        );
+    }
+    let new = Ledger {
+        partition: d.name.clone(),
+        spec_hash: t.spec_hash.clone(),
+        gpus: fresh,
+    };
+    v.identify_first = identify_first(d, host, &new, t, &mut v.stalls);
+    if new.render() != l.render() {
+        let rows: Vec<String> = changes.iter().map(|c| c.row.clone()).collect();
+        let why = if rows.is_empty() {
+            "bring the GPU ledger up to date (identities seen now)".to_string()
+        } else {
+            let how = if !same_spec {
+                "the spec changed".to_string()
+            } else if accepted {
+                format!("accepted by {ACCEPT_ANNOTATION}={hash}")
+            } else {
+                "no GPU changes owner".to_string()
+            };
+            format!("the host's GPU layout changed ({how}): {}", rows.join("; "))
+        };
+        v.write = Some((new, why));
+    }
+    v
+}
+
+/// Every difference between the ledger and what the bus and the selection show now.
+fn changes(l: &Ledger, m: &Matching, owner_of: &dyn Fn(&str) -> Option<String>) -> Vec<Change> {
+    let name = |o: &Option<String>| match o {
+        Some(s) => format!("slice {s}"),
+        None => "no slice".into(),
+    };
+    let mut out = Vec::new();
+    let mut push = |reason, old: &Option<String>, new: &Option<String>, row: String| {
+        let slices = old.iter().chain(new.iter()).cloned().collect();
+        out.push(Change {
+            reason,
+            slices,
+            row,
+        });
+    };
+    for (li, addr) in &m.same {
+        let g = &l.gpus[*li];
+        let new = owner_of(addr);
+        let moved = &g.address != addr;
+        if g.owner != new || moved || g.missing {
+            let r = if g.owner != new {
+                format!(
+                    "{} {} → {}: was {}, would be {}",
+                    g.describe(),
+                    g.address,
+                    addr,
+                    name(&g.owner),
+                    name(&new)
+                )
+            } else {
+                format!("{} {} → {} ({})", g.describe(), g.address, addr, name(&new))
+            };
+            let (old, new) = if g.owner != new {
+                (g.owner.clone(), new)
+            } else {
+                (None, None)
+            };
+            push(LAYOUT_CHANGED, &old, &new, r);
+        }
+    }
+    for (li, addr) in &m.replaced {
+        let g = &l.gpus[*li];
+        let new = owner_of(addr);
+        push(
+            GPU_REPLACED,
+            &g.owner,
+            &new,
+            format!(
+                "{} at {} replaced by another GPU at {addr}: was {}, would be {}",
+                g.describe(),
+                g.address,
+                name(&g.owner),
+                name(&new)
+            ),
+        );
+    }
+    for li in &m.missing {
+        let g = &l.gpus[*li];
+        if !g.missing {
+            push(
+                GPU_MISSING,
+                &g.owner,
+                &None,
+                format!(
+                    "{} at {} is gone from the bus ({})",
+                    g.describe(),
+                    g.address,
+                    name(&g.owner)
+                ),
+            );
+        }
+    }
+    for addr in &m.added {
+        let new = owner_of(addr);
+        push(
+            LAYOUT_CHANGED,
+            &None,
+            &new,
+            format!("a new GPU at {addr} (would be {})", name(&new)),
+        );
+    }
+    out
+}
+
+/// The slices the changes freeze: every slice a change gives or takes a GPU, with the most
+/// severe reason among its changes and all its rows.
+fn stalls(changes: &[Change], hash: &str) -> Vec<Stall> {
+    let mut by: BTreeMap<&str, (usize, Vec<&str>)> = BTreeMap::new();
+    let rank = |r: &str| match r {
+        GPU_MISSING => 0,
+        GPU_REPLACED => 1,
+        _ => 2,
+    };
+    for c in changes {
+        for s in &c.slices {
+            let e = by.entry(s.as_str()).or_insert((usize::MAX, vec![]));
+            e.0 = e.0.min(rank(c.reason));
+            e.1.push(&c.row);
+        }
+    }
+    by.into_iter()
+        .map(|(slice, (r, rows))| Stall {
+            slice: slice.to_string(),
+            reason: [GPU_MISSING, GPU_REPLACED, LAYOUT_CHANGED][r.min(2)],
+            message: format!(
+                "slice {slice}: the host's GPUs changed under an unchanged spec, and the selection would give a GPU to another owner than before: {}. Nothing was changed for this slice. Check the host; to accept the new layout, annotate the partition {ACCEPT_ANNOTATION}={hash}, or change the spec",
+                rows.join("; ")
+            ),
+        })
+        .collect()
+}
+
+/// GPUs of `vfio-pci` slices whose identity is unknown since they appeared: bound to the host
+/// driver first (address → slice). One already on the host driver whose UUID still could not
+/// be read freezes its slice (`GpuIdentityUnknown`), unless the admin allows unverified GPUs.
+fn identify_first(
+    d: &DesiredPartition,
+    host: &HostState,
+    new: &Ledger,
+    t: &Terms,
+    stalls: &mut Vec<Stall>,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    if t.allow_unverified {
+        return out;
+    }
+    for s in d.slices.iter().filter(|s| s.driver == GpuDriver::VfioPci) {
+        for g in &s.gpus {
+            let Some(e) = new.gpus.iter().find(|e| &e.address == g && e.unverified) else {
+                continue;
+            };
+            let on_host = host.pci_devices.get(g).and_then(|x| x.driver.as_deref())
+                == Some(d.host_driver.as_str());
+            if on_host {
+                stalls.push(Stall {
+                    slice: s.name.clone(),
+                    reason: IDENTITY_UNKNOWN,
+                    message: format!(
+                        "slice {}: {} at {g} took another GPU's place or is new, and its UUID could not be read on {} (is nvidia-smi there?); it goes to no VM until its identity is known. Annotate the partition {UNVERIFIED_ANNOTATION}=\"true\" to pass it through anyway",
+                        s.name,
+                        e.describe(),
+                        d.host_driver
+                    ),
+                });
+            } else {
+                out.insert(g.clone(), s.name.clone());
+            }
+        }
+    }
+    out
+}

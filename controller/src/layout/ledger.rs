@@ -1,0 +1,116 @@
+//! The ledger: what the agent last saw of each GPU (its identity, where it sat, which slice
+//! owned it), kept in its state directory (`/var/lib/gpuplane/gpus.json`) and in status.
+//!
+//! Why: a GPU on `vfio-pci` cannot tell NVML its UUID, and an address is not an identity (a
+//! firmware update renumbers the buses, a replaced GPU takes its predecessor's address). The
+//! ledger is the memory that lets the guard (`guard.rs`) tell "the same GPU at a new address"
+//! from "another GPU at the old address", and so never hand a GPU to a new owner silently.
+//!
+//! Written only through the host door (`Step::WriteLedger`), atomically like every host write.
+
+use crate::host::model::{GpuIdentity, PciDevice};
+use serde::{Deserialize, Serialize};
+
+/// The file under the agent's state directory.
+pub const FILE: &str = "gpus.json";
+
+/// The most GPUs a ledger keeps (a host has at most a few dozen; the file is untrusted input).
+pub const MAX_GPUS: usize = 256;
+
+/// The ledger as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ledger {
+    /// The partition whose owners these are.
+    pub partition: String,
+    /// [`super::spec_hash`] of the partition's slices the owners were decided under: a spec
+    /// change is an acknowledgement.
+    pub spec_hash: String,
+    /// Every GPU of the host, by address.
+    #[serde(default)]
+    pub gpus: Vec<LedgerGpu>,
+}
+
+/// One GPU as last seen.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LedgerGpu {
+    /// Where it was (`0000:41:00.0`).
+    pub address: String,
+    /// `vendor:device`.
+    #[serde(default)]
+    pub id: String,
+    #[serde(default = "minus_one")]
+    pub numa_node: i32,
+    /// Its identity: what was observed, and the UUID/serial remembered from when it was on `nvidia`.
+    #[serde(default, flatten)]
+    pub identity: GpuIdentity,
+    /// The slice that owned it; `None`: in no slice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Not on the bus when the ledger was written (kept after an acknowledgement, so its slice
+    /// is not stalled again for the same loss; a GPU that comes back is matched to it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub missing: bool,
+    /// Took another GPU's place, or appeared, and has not been seen on `nvidia` since: its own
+    /// identity (UUID) is unknown, so it goes to no VM until it has been (or the admin allows it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unverified: bool,
+}
+
+fn minus_one() -> i32 {
+    -1
+}
+
+impl LedgerGpu {
+    /// The entry for device `d` as observed now, with `identity` (observed, plus what the
+    /// ledger remembered for it) and `owner`.
+    pub fn of(d: &PciDevice, identity: GpuIdentity, owner: Option<String>) -> LedgerGpu {
+        LedgerGpu {
+            address: d.address.clone(),
+            id: format!("{}:{}", d.vendor, d.device),
+            numa_node: d.numa_node,
+            identity,
+            owner,
+            missing: false,
+            unverified: false,
+        }
+    }
+
+    /// How a person tells this GPU: its slot, else its serials, else its address.
+    pub fn describe(&self) -> String {
+        describe(&self.identity, &self.address)
+    }
+}
+
+/// `slot 3 (GPU-624a…)`, `uuid GPU-…`, `DSN 7800…` or `0000:41:00.0`, for messages.
+pub fn describe(id: &GpuIdentity, address: &str) -> String {
+    let strong = id
+        .uuid
+        .clone()
+        .or_else(|| id.serial.clone().map(|s| format!("serial {s}")))
+        .or_else(|| id.dsn.clone().map(|d| format!("DSN {d}")));
+    match (&id.slot, strong) {
+        (Some(s), Some(x)) => format!("slot {s} ({x})"),
+        (Some(s), None) => format!("slot {s}"),
+        (None, Some(x)) => x,
+        (None, None) => format!("the GPU at {address}"),
+    }
+}
+
+impl Ledger {
+    /// Parses the stored file; `None` when it is not a ledger (a person is told by the caller).
+    pub fn parse(text: &str) -> Option<Ledger> {
+        let mut l: Ledger = serde_json::from_str(text).ok()?;
+        l.gpus.truncate(MAX_GPUS);
+        Some(l)
+    }
+
+    /// The text stored: pretty JSON, one stable order (by address).
+    pub fn render(&self) -> String {
+        let mut l = self.clone();
+        l.gpus
+            .sort_by(|a, b| (a.missing, &a.address).cmp(&(b.missing, &b.address)));
+        serde_json::to_string_pretty(&l).unwrap_or_default() + "\n"
+    }
+}
