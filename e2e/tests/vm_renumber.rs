@@ -11,7 +11,8 @@
 //!   the `numaNode` host slice beside it keeps its GPUs.
 //! - stall: a `numaNode: 1` slice whose GPUs were 111 and 112 would now get 111 alone: the
 //!   converge stops with `HostLayoutChanged`, naming the old and new addresses, and changes
-//!   nothing.
+//!   nothing, again and again, until a person writes the layout hash it offers into the
+//!   partition's `gpuplane.dev/accept-layout` annotation: then slot 111 alone goes to the VM.
 //!
 //! Needs `e2e/setup/install-vm-deps.sh`, `e2e/vm/build-image.sh` and `cargo build --bin
 //! gpuplane` (or `GPUPLANE_BIN`). Two boots, about 4 minutes:
@@ -350,4 +351,50 @@ fn a_numa_slice_whose_gpus_would_change_stalls_and_changes_nothing() {
         "--- boot 2, pci.cfg after the stalled converges (as boot 1 left it):\n{}",
         pci_cfg(&b.after, "stall")
     );
+}
+
+/// stall, acknowledged: with the hash the message offered in `gpuplane.dev/accept-layout`, the
+/// same slice goes on under the new layout: slot 111 alone on vfio-pci, the mapping lists 41:00.0
+/// only, and the ledger records slot 112 in no slice.
+#[test]
+fn accepting_the_offered_layout_lets_the_numa_slice_go_on() {
+    let b = boots();
+    let hash = &b.after.get("ACCEPT", "stall")[0];
+    assert_eq!(hash.len(), 12, "the message offers a layout hash: {hash:?}");
+    let j = b.after.json("stall-accepted");
+    assert_eq!(b.after.rc("stall-accepted"), 0, "{j}");
+    assert_eq!(ready(&j, "GpuPartition/vmhost").0, "True", "{j}");
+    let ledger_step = j["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["kind"] == "writeLedger"))
+        .unwrap_or_else(|| panic!("the ledger is written: {j}"));
+    let why = ledger_step["why"].as_str().unwrap_or("");
+    assert!(
+        why.contains(&format!("accepted by gpuplane.dev/accept-layout={hash}")),
+        "{why}"
+    );
+    let d = b.after.drivers("stall-accepted");
+    assert_eq!(d["0000:41:00.0"].0, "vfio-pci", "slot 111: {d:?}");
+    for a in [
+        "0000:01:00.0",
+        "0000:81:00.0",
+        "0000:82:00.0",
+        "0000:84:01.0",
+    ] {
+        assert_eq!(d[a].0, "bochs-drm", "{a}: {d:?}");
+    }
+    let cfg = pci_cfg(&b.after, "stall-accepted");
+    eprintln!("--- boot 2, pci.cfg after accepting the layout:\n{cfg}");
+    assert_eq!(mapped(&cfg, "emu-vm"), ["0000:41:00.0"], "{cfg}");
+    let ledger: Value = serde_json::from_str(&b.after.get("LEDGER", "stall-accepted")[0])
+        .unwrap_or_else(|e| panic!("the ledger: {e}"));
+    let owner = |slot: &str| {
+        ledger["gpus"]
+            .as_array()
+            .and_then(|g| g.iter().find(|g| g["slot"] == slot))
+            .unwrap_or_else(|| panic!("slot {slot} in the ledger: {ledger}"))["owner"]
+            .clone()
+    };
+    assert_eq!(owner("111"), "vm", "{ledger}");
+    assert_eq!(owner("112"), Value::Null, "{ledger}");
 }

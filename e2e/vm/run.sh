@@ -10,6 +10,7 @@
 # script's exit status.
 #
 # The machine (qemu TCG, q35 + intel-iommu with interrupt remapping, 2 vCPUs, 2 NUMA nodes):
+# (root port slot numbers: 100 + chassis, rp0a..rp1b = 101, 102, 103, 111, 112)
 #   pxb-pcie "pxb0" numa_node=0 (buses 0x40..)
 #     pcie-root-port rp0a  -> bochs-display            stand-in GPU, own IOMMU group
 #     pcie-root-port rp0b  -> bochs-display            stand-in GPU, own IOMMU group
@@ -36,6 +37,9 @@
 #                       VM); check.sh runs again at every boot and can tell them apart by a file
 #                       it leaves on the disk. The output is everything from the first boot's
 #                       @@BEGIN@@ to the last @@END@@ (the later boots' @@BEGIN@@ lines included).
+#   VM_PCI_LAYOUT=renumbered  the same devices in the same slots at other addresses (the
+#                       NUMA nodes' bus ranges swapped, rp1b on pcie.0): see "The machine" below
+#                       and e2e/vm/README.md
 #   VM_IMAGE=kube-node  boot the single-node Kubernetes image of build-kube-image.sh instead of
 #                       the base image (give it VM_MEM=4096)
 #   GPUPLANE_E2E_CACHE  where build-image.sh put the image (default /var/cache/gpuplane-e2e)

@@ -11,11 +11,12 @@
 #           and the mapping is rewritten to list them there.
 #   stall   vm {numaNode: 1} alone: slot 112's root port left NUMA node 1, so the same spec would
 #           now give the slice other GPUs than the ledger says it had: HostLayoutChanged, and
-#           nothing is changed.
+#           nothing is changed, until a person accepts the layout (the accept-layout
+#           annotation with the hash the message offers): then slot 111 alone goes to the VM.
 # Lines (TAG STORY rest): IDENT (one per stand-in GPU: address, slot, NUMA node, driver,
 # driver_override, topology path), RC/JSON/STDERR (scenario-lib's converge), DRV, PCICFG,
 # LEDGER (gpus.json on one line), STATE (the agent's state, a base64 tar.gz), TEXT/TEXTRC (a
-# converge in text, as a person reads it).
+# converge in text, as a person reads it), ACCEPT (the hash written into the annotation).
 set -u
 . /usr/local/bin/scenario-lib.sh
 
@@ -91,6 +92,16 @@ for s in follow stall; do
   $G converge -f $M/$s $GP > /tmp/text 2>&1; echo "TEXTRC $s $?"
   sed "s/^/TEXT $s /" /tmp/text
   drv $s-again; pcicfg $s-again
+  if [ $s = stall ]; then
+    # A person checked the host and accepts the new layout with the hash the message offers.
+    hash=$(sed -n 's/.*accept-layout=\([0-9a-f]*\).*/\1/p' /tmp/text | head -1)
+    echo "ACCEPT stall $hash"
+    mkdir -p $M/stall-accepted
+    sed "s|^metadata: {name: vmhost}\$|metadata: {name: vmhost, annotations: {gpuplane.dev/accept-layout: \"$hash\"}}|" \
+      $M/stall/partition.yaml > $M/stall-accepted/partition.yaml
+    converge stall-accepted
+    drv stall-accepted; pcicfg stall-accepted; ledger stall-accepted
+  fi
   reset_host
 done
 exit 0
