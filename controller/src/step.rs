@@ -67,7 +67,7 @@ pub enum Step {
     /// `systemctl daemon-reload` at a location.
     DaemonReload { location: Location },
     /// Write the agent's GPU ledger (`/var/lib/gpuplane/gpus.json`, atomically).
-    WriteLedger { ledger: crate::layout::Ledger },
+    WriteLedger { ledger: crate::host::ledger::Ledger },
     /// `systemctl start` (or `restart` when `restart`).
     StartUnit { unit: UnitRef, restart: bool },
     /// Wait until the server answers `/health_generate` 200 and lists its model, or stalls;

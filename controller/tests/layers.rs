@@ -39,10 +39,12 @@ const RULES: &[(&str, &[&str])] = &[
         ],
     ),
     // Pure deciding.
+    ("layout", &["host"]),
     (
         "desired",
         &[
             "resource_key",
+            "layout",
             "host",
             "manifests",
             "modelfiles",
@@ -57,6 +59,7 @@ const RULES: &[(&str, &[&str])] = &[
         "plan",
         &[
             "resource_key",
+            "layout",
             "desired",
             "p2p",
             "step",
@@ -87,6 +90,7 @@ const RULES: &[(&str, &[&str])] = &[
         "status",
         &[
             "resource_key",
+            "layout",
             "converge",
             "desired",
             "p2p",

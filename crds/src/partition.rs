@@ -306,6 +306,50 @@ pub struct GpuPartitionStatus {
     /// The steps of the last plan that was applied, in order.
     #[serde(default)]
     pub last_applied_plan: Vec<String>,
+    /// Every GPU of the host as the agent knows it: where it is, what it is, who owns it. A GPU
+    /// the ledger remembers but the bus does not show is listed with `missing: true`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuStatus>,
+    /// The hash of the GPU layout on the bus now: what `gpuplane.dev/accept-layout` takes to
+    /// acknowledge a layout change the agent stalled on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout_hash: Option<String>,
+}
+
+/// One GPU of the host in status: the agent's ledger and observation together.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuStatus {
+    /// PCI address now (the last one seen, for a missing GPU).
+    pub address: String,
+    /// Physical slot name, where the platform names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
+    /// Topology path from the root complex, without bus numbers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// NVML UUID: read while on `nvidia`, remembered after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// Board serial: read while on `nvidia`, remembered after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    /// PCIe Device Serial Number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dsn: Option<String>,
+    /// NUMA node, -1 when the platform does not say.
+    pub numa: i32,
+    /// IOMMU group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<u32>,
+    /// Bound driver, `none` when unbound.
+    pub driver: String,
+    /// The slice that owns it, by the spec's selection now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// In the ledger, not on the bus.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub missing: bool,
 }
 
 /// Observed state of one slice.

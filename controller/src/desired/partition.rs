@@ -65,9 +65,8 @@ fn layout_terms(p: &GpuPartition, gpu_vendor: &str) -> crate::layout::Terms {
     crate::layout::Terms {
         spec_hash: crate::layout::spec_hash(&p.spec),
         gpu_vendor: gpu_vendor.into(),
-        accept_layout: ann(crate::layout::guard::ACCEPT_ANNOTATION),
-        allow_unverified: ann(crate::layout::guard::UNVERIFIED_ANNOTATION).as_deref()
-            == Some("true"),
+        accept_layout: ann(crate::layout::ACCEPT_ANNOTATION),
+        allow_unverified: ann(crate::layout::UNVERIFIED_ANNOTATION).as_deref() == Some("true"),
     }
 }
 
@@ -97,7 +96,7 @@ struct Check<'a> {
     /// The ledger, when its owners were decided under this very spec: a GPU it gives a slice
     /// that is not on the bus now is the layout guard's to report (`GpuMissing`, that slice
     /// only), not a spec error that would stop every slice.
-    ledger: Option<&'a crate::layout::Ledger>,
+    ledger: Option<&'a crate::host::ledger::Ledger>,
 }
 
 impl<'a> Check<'a> {
@@ -130,7 +129,11 @@ impl<'a> Check<'a> {
 
     /// Whether the ledger gives slice `slice` a GPU `is_it` picks that is not on the bus now
     /// (gone, or at another address): the guard reports it, for that slice alone.
-    fn remembered(&self, slice: &str, is_it: impl Fn(&crate::layout::LedgerGpu) -> bool) -> bool {
+    fn remembered(
+        &self,
+        slice: &str,
+        is_it: impl Fn(&crate::host::ledger::LedgerGpu) -> bool,
+    ) -> bool {
         self.ledger.is_some_and(|l| {
             l.gpus
                 .iter()

@@ -53,7 +53,7 @@ pub struct HostState {
     /// The agent's GPU ledger (`/var/lib/gpuplane/gpus.json`): what it last saw of each GPU
     /// and which slice owned it. `None`: never written (or unreadable, said in `notes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu_ledger: Option<crate::layout::Ledger>,
+    pub gpu_ledger: Option<super::ledger::Ledger>,
     /// What this host lacks that a person should know (no GPUs, no Proxmox, no systemd):
     /// situations that are normal on some hosts, said plainly, never an error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -7,7 +7,7 @@
 //! replaced in place; found there with nothing to compare, it is taken to be the same GPU (the
 //! best anyone can tell: emulated devices and hosts without slots know no more). Pure.
 
-use super::ledger::Ledger;
+use crate::host::ledger::Ledger;
 use crate::host::model::{GpuIdentity, PciDevice};
 use std::collections::{BTreeMap, BTreeSet};
 

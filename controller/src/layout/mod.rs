@@ -1,23 +1,69 @@
-//! Which GPU is which over time (issue 24): the ledger of what the agent last saw of each
-//! GPU, matching the GPUs on the bus now to it, and the guard that never lets a change of the
-//! host (a renumbering, a replacement, a GPU gone) move a GPU to another owner unasked.
+//! Which GPU is which over time (issue 24). The pieces, by where they live:
 //!
-//! - `ledger.rs`: the stored record (`/var/lib/gpuplane/gpus.json`, and in status);
-//! - `matching.rs`: same GPU, replaced in place, gone, new; identities remembered;
-//! - `guard.rs`: the verdict the planner obeys (frozen slices, the ledger to write).
+//! - the identity facts are observed by the backends (`host/local/identity.rs`, the twin's
+//!   description), into `host::model::GpuIdentity`;
+//! - the ledger, the stored record of what the agent last saw (`/var/lib/gpuplane/gpus.json`,
+//!   and in status), is host state: `host/ledger.rs`;
+//! - here: matching the GPUs on the bus to the ledger (`matching.rs`: same GPU, replaced in
+//!   place, gone, new; identities remembered), the spec hash and the layout hash, and the terms
+//!   a partition sets (`Terms`);
+//! - the guard that never lets a change of the host (a renumbering, a replacement, a GPU gone)
+//!   move a GPU to another owner unasked is the planner's first decision:
+//!   `plan/layout_guard.rs`.
 //!
-//! The identity facts themselves are observed by the backends (`host/local/identity.rs`).
 //! Pure: no I/O.
 
-pub mod guard;
-pub mod ledger;
 pub mod matching;
 
-pub use guard::{check, layout_hash, Stall, Terms, Verdict};
-pub use ledger::{Ledger, LedgerGpu};
+use crate::host::model::PciDevice;
 
 use gpuplane_crds::GpuPartitionSpec;
 use sha2::{Digest, Sha256};
+
+/// The annotation that acknowledges a layout: its value is the layout hash.
+pub const ACCEPT_ANNOTATION: &str = "gpuplane.dev/accept-layout";
+/// The annotation that lets a GPU of unknown identity go to a VM.
+pub const UNVERIFIED_ANNOTATION: &str = "gpuplane.dev/allow-unverified-gpus";
+
+/// What the layout guard needs beyond the resolved slices (from the partition object).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Terms {
+    /// [`spec_hash`] of the partition.
+    pub spec_hash: String,
+    /// The vendor whose display devices are the host's GPUs.
+    pub gpu_vendor: String,
+    /// The `accept-layout` annotation's value.
+    pub accept_layout: Option<String>,
+    /// `allow-unverified-gpus: "true"`.
+    pub allow_unverified: bool,
+}
+
+/// The hash a person writes into `accept-layout`: of the GPUs on the bus now (address, model,
+/// NUMA node, slot, path and the identities observed), 12 hex digits.
+pub fn layout_hash(observed: &[&PciDevice]) -> String {
+    let mut h = Sha256::new();
+    for d in observed {
+        let i = &d.identity;
+        let o = |x: &Option<String>| x.clone().unwrap_or_default();
+        h.update(format!(
+            "{}|{}:{}|{}|{}|{}|{}|{}|{}\n",
+            d.address,
+            d.vendor,
+            d.device,
+            d.numa_node,
+            o(&i.slot),
+            o(&i.path),
+            o(&i.dsn),
+            o(&i.uuid),
+            o(&i.serial)
+        ));
+    }
+    h.finalize()
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
 
 /// The hash of what decides GPU owners in a partition: each slice's name, selector, driver and
 /// consumer (not its server policy: a tenant rule changed is no acknowledgement of new
@@ -35,6 +81,3 @@ pub fn spec_hash(spec: &GpuPartitionSpec) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
-
-#[cfg(test)]
-mod tests;

@@ -20,6 +20,7 @@ mod binding;
 pub mod companions;
 mod containers;
 mod holders;
+pub mod layout_guard;
 mod mappings;
 mod occupants;
 mod output;
@@ -48,7 +49,7 @@ struct GpuTarget {
 /// due, is the plan's first step (so identities are recorded while the GPUs are still on
 /// `nvidia`), and only in a plan nothing else blocks.
 pub fn plan(desired: &Desired, host: &HostState) -> Plan {
-    let verdict = crate::layout::check(&desired.partition, host);
+    let verdict = layout_guard::check(&desired.partition, host);
     let view = layout_view(desired, &verdict);
     let d = view.as_ref().unwrap_or(desired);
     let mut p = Planner {
@@ -82,7 +83,7 @@ pub fn plan(desired: &Desired, host: &HostState) -> Plan {
 
 /// `desired` without the slices the guard froze (and their servers), and with the GPUs to
 /// identify first moved to a slice of the host driver; `None` when the guard changes nothing.
-fn layout_view(desired: &Desired, v: &crate::layout::Verdict) -> Option<Desired> {
+fn layout_view(desired: &Desired, v: &layout_guard::Verdict) -> Option<Desired> {
     if v.stalls.is_empty() && v.identify_first.is_empty() {
         return None;
     }

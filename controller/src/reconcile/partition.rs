@@ -329,6 +329,8 @@ async fn write_status(
         } else {
             applied
         },
+        gpus: pc.gpus.clone(),
+        layout_hash: pc.layout_hash.clone(),
     };
     write(ctx, p, &st).await?;
 

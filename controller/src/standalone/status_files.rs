@@ -12,21 +12,25 @@ pub fn write(dir: &Path, status: &BTreeMap<crate::resource_key::ResourceKey, Res
         for c in &st.conditions {
             tracing::info!(resource = %resource, "{}={} ({}): {}", c.type_, c.status, c.reason, c.message);
         }
-        put_conditions(dir, &resource.to_string(), &st.conditions);
+        put_conditions(dir, &resource.to_string(), st);
     }
     let _ = std::fs::remove_file(dir.join("_invalid.yaml"));
 }
 
-/// Writes `resource`'s file with `conditions` merged into what it held: lastTransitionTime
-/// survives unless a condition's status flips, as in the API.
-fn put_conditions(dir: &Path, resource: &str, conditions: &[gpuplane_crds::condition::Condition]) {
+/// Writes `resource`'s file with its conditions merged into what it held (lastTransitionTime
+/// survives unless a condition's status flips, as in the API), and a partition's GPU table.
+fn put_conditions(dir: &Path, resource: &str, st: &ResourceStatus) {
     let name = file_name(resource);
-    let conditions = gpuplane_crds::condition::merge(&previous(dir, &name), conditions);
-    let text = serde_yaml::to_string(&serde_json::json!({
+    let conditions = gpuplane_crds::condition::merge(&previous(dir, &name), &st.conditions);
+    let mut doc = serde_json::json!({
         "resource": resource,
         "conditions": conditions,
-    }))
-    .unwrap_or_default();
+    });
+    if !st.gpus.is_empty() {
+        doc["gpus"] = serde_json::json!(st.gpus);
+        doc["layoutHash"] = serde_json::json!(st.layout_hash);
+    }
+    let text = serde_yaml::to_string(&doc).unwrap_or_default();
     put(dir, &name, &text);
 }
 
@@ -57,7 +61,7 @@ pub fn write_refusals(dir: &Path, errs: &[crate::desired::SpecError]) {
     for (resource, msgs) in by {
         let now = crate::clock::now();
         let st = crate::status::refusal::invalid(&msgs, None, &now);
-        put_conditions(dir, &resource.to_string(), &st.conditions);
+        put_conditions(dir, &resource.to_string(), &st);
     }
 }
 

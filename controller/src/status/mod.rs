@@ -12,13 +12,20 @@ use gpuplane_crds::{set_condition, IommuModeExpectation};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
+pub mod gpus;
 pub mod refusal;
 
-/// Conditions of one resource.
+/// Conditions of one resource (and, for the partition, its GPU table).
 #[derive(Debug, Clone, Serialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceStatus {
     pub conditions: Vec<Condition>,
+    /// The partition's GPUs (`gpus.rs`); empty for a server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<gpuplane_crds::GpuStatus>,
+    /// The partition's layout hash (what `accept-layout` takes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout_hash: Option<String>,
 }
 
 impl ResourceStatus {
@@ -109,7 +116,8 @@ pub fn compute(
     let host = r.final_host.as_ref().unwrap_or(&empty);
     let part_res = ResourceKey::partition(desired.partition.name.as_str());
     let g = generations.get(&part_res).copied();
-    let ps = partition_status(desired, r, host, &part_res, g, &now);
+    let mut ps = partition_status(desired, r, host, &part_res, g, &now);
+    (ps.gpus, ps.layout_hash) = gpus::table(&desired.partition, host);
     out.insert(part_res.clone(), ps);
     for s in &desired.servers {
         let res = ResourceKey::server_id(&s.id);

@@ -60,6 +60,7 @@ pub fn invalid(messages: &[String], generation: Option<i64>, now: &Time) -> Reso
             c("Reconciling", "False", "waiting for a spec change".into()),
             c("Stalled", "True", messages.join("; ")),
         ],
+        ..Default::default()
     }
 }
 
@@ -74,6 +75,7 @@ fn waiting(reason: &str, message: String, generation: Option<i64>, now: &Time) -
             c("Reconciling", "False"),
             c("Stalled", "True"),
         ],
+        ..Default::default()
     }
 }
 
@@ -131,5 +133,6 @@ pub fn conflict(message: &str, generation: Option<i64>, now: &Time) -> ResourceS
                     .into(),
             ),
         ],
+        ..Default::default()
     }
 }

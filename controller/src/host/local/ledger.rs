@@ -1,10 +1,10 @@
-//! The GPU ledger's file under the agent's state directory (`layout/ledger.rs` says what it
+//! The GPU ledger's file under the agent's state directory (`host/ledger.rs` says what it
 //! holds and why): read on every look, written only by `Step::WriteLedger`, atomically (a
 //! temporary file renamed over it, as every host write), so a kill leaves the old ledger or the
 //! new one, never half of one.
 
 use super::error::LocalError;
-use crate::layout::ledger::{Ledger, FILE};
+use crate::host::ledger::{Ledger, FILE};
 use std::io::Read;
 use std::path::Path;
 

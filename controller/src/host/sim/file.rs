@@ -182,7 +182,7 @@ pub struct SimHostFile {
     pub files: Option<super::files::SimFiles>,
     /// The agent's GPU ledger, as it wrote it (`/var/lib/gpuplane/gpus.json`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu_ledger: Option<crate::layout::Ledger>,
+    pub gpu_ledger: Option<crate::host::ledger::Ledger>,
     /// Faults still to inject (each consumed as it fires).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<super::SimFault>,

@@ -1,9 +1,10 @@
-//! The ledger: what the agent last saw of each GPU (its identity, where it sat, which slice
+//! The GPU ledger: what the agent last saw of each GPU (its identity, where it sat, which slice
 //! owned it), kept in its state directory (`/var/lib/gpuplane/gpus.json`) and in status.
 //!
 //! Why: a GPU on `vfio-pci` cannot tell NVML its UUID, and an address is not an identity (a
 //! firmware update renumbers the buses, a replaced GPU takes its predecessor's address). The
-//! ledger is the memory that lets the guard (`guard.rs`) tell "the same GPU at a new address"
+//! ledger is the memory that lets the layout guard (`plan/layout_guard.rs`, with the matching of
+//! `layout/matching.rs`) tell "the same GPU at a new address"
 //! from "another GPU at the old address", and so never hand a GPU to a new owner silently.
 //!
 //! Written only through the host door (`Step::WriteLedger`), atomically like every host write.
@@ -23,7 +24,7 @@ pub const MAX_GPUS: usize = 256;
 pub struct Ledger {
     /// The partition whose owners these are.
     pub partition: String,
-    /// [`super::spec_hash`] of the partition's slices the owners were decided under: a spec
+    /// `layout::spec_hash` of the partition's slices the owners were decided under: a spec
     /// change is an acknowledgement.
     pub spec_hash: String,
     /// Every GPU of the host, by address.

@@ -18,37 +18,19 @@
 //! its UUID), unless the partition is annotated `gpuplane.dev/allow-unverified-gpus: "true"`.
 //! Pure.
 
-use super::ledger::{Ledger, LedgerGpu};
-use super::matching::{known_identities, match_gpus, Matching};
 use crate::desired::DesiredPartition;
+use crate::host::ledger::{Ledger, LedgerGpu};
 use crate::host::model::{HostState, PciDevice};
+use crate::layout::matching::{known_identities, match_gpus, Matching};
+use crate::layout::{layout_hash, Terms, ACCEPT_ANNOTATION, UNVERIFIED_ANNOTATION};
 use gpuplane_crds::GpuDriver;
-use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// The annotation that acknowledges a layout: its value is the layout hash.
-pub const ACCEPT_ANNOTATION: &str = "gpuplane.dev/accept-layout";
-/// The annotation that lets a GPU of unknown identity go to a VM.
-pub const UNVERIFIED_ANNOTATION: &str = "gpuplane.dev/allow-unverified-gpus";
 
 /// Reasons, most severe first.
 pub const GPU_MISSING: &str = "GpuMissing";
 pub const GPU_REPLACED: &str = "GpuReplaced";
 pub const LAYOUT_CHANGED: &str = "HostLayoutChanged";
 pub const IDENTITY_UNKNOWN: &str = "GpuIdentityUnknown";
-
-/// What the guard needs beyond the resolved slices (from the partition object).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Terms {
-    /// [`super::spec_hash`] of the partition.
-    pub spec_hash: String,
-    /// The vendor whose display devices are the host's GPUs.
-    pub gpu_vendor: String,
-    /// The `accept-layout` annotation's value.
-    pub accept_layout: Option<String>,
-    /// `allow-unverified-gpus: "true"`.
-    pub allow_unverified: bool,
-}
 
 /// A slice the guard froze.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,33 +56,6 @@ impl Verdict {
     pub fn frozen(&self, name: &str) -> bool {
         self.stalls.iter().any(|s| s.slice == name)
     }
-}
-
-/// The hash a person writes into `accept-layout`: of the GPUs on the bus now (address, model,
-/// NUMA node, slot, path and the identities observed), 12 hex digits.
-pub fn layout_hash(observed: &[&PciDevice]) -> String {
-    let mut h = Sha256::new();
-    for d in observed {
-        let i = &d.identity;
-        let o = |x: &Option<String>| x.clone().unwrap_or_default();
-        h.update(format!(
-            "{}|{}:{}|{}|{}|{}|{}|{}|{}\n",
-            d.address,
-            d.vendor,
-            d.device,
-            d.numa_node,
-            o(&i.slot),
-            o(&i.path),
-            o(&i.dsn),
-            o(&i.uuid),
-            o(&i.serial)
-        ));
-    }
-    h.finalize()
-        .iter()
-        .take(6)
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// One difference between the ledger and the spec's selection now.
@@ -359,3 +314,6 @@ fn identify_first(
     }
     out
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,14 +2,15 @@
 //! slice with a server and a VM slice): renumberings followed or stopped, GPUs swapped,
 //! replaced, gone; the acknowledgement; and the ledger's own fixpoint.
 
-use super::guard::{ACCEPT_ANNOTATION, GPU_MISSING, GPU_REPLACED, LAYOUT_CHANGED};
-use super::matching::match_gpus;
-use super::*;
+use super::{GPU_MISSING, GPU_REPLACED, LAYOUT_CHANGED};
 use crate::converge::{converge, Options, Report, Stop};
 use crate::door::Door;
+use crate::host::ledger::{Ledger, LedgerGpu};
 use crate::host::model::{GpuIdentity, HostState, PciDevice, RunState};
 use crate::host::sim::SimHost;
 use crate::host::Host;
+use crate::layout::matching::match_gpus;
+use crate::layout::ACCEPT_ANNOTATION;
 use crate::manifests::Manifests;
 use crate::step::Step;
 use crate::testutil::{manifests, twin};
@@ -394,4 +395,35 @@ fn the_stored_ledger_reads_back_and_junk_is_no_ledger() {
     assert_eq!(Ledger::parse(&l.render()), Some(l));
     assert_eq!(Ledger::parse("{\"gpus\": 3}"), None);
     assert_eq!(Ledger::parse("not json"), None);
+}
+
+#[test]
+fn status_lists_every_gpu_with_its_remembered_identity_and_the_missing_one() {
+    let (mut h, m) = converged();
+    h.file.pci_devices.retain(|d| d.address != "0000:91:00.0");
+    let st = h.observe().unwrap();
+    let d = crate::desired::select::for_host(&m, &st, "10de", "nvidia").expect("valid");
+    let r = converge(&d, &mut Door::new(&mut h), &Options::default());
+    let all = crate::status::compute(&d, &r, &Default::default(), &crate::clock::now());
+    let ps = &all[&crate::resource_key::ResourceKey::partition("kpro6")];
+    assert_eq!(ps.gpus.len(), 8, "{:?}", ps.gpus);
+    let row = |a: &str| ps.gpus.iter().find(|g| g.address == a).unwrap();
+    let vm = row("0000:81:00.0");
+    assert_eq!(
+        (vm.driver.as_str(), vm.owner.as_deref(), vm.slot.as_deref()),
+        ("vfio-pci", Some("confidential-vm"), Some("5"))
+    );
+    assert_eq!(
+        vm.uuid.as_deref(),
+        Some("GPU-6f2c1e04-5a3b-4c1d-9e8f-0a1b2c3d4e04"),
+        "remembered: NVML cannot read a vfio-pci GPU"
+    );
+    let gone = row("0000:91:00.0");
+    assert!(gone.missing);
+    assert_eq!(gone.owner.as_deref(), Some("confidential-vm"));
+    let hash = ps.layout_hash.clone().unwrap();
+    assert!(
+        blocked(&r)[0].1.contains(&hash),
+        "the status shows the hash the message offers"
+    );
 }
