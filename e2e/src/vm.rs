@@ -62,17 +62,21 @@ pub fn run(script: &Path, files: &[PathBuf], env: &[(&str, &str)]) -> VmRun {
 /// Boots the VM with `e2e/vm/scenarios/SCRIPT`, `files` and `e2e/vm/scenario-lib.sh` (which the
 /// scenarios source); returns what the script printed.
 pub fn boot_scenario(script: &str, files: &[PathBuf], kargs: &str) -> String {
+    boot_scenario_with(script, files, &[("KARGS", kargs)])
+}
+
+/// [`boot_scenario`] with more of run.sh's environment (`KARGS`, `VM_PCI_LAYOUT`, ...).
+pub fn boot_scenario_with(script: &str, files: &[PathBuf], extra: &[(&str, &str)]) -> String {
     let mut all = files.to_vec();
     all.push(repo_root().join("e2e/vm/scenario-lib.sh"));
+    let mut env = vec![("VM_TIMEOUT", "900")];
+    env.extend_from_slice(extra);
     let r = run(
         &repo_root().join("e2e/vm/scenarios").join(script),
         &all,
-        &[("KARGS", kargs), ("VM_TIMEOUT", "900")],
+        &env,
     );
-    eprintln!(
-        "--- {script} (KARGS={kargs:?}): {:.0}s\n{}",
-        r.secs, r.stdout
-    );
+    eprintln!("--- {script} ({env:?}): {:.0}s\n{}", r.secs, r.stdout);
     assert!(
         r.code != Some(2),
         "the VM is not set up: run e2e/setup/install-vm-deps.sh and e2e/vm/build-image.sh\n{}",

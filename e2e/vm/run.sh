@@ -10,6 +10,7 @@
 # script's exit status.
 #
 # The machine (qemu TCG, q35 + intel-iommu with interrupt remapping, 2 vCPUs, 2 NUMA nodes):
+# (root port slot numbers: 100 + chassis, rp0a..rp1b = 101, 102, 103, 111, 112)
 #   pxb-pcie "pxb0" numa_node=0 (buses 0x40..)
 #     pcie-root-port rp0a  -> bochs-display            stand-in GPU, own IOMMU group
 #     pcie-root-port rp0b  -> bochs-display            stand-in GPU, own IOMMU group
@@ -36,6 +37,9 @@
 #                       VM); check.sh runs again at every boot and can tell them apart by a file
 #                       it leaves on the disk. The output is everything from the first boot's
 #                       @@BEGIN@@ to the last @@END@@ (the later boots' @@BEGIN@@ lines included).
+#   VM_PCI_LAYOUT=renumbered  the same devices in the same slots at other addresses (the
+#                       NUMA nodes' bus ranges swapped, rp1b on pcie.0): see "The machine" below
+#                       and e2e/vm/README.md
 #   VM_IMAGE=kube-node  boot the single-node Kubernetes image of build-kube-image.sh instead of
 #                       the base image (give it VM_MEM=4096)
 #   GPUPLANE_E2E_CACHE  where build-image.sh put the image (default /var/cache/gpuplane-e2e)
@@ -109,20 +113,34 @@ done
 # The machine.
 mem=${VM_MEM:-1536}
 half=$(( mem / 2 ))
+# Root port slot numbers are 100 + chassis: unique on the machine (the kernel suffixes a repeated
+# slot name with -1, -2 in probe order) and above the pcie-pci-bridge's SHPC slots, which the
+# kernel names 1..31 after their device numbers (so 44:01.0's slot is "1").
+case "${VM_PCI_LAYOUT:-default}" in
+  default) nr0=0x40 nr1=0x80 rp1b_bus=pxb1 pci_hp=() ;;
+  # The same GPUs in the same slots, every address changed: the two NUMA nodes' bus ranges
+  # swapped (slot 101's GPU is at 81:00.0, where slot 111's was), and slot 112's root port moved
+  # off NUMA node 1 onto the root complex (pcie.0, no NUMA node): its GPU is at 01:00.0. A root
+  # port on pcie.0 is hot-plugged through ACPI by default (its slot then named by ACPI, "0");
+  # with ACPI hotplug off the kernel's pciehp drives it and names it by its slot number.
+  renumbered) nr0=0x80 nr1=0x40 rp1b_bus=pcie.0,addr=0x6
+    pci_hp=(-global ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off) ;;
+  *) echo "run.sh: unknown VM_PCI_LAYOUT ${VM_PCI_LAYOUT}" >&2; exit 2 ;;
+esac
 dev=(
-  -device pxb-pcie,id=pxb0,bus_nr=0x40,numa_node=0,bus=pcie.0
-  -device pcie-root-port,id=rp0a,bus=pxb0,chassis=1,slot=1
+  -device pxb-pcie,id=pxb0,bus_nr=$nr0,numa_node=0,bus=pcie.0
+  -device pcie-root-port,id=rp0a,bus=pxb0,chassis=1,slot=101
   -device bochs-display,bus=rp0a
-  -device pcie-root-port,id=rp0b,bus=pxb0,chassis=2,slot=2
+  -device pcie-root-port,id=rp0b,bus=pxb0,chassis=2,slot=102
   -device bochs-display,bus=rp0b
-  -device pcie-root-port,id=rp0c,bus=pxb0,chassis=3,slot=3
+  -device pcie-root-port,id=rp0c,bus=pxb0,chassis=3,slot=103
   -device pcie-pci-bridge,id=br0,bus=rp0c
   -device bochs-display,bus=br0,addr=1
   -device e1000,bus=br0,addr=2,netdev=nd-none
-  -device pxb-pcie,id=pxb1,bus_nr=0x80,numa_node=1,bus=pcie.0
-  -device pcie-root-port,id=rp1a,bus=pxb1,chassis=11,slot=1
+  -device pxb-pcie,id=pxb1,bus_nr=$nr1,numa_node=1,bus=pcie.0
+  -device pcie-root-port,id=rp1a,bus=pxb1,chassis=11,slot=111
   -device bochs-display,bus=rp1a
-  -device pcie-root-port,id=rp1b,bus=pxb1,chassis=12,slot=2
+  -device pcie-root-port,id=rp1b,bus=$rp1b_bus,chassis=12,slot=112
   -device bochs-display,bus=rp1b
 )
 net=(-netdev hubport,id=nd-none,hubid=9)   # the e1000 is a companion device, not a network
@@ -145,7 +163,7 @@ timeout --kill-after=10 "${VM_TIMEOUT:-300}" $QEMU \
   -object memory-backend-ram,id=m0,size=${half}M -object memory-backend-ram,id=m1,size=$(( mem - half ))M \
   -numa node,nodeid=0,cpus=0,memdev=m0 -numa node,nodeid=1,cpus=1,memdev=m1 \
   -device intel-iommu,intremap=on \
-  "${dev[@]}" "${net[@]}" \
+  "${pci_hp[@]}" "${dev[@]}" "${net[@]}" \
   -drive file="$W/disk.img",if=none,id=root,format=raw \
   -device virtio-blk-pci,drive=root,bus=pcie.0,addr=0x3 \
   -chardev file,id=con,path="$W/console.log" -serial chardev:con \
