@@ -368,9 +368,16 @@ fn one(sel: Sel, changes: &[Change], f: &mut Figures) -> Result<(), TestCaseErro
                 r3.stop,
                 changes
             ),
-            // Acknowledged, the layout is the host's truth: a slice that names only GPUs that
-            // are not on the bus is the spec's to fix, and the agent says so before any write.
-            Err(e) if e.contains("none of the GPUs this slice names is on this host now") => {
+            // Acknowledged, the layout is the host's truth: an address or slot a GPU left (or a
+            // slice left with no GPU) is the spec's to fix, and the agent says so before any
+            // write. The further converge below must agree.
+            Err(e) if e.contains("InvalidSpec") => {
+                let again = run(&mut h, &m);
+                prop_assert!(
+                    again.is_err(),
+                    "the refusal holds: {:?}",
+                    again.map(|r| r.stop)
+                );
                 f.refused += 1;
                 return Ok(());
             }

@@ -100,6 +100,10 @@ struct Check<'a> {
     ledger: Option<&'a crate::host::ledger::Ledger>,
     /// The layout on the bus is acknowledged (`accept-layout`).
     accepted: bool,
+    /// Acknowledged: the ledger's GPUs that are gone from the bus or were replaced (kept in the
+    /// ledger as missing): a selector may still name them. An address or slot some other GPU
+    /// left is the spec's to fix.
+    gone: BTreeSet<usize>,
 }
 
 impl<'a> Check<'a> {
@@ -120,6 +124,14 @@ impl<'a> Check<'a> {
         // (and a count that cannot be met); before, the guard reports what moved.
         let accepted =
             terms.accept_layout.as_deref() == Some(crate::layout::layout_hash(&observed).as_str());
+        let gone: BTreeSet<usize> = match ledger {
+            Some(l) if accepted => {
+                let m = crate::layout::matching::match_gpus(l, &observed);
+                let replaced = m.replaced.into_iter().map(|(i, _)| i);
+                m.missing.into_iter().chain(replaced).collect()
+            }
+            _ => BTreeSet::new(),
+        };
         Check {
             problems: Problems::new(resource),
             host,
@@ -132,21 +144,25 @@ impl<'a> Check<'a> {
             known: crate::layout::matching::known_identities(host.gpu_ledger.as_ref(), &observed),
             ledger,
             accepted,
+            gone,
         }
     }
 
     /// Whether the ledger gave slice `slice` a GPU `is_it` picks (one the selector now misses:
-    /// gone, moved, replaced): the guard reports it, or, acknowledged, the slice goes on
-    /// without it; either way for that slice alone, not as a spec error of every slice.
+    /// gone, moved, replaced): the guard reports it, for that slice alone, not as a spec error
+    /// of every slice. Acknowledged, only a GPU that is gone or was replaced (the slice goes on
+    /// without it).
     fn remembered(
         &self,
         slice: &str,
         is_it: impl Fn(&crate::host::ledger::LedgerGpu) -> bool,
     ) -> bool {
         self.ledger.is_some_and(|l| {
-            l.gpus
-                .iter()
-                .any(|g| g.owner.as_deref() == Some(slice) && is_it(g))
+            l.gpus.iter().enumerate().any(|(i, g)| {
+                g.owner.as_deref() == Some(slice)
+                    && is_it(g)
+                    && (!self.accepted || self.gone.contains(&i))
+            })
         })
     }
 
