@@ -20,6 +20,9 @@ use gpuplane_crds::{
 };
 use std::collections::BTreeMap;
 
+/// One identity field of a stand-in GPU (UUID, serial, slot).
+type IdentityField = fn(&mut GpuIdentity) -> &mut Option<String>;
+
 /// Vendor of the stand-in GPUs (any; the stand-in host has only these).
 const VENDOR: &str = "10de";
 
@@ -197,10 +200,7 @@ fn stand_in_host(p: &GpuPartition, servers: &[&InferenceServer]) -> HostState {
         }
         // GPUs named by identity: one stand-in GPU per distinct name (a name listed twice is
         // still the spec's error), with that identity.
-        let named: [(
-            &Option<Vec<String>>,
-            fn(&mut GpuIdentity) -> &mut Option<String>,
-        ); 3] = [
+        let named: [(&Option<Vec<String>>, IdentityField); 3] = [
             (&s.gpus.uuids, |i| &mut i.uuid),
             (&s.gpus.serials, |i| &mut i.serial),
             (&s.gpus.slots, |i| &mut i.slot),
