@@ -132,6 +132,23 @@ fn check_status(c: &Cluster) {
         s["status"]
     );
     assert_eq!(s["status"]["endpoint"], "http://0.0.0.0:30000");
+    // The GPU table survives the API server's structural schema (pruning would drop it).
+    let gpus = p["status"]["gpus"].as_array().expect("status.gpus");
+    assert_eq!(gpus.len(), 8, "{}", p["status"]["gpus"]);
+    let vm = gpus
+        .iter()
+        .find(|g| g["address"] == "0000:81:00.0")
+        .expect("a row for 0000:81:00.0");
+    assert_eq!(
+        (&vm["driver"], &vm["owner"], &vm["slot"]),
+        (&"vfio-pci".into(), &"confidential-vm".into(), &"5".into()),
+        "{vm}"
+    );
+    assert_eq!(
+        vm["uuid"], "GPU-6f2c1e04-5a3b-4c1d-9e8f-0a1b2c3d4e04",
+        "remembered by the ledger while the GPU is on vfio-pci: {vm}"
+    );
+    assert!(p["status"]["layoutHash"].is_string(), "{}", p["status"]);
     assert!(
         has_finalizer(&p, "gpuplane.dev/host-cleanup"),
         "{}",

@@ -7,7 +7,7 @@
 //! - Only absolute model paths are read; a hub id has nothing local to check.
 
 use super::{Desired, DesiredServer};
-use crate::host::model::PreflightRequest;
+use crate::host::model::{HostState, Location, PreflightRequest};
 
 /// Environment variables whose values are paths the server needs (`:`-separated lists split).
 const PATH_VARS: &[&str] = &["CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH"];
@@ -213,4 +213,35 @@ fn memory_fits(
         ));
     }
     parts.push(line);
+}
+
+/// The driver refuses a userspace that is not its own version exactly (`NVRM: API mismatch`,
+/// `Failed to initialize NVML: Driver/library version mismatch`): a server in a container
+/// whose `libnvidia-ml.so.<version>` is not the host's loaded module would crash at start.
+/// Read while the container still runs, so the old server keeps serving.
+pub fn container_driver_mismatch(s: &DesiredServer, h: &HostState) -> Option<String> {
+    let Location::Container(v) = s.unit.location else {
+        return None;
+    };
+    let c = h.containers.get(&v)?;
+    match (&c.nvidia_userspace_version, &h.nvidia.module_version) {
+        (Some(u), Some(k)) if u != k => Some(format!(
+            "container {v} has the NVIDIA userspace {u} (libnvidia-ml.so.{u}) but the host's kernel module is {k}; the driver refuses a mismatch (\"Failed to initialize NVML: Driver/library version mismatch\"): install the {k} userspace libraries in the container"
+        )),
+        _ => None,
+    }
+}
+
+/// A driver package upgraded on the host while the old module stays loaded: a server on the
+/// host would load the new userspace against the old module. Only a reboot ends it.
+pub fn host_driver_stale(s: &DesiredServer, h: &HostState) -> Option<String> {
+    if s.unit.location != Location::Host {
+        return None;
+    }
+    match (&h.nvidia.userspace_version, &h.nvidia.module_version) {
+        (Some(u), Some(k)) if u != k => Some(format!(
+            "the host's NVIDIA userspace is {u} but the loaded kernel module is {k} (the driver was upgraded and the old module is still loaded); no new server can start on the host until it reboots"
+        )),
+        _ => None,
+    }
 }

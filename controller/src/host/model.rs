@@ -248,6 +248,10 @@ pub struct NvidiaState {
     /// Major number of `/dev/nvidia-uvm` (differs per host).
     #[serde(default = "default_uvm_major")]
     pub uvm_major: u32,
+    /// The NVIDIA userspace installed on the host (its `libnvidia-ml.so.<version>`): differs
+    /// from the loaded module after a driver upgrade until the host reboots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub userspace_version: Option<String>,
 }
 
 fn default_uvm_major() -> u32 {
@@ -259,6 +263,7 @@ impl Default for NvidiaState {
         NvidiaState {
             module_version: None,
             uvm_major: default_uvm_major(),
+            userspace_version: None,
         }
     }
 }

@@ -10,18 +10,29 @@
 //! - Going back to the last unit that reached Ready (`rollback: Auto`) is never held up by the
 //!   failing spec's preflight.
 //! - Without facts (the backend cannot look: the container is stopped, the simulated host does
-//!   not describe files) nothing is blocked.
+//!   not describe files) nothing is blocked, except by the driver versions below.
+//! - Driver versions (issue 25): a container server whose container's NVIDIA userspace is not
+//!   the host's loaded module version (`PreflightFailed`, naming both), or a host server on a
+//!   host whose installed userspace is newer than the loaded module (`RebootRequired`), is
+//!   blocked like a failed preflight: read while the old server still runs.
 
 use super::{Blocker, Note, Plan, Step};
 use crate::desired::preflight::judge;
 use crate::desired::{Desired, DesiredServer};
 use crate::host::model::{HostState, Location};
 
-/// Blocks `plan` when a server it touches failed preflight.
+/// Blocks `plan` when a server it touches failed preflight or would meet a driver version that
+/// is not its own.
 pub(super) fn gate(d: &Desired, h: &HostState, plan: &mut Plan) {
     let mut failed = vec![];
     for s in &d.servers {
-        let Some(facts) = h.preflight.get(&s.id) else {
+        let reboot = crate::desired::preflight::host_driver_stale(s, h);
+        let drivers: Vec<String> = crate::desired::preflight::container_driver_mismatch(s, h)
+            .into_iter()
+            .chain(reboot.clone())
+            .collect();
+        let facts = h.preflight.get(&s.id);
+        if facts.is_none() && drivers.is_empty() {
             // Said up front: the checks run only once the backend can look (a stopped
             // container's files are read through the container), after the teardown.
             if container_stopped(h, s) && plan.steps.iter().any(|p| p.step.is_write()) {
@@ -32,16 +43,23 @@ pub(super) fn gate(d: &Desired, h: &HostState, plan: &mut Plan) {
                 });
             }
             continue;
-        };
-        let v = judge(s, facts);
-        if v.problems.is_empty() {
+        }
+        let mut problems = facts.map(|f| judge(s, f).problems).unwrap_or_default();
+        problems.extend(drivers);
+        if problems.is_empty() {
             continue;
         }
         let res = crate::resource_key::ResourceKey::server_id(&s.id);
         let message = format!(
             "preflight failed; the plan stops before any step that would stop, rebind or restart what this server needs: {}",
-            v.problems.join("; ")
+            problems.join("; ")
         );
+        // A stale module is the host's, and only a reboot ends it: its own reason.
+        let reason = if reboot.is_some() && problems.len() == 1 {
+            "RebootRequired"
+        } else {
+            "PreflightFailed"
+        };
         let rolling_back = plan
             .notes
             .iter()
@@ -49,13 +67,13 @@ pub(super) fn gate(d: &Desired, h: &HostState, plan: &mut Plan) {
         if touches(plan, s) && !rolling_back {
             failed.push(Blocker {
                 resource: res,
-                reason: "PreflightFailed".into(),
+                reason: reason.into(),
                 message,
             });
         } else {
             plan.notes.push(Note {
                 resource: res,
-                reason: "PreflightFailed".into(),
+                reason: reason.into(),
                 message: format!("{message} (the server runs as specified and is left alone)"),
             });
         }

@@ -484,10 +484,17 @@ fn preflight_condition(
     g: Option<i64>,
     now: &Time,
 ) {
-    let Some(f) = host.preflight.get(&s.id) else {
-        return;
+    use crate::desired::preflight::{container_driver_mismatch, host_driver_stale};
+    let drivers: Vec<String> = container_driver_mismatch(s, host)
+        .into_iter()
+        .chain(host_driver_stale(s, host))
+        .collect();
+    let mut v = match host.preflight.get(&s.id) {
+        Some(f) => crate::desired::preflight::judge(s, f),
+        None if drivers.is_empty() => return,
+        None => Default::default(),
     };
-    let v = crate::desired::preflight::judge(s, f);
+    v.problems.extend(drivers);
     if v.problems.is_empty() {
         st.set(
             types::PREFLIGHT_PASSED,

@@ -391,6 +391,9 @@ impl LocalHost {
                     .read("/proc/devices")
                     .and_then(|t| uvm_major(&t))
                     .unwrap_or(NvidiaState::default().uvm_major),
+                userspace_version: ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"]
+                    .iter()
+                    .find_map(|d| pve::nvml_version(self.root.list(d).iter().map(String::as_str))),
             },
             ..HostState::default()
         };

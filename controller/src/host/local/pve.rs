@@ -73,10 +73,14 @@ fn userspace_version(h: &LocalHost, vmid: u32) -> Option<String> {
             "/usr/lib/x86_64-linux-gnu",
         ])
         .ok()?;
-    o.stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("libnvidia-ml.so."))
-        // The container's file names are the tenant's text: a version is digits and dots only.
+    nvml_version(o.stdout.lines())
+}
+
+/// The version of the first `libnvidia-ml.so.<version>` among file names (a library directory's
+/// listing). The names may be a tenant's text: a version is digits and dots only.
+pub fn nvml_version<'a>(names: impl Iterator<Item = &'a str>) -> Option<String> {
+    names
+        .filter_map(|l| l.trim().strip_prefix("libnvidia-ml.so."))
         .find(|v| {
             v.matches('.').count() >= 1
                 && v.len() <= 32

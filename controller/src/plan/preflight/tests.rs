@@ -188,3 +188,40 @@ fn a_converged_server_is_left_alone_when_its_files_break_later() {
     assert!(p.steps.is_empty() && p.blockers.is_empty(), "{p:?}");
     assert!(p.notes.iter().any(|n| n.message.contains("left alone") && n.message.contains("model-00001-of-00039")), "{:?}", p.notes);
 }
+
+#[test]
+fn a_container_userspace_that_is_not_the_host_module_blocks_before_the_old_server_stops() {
+    let (r, mut h, d) = story(|h, _| {
+        h.file
+            .containers
+            .get_mut(&129)
+            .unwrap()
+            .nvidia_userspace_version = Some("565.57.01".into())
+    });
+    let m = blocked_before_any_write(&r, &mut h, &d, "container 129 has the NVIDIA userspace 565.57.01 (libnvidia-ml.so.565.57.01) but the host's kernel module is 590.44.01");
+    assert!(
+        m.contains("install the 590.44.01 userspace libraries in the container"),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_host_server_after_a_driver_upgrade_without_reboot_waits_for_the_reboot() {
+    let (r, _h, _d) = story(|h, d| {
+        h.file.nvidia.userspace_version = Some("595.10.02".into());
+        let s = &mut d.servers[0];
+        s.unit.location = crate::host::model::Location::Host;
+    });
+    assert_eq!(r.writes, 0, "{:?}", r.applied);
+    let Some(Stop::Blocked { blockers }) = &r.stop else {
+        panic!("not blocked: {:?}", r.stop)
+    };
+    assert_eq!(blockers[0].reason, "RebootRequired", "{blockers:?}");
+    assert!(
+        blockers[0].message.contains(
+            "the host's NVIDIA userspace is 595.10.02 but the loaded kernel module is 590.44.01"
+        ),
+        "{}",
+        blockers[0].message
+    );
+}
