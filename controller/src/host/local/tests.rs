@@ -709,3 +709,83 @@ fn each_gpu_is_observed_with_what_tells_it_from_its_twins() {
         "no config space, no serial number"
     );
 }
+
+/// A host root built from a folder that `testdata/h200/capture.sh` made, by
+/// `testdata/h200/mkroot.sh` (the same command its README gives): the captured files, their
+/// symlinks, and a `bin/nvidia-smi` that answers LocalHost's identity query as the machine did.
+fn captured_root(capture: &str) -> (tempfile::TempDir, LocalHost) {
+    let h200 = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/host/local/testdata/h200");
+    let t = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new("sh")
+        .arg(h200.join("mkroot.sh"))
+        .arg(h200.join(capture))
+        .arg(t.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut h = LocalHost::new(t.path(), "10de");
+    h.tools.nvidia_smi = t.path().join("bin/nvidia-smi").display().to_string();
+    (t, h)
+}
+
+/// Issue 24 on real hardware: the one H200 of the device machine, captured read-only on
+/// 2026-12-03 (`testdata/h200/README.md`), observed by the real backend as it was there. Its
+/// config space is the GPU's own 4096 bytes, where the hypervisor hid the first extended
+/// capabilities (ID 0, the list going on), so the serial number is found 8 headers down.
+#[test]
+fn the_captured_h200_is_told_from_its_twins_as_on_the_machine() {
+    let (t, mut h) = captured_root("2026-12-03");
+    let st = h.observe().unwrap();
+    let gpus: Vec<&PciDevice> = st.gpus("10de").collect();
+    assert_eq!(gpus.len(), 1, "{:?}", st.pci_devices.keys());
+    let g = gpus[0];
+    assert_eq!(g.address, "0000:00:06.0");
+    assert_eq!(
+        (g.vendor.as_str(), g.device.as_str(), g.class.as_str()),
+        ("10de", "2335", "030200")
+    );
+    assert_eq!(g.subsystem.as_deref(), Some("10de:18bf"));
+    assert_eq!(g.driver.as_deref(), Some("nvidia"));
+    assert_eq!(g.driver_override, None);
+    assert_eq!(g.nvidia_minor, Some(0));
+    assert_eq!(g.numa_node, -1);
+    assert_eq!(g.iommu_group, None, "the machine exposes no IOMMU groups");
+
+    let config = std::fs::read(t.path().join("sys/bus/pci/devices/0000:00:06.0/config")).unwrap();
+    assert_eq!(config.len(), 4096, "read as root");
+    assert_eq!(config[..4], [0xde, 0x10, 0x35, 0x23]);
+    assert_eq!(config[0x100..0x102], [0, 0], "a hidden capability first");
+    let id = &g.identity;
+    // lspci was not installed there: the serial number as an independent walk of the same
+    // bytes printed it (testdata/h200/README.md), 86-b0-8c-dc-f5-2d-b0-48 at 0x2f0.
+    assert_eq!(id.dsn.as_deref(), Some("86b08cdcf52db048"));
+    assert_eq!(id.slot, None, "/sys/bus/pci/slots was empty");
+    // The link was ../../../devices/pci0000:00/0000:00:06.0: on the root bus, no bridge.
+    assert_eq!(id.path.as_deref(), Some("pci0000:00/06.0"));
+    assert_eq!(
+        id.uuid.as_deref(),
+        Some("GPU-1bdd772b-3995-67fb-90f1-f2bac40700af")
+    );
+    assert_eq!(id.serial.as_deref(), Some("1653924120637"));
+    let info = std::fs::read_to_string(
+        t.path()
+            .join("proc/driver/nvidia/gpus/0000:00:06.0/information"),
+    )
+    .unwrap();
+    assert!(
+        info.contains("GPU-1bdd772b-3995-67fb-90f1-f2bac40700af"),
+        "the driver names the same UUID"
+    );
+
+    assert_eq!(st.nvidia.module_version.as_deref(), Some("580.159.04"));
+    assert_eq!(st.iommu.mode(), IommuMode::Off);
+    assert_eq!(st.iommu.default_domain_type.as_deref(), Some("Translated"));
+    // What `gpuplane observe` prints for it (README.md of the fixture has the whole output).
+    let yaml = serde_yaml::to_string(&st.pci_devices).unwrap();
+    assert!(
+        yaml.contains(
+            "  identity:\n    dsn: 86b08cdcf52db048\n    path: pci0000:00/06.0\n    uuid: GPU-1bdd772b-3995-67fb-90f1-f2bac40700af\n    serial: '1653924120637'\n"
+        ),
+        "{yaml}"
+    );
+}
