@@ -331,6 +331,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
                     RunState::Stopped
                 },
                 pci_mappings: vec!["vm-pool".into(), "old-pool".into()],
+                amd_sev: None,
             },
         )]
         .into(),
@@ -339,6 +340,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
         p2p_probes: vec![],
         holders,
         gpu_ledger: None,
+        confidential: Default::default(),
         files: None,
         faults: vec![],
     };

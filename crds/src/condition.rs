@@ -24,6 +24,12 @@ pub mod types {
     /// kstatus's abnormal-true condition: `True` when the agent cannot make progress without a
     /// person or a spec change (a blocker, a terminal failure); kstatus reads it as Failed.
     pub const STALLED: &str = "Stalled";
+    /// A partition with a confidential (SEV-SNP) VM consumer: every host prerequisite of such a
+    /// VM with passed-through GPUs is met (`Unknown` while the GPUs' CC mode cannot be read).
+    pub const CONFIDENTIAL_READY: &str = "ConfidentialReady";
+    /// A partition that gives some GPUs to a confidential VM and others to `nvidia`: a shape
+    /// NVIDIA's confidential-computing support matrix does not cover (a warning, not a refusal).
+    pub const CONFIDENTIAL_MIXED: &str = "ConfidentialMixed";
 }
 
 /// `True`, `False` or `Unknown`, as the Kubernetes API spells them.

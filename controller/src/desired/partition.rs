@@ -43,6 +43,7 @@ pub fn resolve_partition(
             chosen[i] = Some(v);
         }
     }
+    check.passthrough_and_snp(spec);
     check.problems.finish()?;
     Ok(DesiredPartition {
         name: p.metadata.name.clone().unwrap_or_default(),
@@ -164,6 +165,25 @@ impl<'a> Check<'a> {
                     && (!self.accepted || self.gone.contains(&i))
             })
         })
+    }
+
+    /// `iommu.mode: Passthrough` with an SEV-SNP VM consumer cannot work: Linux turns SNP off
+    /// when the IOMMU is in passthrough mode.
+    fn passthrough_and_snp(&mut self, spec: &GpuPartitionSpec) {
+        if iommu_expectation(spec) != IommuModeExpectation::Passthrough {
+            return;
+        }
+        for (i, s) in spec.slices.iter().enumerate() {
+            let Some(vm) = s.consumer.as_ref().and_then(|c| c.vm.as_ref()) else {
+                continue;
+            };
+            if self.host.vms.get(&vm.vmid).is_some_and(|v| v.is_snp()) {
+                self.problems.add(
+                    "spec.iommu.mode",
+                    format!("Passthrough cannot work with the confidential VM {} of spec.slices[{i}] ({:?}; its config has amd-sev: type=snp): Linux turns SEV-SNP off when the IOMMU is in passthrough mode (drivers/iommu/amd/init.c: \"SNP: IOMMU disabled or configured in passthrough mode, SNP cannot be supported\"); expect Translated (or Any)", vm.vmid, s.name),
+                );
+            }
+        }
     }
 
     /// The partition names its node and has at least one slice.

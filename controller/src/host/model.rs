@@ -54,6 +54,9 @@ pub struct HostState {
     /// and which slice owned it. `None`: never written (or unreadable, said in `notes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_ledger: Option<super::ledger::Ledger>,
+    /// What decides whether a confidential (SEV-SNP) VM can start here (`host/local/confidential.rs`).
+    #[serde(default, skip_serializing_if = "ConfidentialFacts::is_empty")]
+    pub confidential: ConfidentialFacts,
     /// What this host lacks that a person should know (no GPUs, no Proxmox, no systemd):
     /// situations that are normal on some hosts, said plainly, never an error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -303,6 +306,50 @@ pub struct Vm {
     /// PCI mappings it references (`hostpciN: mapping=<name>`).
     #[serde(default)]
     pub pci_mappings: Vec<String>,
+    /// Its `amd-sev:` type (`std`, `es`, `snp`), when it is a confidential VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amd_sev: Option<String>,
+}
+
+impl Vm {
+    /// Whether it is an SEV-SNP confidential VM.
+    pub fn is_snp(&self) -> bool {
+        self.amd_sev.as_deref() == Some("snp")
+    }
+}
+
+/// The host facts a confidential VM with passed-through GPUs depends on, each read the way the
+/// kernel and Proxmox decide it. Facts only: `status/confidential.rs` judges them.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfidentialFacts {
+    /// `/sys/module/kvm_amd/parameters/sev_snp`; `None`: kvm_amd is not loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_sev_snp: Option<bool>,
+    /// `/dev/sev` (the PSP's device) exists.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dev_sev: bool,
+    /// The SEV firmware's SNP API version (`major.minor`) from the kernel log
+    /// (`ccp ...: SEV-SNP API:1.55 build:21`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snp_api: Option<String>,
+    /// The kernel's own refusals, as logged (`AMD-Vi: SNP: IOMMU disabled or configured in
+    /// passthrough mode, SNP cannot be supported.`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel_refusals: Vec<String>,
+    /// Proxmox's view (`/run/qemu-server/host-hw-capabilities.json`, `amd-sev.sev-support-snp`):
+    /// read from CPUID only, so it may say yes where the kernel said no.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxmox_snp: Option<bool>,
+    /// `/sys/module/vfio_pci/parameters/disable_idle_d3`; `None`: vfio-pci not loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vfio_disable_idle_d3: Option<bool>,
+}
+
+impl ConfidentialFacts {
+    pub fn is_empty(&self) -> bool {
+        *self == ConfidentialFacts::default()
+    }
 }
 
 /// Where a unit lives.

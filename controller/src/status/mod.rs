@@ -12,6 +12,7 @@ use gpuplane_crds::{set_condition, IommuModeExpectation};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
+pub mod confidential;
 pub mod gpus;
 pub mod refusal;
 
@@ -117,6 +118,7 @@ pub fn compute(
     let part_res = ResourceKey::partition(desired.partition.name.as_str());
     let g = generations.get(&part_res).copied();
     let mut ps = partition_status(desired, r, host, &part_res, g, &now);
+    confidential::conditions(&mut ps, desired, host, g, &now);
     (ps.gpus, ps.layout_hash) = gpus::table(&desired.partition, host);
     out.insert(part_res.clone(), ps);
     for s in &desired.servers {

@@ -125,6 +125,11 @@ fn read_kmsg() -> Option<String> {
 
 /// The whole IOMMU summary.
 pub fn observe(root: &Root) -> IommuState {
+    observe_with(root, &kernel_log(root))
+}
+
+/// The whole IOMMU summary, with the kernel log already read.
+pub fn observe_with(root: &Root, log: &str) -> IommuState {
     let cmdline = root.read("/proc/cmdline").unwrap_or_default();
     let mut st = IommuState {
         cmdline: cmdline_options(&cmdline),
@@ -144,7 +149,7 @@ pub fn observe(root: &Root) -> IommuState {
     }
     st.group_types = types;
     st.notes.extend(cmdline_warnings(&st.cmdline));
-    parse_log(&kernel_log(root), &mut st);
+    parse_log(log, &mut st);
     if root
         .read("/sys/module/kvm_amd/parameters/sev_snp")
         .is_some_and(|v| v.trim() == "Y" || v.trim() == "1")

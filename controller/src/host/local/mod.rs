@@ -14,6 +14,7 @@
 //! - Proxmox files are edited in place of only our lines, atomically, under Proxmox's locks.
 
 mod absent;
+mod confidential;
 mod container_net;
 mod error;
 pub mod exec;
@@ -371,11 +372,13 @@ impl LocalHost {
                 d.identity.serial = serial;
             }
         }
+        let log = iommu::kernel_log(&self.root);
         let mut st = HostState {
             node_name: self.node(),
             pci_devices: devices,
             pci_drivers: pci::drivers(&self.root),
-            iommu: iommu::observe(&self.root),
+            iommu: iommu::observe_with(&self.root, &log),
+            confidential: confidential::observe(&self.root, &log),
             nvidia: NvidiaState {
                 module_version: self
                     .root

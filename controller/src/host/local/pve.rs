@@ -115,10 +115,30 @@ pub fn vms(h: &LocalHost) -> Result<BTreeMap<u32, Vm>, LocalError> {
                 vmid,
                 state,
                 pci_mappings: mappings,
+                amd_sev: amd_sev(&text),
             },
         );
     }
     Ok(out)
+}
+
+/// The `amd-sev:` type of a VM config's main section (`amd-sev: type=snp,allow-smt=1` or
+/// `amd-sev: snp`, qemu-server's property string with `type` as its default key).
+pub fn amd_sev(conf: &str) -> Option<String> {
+    let v = conf
+        .lines()
+        .take_while(|l| !l.starts_with('['))
+        .find_map(|l| l.strip_prefix("amd-sev:"))?;
+    v.trim()
+        .split(',')
+        .map(|kv| kv.trim())
+        .find_map(|kv| match kv.split_once('=') {
+            Some(("type", t)) => Some(t),
+            Some(_) => None,
+            None => Some(kv),
+        })
+        .filter(|t| ["std", "es", "snp"].contains(t))
+        .map(str::to_string)
 }
 
 /// This node's map entries by mapping.

@@ -162,6 +162,9 @@ pub struct SimHostFile {
     pub iommu: IommuState,
     #[serde(default)]
     pub nvidia: NvidiaState,
+    /// The confidential-computing facts the host shows.
+    #[serde(default, skip_serializing_if = "ConfidentialFacts::is_empty")]
+    pub confidential: ConfidentialFacts,
     #[serde(default)]
     pub containers: BTreeMap<u32, SimContainer>,
     #[serde(default)]

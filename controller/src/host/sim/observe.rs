@@ -53,6 +53,7 @@ impl SimHost {
             pci_drivers: f.pci_drivers.clone(),
             iommu: f.iommu.clone(),
             nvidia: f.nvidia.clone(),
+            confidential: f.confidential.clone(),
             vms: f.vms.clone(),
             p2p_probes: f.p2p_probes.clone(),
             gpu_ledger: f.gpu_ledger.clone(),
