@@ -36,6 +36,7 @@ pub mod resource_key;
 pub mod sglang;
 pub mod standalone;
 pub mod status;
+pub mod status_view;
 pub mod step;
 pub mod systemd;
 #[cfg(test)]

@@ -150,9 +150,12 @@ const RULES: &[(&str, &[&str])] = &[
             "text",
         ],
     ),
+    // `gpuplane status`: reads what the agents published, never the host.
+    ("status_view", &["text", "manifests", "kubeapi"]),
     (
         "cli",
         &[
+            "status_view",
             "resource_key",
             "clock",
             "door",

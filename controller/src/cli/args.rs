@@ -101,7 +101,7 @@ pub enum Command {
         #[arg(long, conflicts_with_all = ["kubeconfig", "lease_namespace", "identity"])]
         manifests: Option<PathBuf>,
         /// With --manifests: where each resource's status file is written.
-        #[arg(long, default_value = "/var/lib/gpuplane/status")]
+        #[arg(long, default_value = DEFAULT_STATUS_DIR)]
         status_dir: PathBuf,
         /// With --manifests: stop once settled or after this many reconciles (tests).
         #[arg(long, hide = true)]
@@ -145,6 +145,36 @@ pub enum Command {
         /// admitted with a warning (nothing would act on it).
         #[arg(long)]
         lease_namespace: Option<String>,
+    },
+    /// Show each host's GPUs (address, slot, NUMA, driver, owner slice, consumer) and each
+    /// resource's conditions, like `kubectl get`: from the standalone agent's status directory,
+    /// or with --kubeconfig from the cluster. Reads only what the agents published.
+    Status {
+        /// The standalone agent's status directory (`run --manifests DIR --status-dir D`).
+        #[arg(long, default_value = DEFAULT_STATUS_DIR)]
+        status_dir: PathBuf,
+        /// Read the cluster's GpuPartitions and InferenceServers instead.
+        #[arg(long, conflicts_with_all = ["status_dir", "file"])]
+        kubeconfig: Option<PathBuf>,
+        /// The manifests the standalone agent runs (file or directory): the GPU table's
+        /// CONSUMER column and the node come from them (`-` without).
+        #[arg(short = 'f', long = "filename")]
+        file: Option<PathBuf>,
+        /// `wide` (also path, UUID, serial and condition messages) or `yaml` (the documents).
+        #[arg(short = 'o', long = "output", value_enum)]
+        output: Option<StatusFormat>,
+        /// Read again every --interval seconds; print only what changed.
+        #[arg(short = 'w', long)]
+        watch: bool,
+        /// Seconds between reads of --watch.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        interval: u64,
+        /// With --watch: stop after this many reads (tests).
+        #[arg(long, hide = true)]
+        count: Option<u64>,
+        /// The time ages are counted to, RFC 3339 (tests; default: now).
+        #[arg(long, hide = true)]
+        now: Option<jiff::Timestamp>,
     },
     /// Apply the plan step by step until converged, then print the status.
     Converge {
@@ -201,6 +231,17 @@ pub struct InputArgs {
 pub enum Format {
     Text,
     Json,
+}
+
+/// Where the standalone agent writes status files unless told otherwise, and where
+/// `gpuplane status` reads them.
+pub const DEFAULT_STATUS_DIR: &str = "/var/lib/gpuplane/status";
+
+/// `gpuplane status -o`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusFormat {
+    Wide,
+    Yaml,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The `gpuplane` command: `observe`, `plan`, `converge`, `render`, `p2p-probe`, `run`,
-//! `webhook`.
+//! `webhook`, `status`.
 //!
 //! Exit codes: 0 converged (and every server Ready); 1 convergence stopped on a
 //! condition (blocked, step failed, server not ready); 2 invalid input (bad manifest,
@@ -11,6 +11,7 @@
 //! | `input.rs`    | opening the host backend, loading and validating manifests   |
 //! | `commands.rs` | one function per subcommand                                  |
 //! | `output.rs`   | printing plans, converge reports and status                  |
+//! | `status_cmd.rs` | `gpuplane status`: the clock, the terminal, the watch loop |
 //! | `failure.rs`  | the error every command returns, with its exit code          |
 
 mod args;
@@ -18,8 +19,9 @@ mod commands;
 mod failure;
 mod input;
 mod output;
+mod status_cmd;
 
-pub use args::{Cli, Command, Format, HostArgs, InputArgs, ObserveFormat};
+pub use args::{Cli, Command, Format, HostArgs, InputArgs, ObserveFormat, StatusFormat};
 pub use failure::Failure;
 pub use input::{desired_for_host, load_desired, open_host};
 
@@ -126,6 +128,33 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             },
             lease_namespace,
         }),
+        Command::Status {
+            status_dir,
+            kubeconfig,
+            file,
+            output,
+            watch,
+            interval,
+            count,
+            now,
+        } => {
+            let source = match kubeconfig {
+                Some(k) => crate::status_view::Source::Cluster(
+                    crate::status_view::kube::Cluster::connect(&k).map_err(Failure::Failed)?,
+                ),
+                None => crate::status_view::Source::Dir {
+                    dir: status_dir,
+                    manifests: file,
+                },
+            };
+            let format = match output {
+                None => crate::status_view::Format::Table,
+                Some(StatusFormat::Wide) => crate::status_view::Format::Wide,
+                Some(StatusFormat::Yaml) => crate::status_view::Format::Yaml,
+            };
+            let watch = watch.then_some(std::time::Duration::from_secs(interval));
+            status_cmd::status(&source, format, watch, count, now)
+        }
         Command::Converge {
             input,
             output,

@@ -1,0 +1,89 @@
+//! `gpuplane status --kubeconfig K` against a real kube-apiserver + etcd: after the agent has
+//! converged the reference split on the simulated host, the view lists the partition's GPU
+//! table from `status.gpus[]` with the consumers from its spec, and both objects' conditions;
+//! `-o yaml` is the objects' status.
+//!
+//! Needs target/debug/gpuplane (`cargo build --bin gpuplane`, or GPUPLANE_BIN) and the binaries
+//! of e2e/setup/kube-build.sh; fails (does not skip) without them.
+
+use gpuplane_e2e::paths::gpuplane_bin;
+use gpuplane_e2e::scenario::start_converged;
+
+#[test]
+fn status_lists_the_clusters_gpus_and_conditions() {
+    let (c, _agent) = start_converged("status");
+    let status = |args: &[&str]| {
+        let o = std::process::Command::new(gpuplane_bin())
+            .args(["status", "--kubeconfig"])
+            .arg(c.cp.kubeconfig())
+            .args(args)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success(),
+            "{out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out
+    };
+    let out = status(&[]);
+    eprintln!("$ gpuplane status --kubeconfig K\n{out}");
+    assert!(
+        out.starts_with("GpuPartition/kpro6 (node kpro6, layout "),
+        "{out}"
+    );
+    let gpus: Vec<Vec<&str>> = out
+        .lines()
+        .filter(|l| l.starts_with("0000:"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(gpus.len(), 8, "{out}");
+    let vm = gpus.iter().find(|r| r[0] == "0000:81:00.0").unwrap();
+    assert_eq!(
+        vm[1..],
+        [
+            "5",
+            "1",
+            "vfio-pci",
+            "confidential-vm",
+            "vm",
+            "200",
+            "(pro6000-vm)",
+            "-"
+        ],
+        "{out}"
+    );
+    let lxc = gpus.iter().find(|r| r[0] == "0000:01:00.0").unwrap();
+    assert_eq!(
+        lxc[1..],
+        ["1", "0", "nvidia", "inference", "lxc", "129", "-"],
+        "{out}"
+    );
+    for (res, reason) in [
+        ("GpuPartition/kpro6", "Converged"),
+        ("InferenceServer/default/qwen35-122b", "ServerReady"),
+    ] {
+        assert!(
+            out.lines().any(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w.len() == 5 && w[..4] == [res, "Ready", "True", reason]
+            }),
+            "{res} Ready=True {reason}:\n{out}"
+        );
+    }
+
+    let yaml = status(&["-o", "yaml"]);
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&yaml)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    assert_eq!(docs.len(), 2, "{yaml}");
+    assert_eq!(docs[0]["resource"], "GpuPartition/kpro6");
+    assert_eq!(
+        docs[0]["gpus"].as_sequence().map(Vec::len),
+        Some(8),
+        "{yaml}"
+    );
+    assert_eq!(docs[1]["resource"], "InferenceServer/default/qwen35-122b");
+    assert!(docs[1]["endpoint"].is_string(), "{yaml}");
+}
