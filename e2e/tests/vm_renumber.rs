@@ -19,7 +19,7 @@
 //!
 //!     cargo build --bin gpuplane && cargo test -p gpuplane-e2e --test vm_renumber -- --nocapture
 
-use gpuplane_e2e::vm::{boot_scenario_with, gpuplane_for_vm, preflight, ready, Report};
+use gpuplane_e2e::vm::{boot_scenario_with, gpuplane_for_vm, preflight, ready, step_kinds, Report};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
@@ -284,8 +284,10 @@ fn a_slots_slice_follows_its_gpus_and_the_mapping_lists_their_new_addresses() {
 }
 
 /// stall: the `numaNode: 1` slice would lose slot 112 (its root port left NUMA node 1): the
-/// converge stops with HostLayoutChanged naming 82:00.0 → 01:00.0, writes nothing, and the
-/// drivers and the mapping are as before; asked again, it stops again.
+/// converge stops with HostLayoutChanged naming 82:00.0 → 01:00.0 and binds nothing. Its one
+/// write takes the mapping's entries out: they name slots 111 and 112 at 81:00.0 and 82:00.0,
+/// where slots 101 and 102 (NUMA node 0's GPUs) sit now, and Proxmox's start check (model IDs,
+/// IOMMU group) would hand those to VM 300. Asked again, it stops again and writes nothing.
 #[test]
 fn a_numa_slice_whose_gpus_would_change_stalls_and_changes_nothing() {
     let b = boots();
@@ -298,11 +300,25 @@ fn a_numa_slice_whose_gpus_would_change_stalls_and_changes_nothing() {
         "{cfg1}"
     );
 
+    let restored = pci_cfg(&b.after, "stall-restored");
+    assert_eq!(restored, cfg1, "boot 2 starts from boot 1's pci.cfg");
     for run in ["stall", "stall-again"] {
         let j = b.after.json(run);
         let rc = b.after.rc(run);
         assert_ne!(rc, 0, "{run}: {j}");
-        assert_eq!(j["writes"], 0, "{run}: no host writes: {j}");
+        let kinds = step_kinds(&j);
+        if run == "stall" {
+            assert_eq!(kinds, ["setPciMapping"], "{run}: the mapping alone: {j}");
+            let why = j["steps"][0]["why"].as_str().unwrap_or("");
+            assert!(
+                why.contains("no longer at their paths")
+                    && why.contains("0000:81:00.0 (slot 111 → 101)")
+                    && why.contains("0000:82:00.0 (slot 112 → 102)"),
+                "{run}: the step says which GPU sits where now: {why}"
+            );
+        } else {
+            assert_eq!(j["writes"], 0, "{run}: no host writes: {j}");
+        }
         assert_eq!(j["stop"]["reason"], "blocked", "{run}: {j}");
         let blockers = j["stop"]["blockers"]
             .as_array()
@@ -334,7 +350,7 @@ fn a_numa_slice_whose_gpus_would_change_stalls_and_changes_nothing() {
         "{text}"
     );
 
-    // Nothing changed: every GPU as it booted, the mapping as boot 1 left it.
+    // No GPU moved: every GPU as it booted; the mapping names no GPU, the hand-kept one stays.
     let booted = b.after.drivers("stall-restored");
     for (a, (drv, over)) in &booted {
         assert_eq!(
@@ -343,14 +359,23 @@ fn a_numa_slice_whose_gpus_would_change_stalls_and_changes_nothing() {
             "{a}"
         );
     }
+    let narrowed = pci_cfg(&b.after, "stall");
     for run in ["stall", "stall-again"] {
         assert_eq!(b.after.drivers(run), booted, "{run}: drivers unchanged");
-        assert_eq!(pci_cfg(&b.after, run), cfg1, "{run}: pci.cfg unchanged");
+        assert_eq!(
+            pci_cfg(&b.after, run),
+            narrowed,
+            "{run}: pci.cfg as the stall left it"
+        );
     }
-    eprintln!(
-        "--- boot 2, pci.cfg after the stalled converges (as boot 1 left it):\n{}",
-        pci_cfg(&b.after, "stall")
+    assert!(mapped(&narrowed, "emu-vm").is_empty(), "{narrowed}");
+    assert!(
+        narrowed.starts_with(
+            "# mappings kept by hand\nnic\n\tmap id=8086:100e,node=vmhost,path=0000:44:02.0\n"
+        ),
+        "the hand-kept mapping is kept as it was:\n{narrowed}"
     );
+    eprintln!("--- boot 2, pci.cfg as boot 1 left it:\n{cfg1}\n--- after the stalled converges:\n{narrowed}");
 }
 
 /// stall, acknowledged: with the hash the message offered in `gpuplane.dev/accept-layout`, the

@@ -6,13 +6,14 @@
 //!   and in status), is host state: `host/ledger.rs`;
 //! - here: matching the GPUs on the bus to the ledger (`matching.rs`: same GPU, replaced in
 //!   place, gone, new; identities remembered), the spec hash and the layout hash, and the terms
-//!   a partition sets (`Terms`);
+//!   a partition sets (`Terms`), and the identity a PCI mapping entry names (`mapping_note.rs`);
 //! - the guard that never lets a change of the host (a renumbering, a replacement, a GPU gone)
 //!   move a GPU to another owner unasked is the planner's first decision:
 //!   `plan/layout_guard.rs`.
 //!
 //! Pure: no I/O.
 
+pub mod mapping_note;
 pub mod matching;
 
 use crate::host::model::PciDevice;

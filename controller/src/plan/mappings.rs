@@ -1,15 +1,24 @@
-//! Proxmox PCI mappings: a VM slice's mapping lists exactly its GPUs; no other mapping of this
-//! node may hand out a GPU the partition gives to someone else.
+//! Proxmox PCI mappings: a VM slice's mapping lists exactly its GPUs, each entry naming the GPU
+//! it means (`layout/mapping_note.rs`); no other mapping of this node may hand out a GPU the
+//! partition gives to someone else, nor keep an entry whose path now holds another GPU than
+//! the one it names.
+//!
+//! The last rule holds for the mappings of slices the layout guard froze too: taking such an
+//! entry out is the one write a stall allows, because it only narrows what a VM start may take
+//! (Proxmox's own start check compares model IDs and the IOMMU group, which identical GPUs
+//! share, so it would hand the VM whichever GPU sits at the path now).
 
 use super::{companions, GpuTarget, Planner, Step};
 use crate::desired::ResolvedConsumer;
-use crate::host::model::HostState;
+use crate::host::model::{GpuIdentity, HostState};
+use crate::layout::{mapping_note, matching::known_identities};
 use crate::proxmox::pci_cfg::MapEntry;
 use std::collections::{BTreeMap, BTreeSet};
 
 impl Planner<'_> {
     pub(super) fn plan_mappings(&mut self, targets: &BTreeMap<String, GpuTarget>) {
         let h = self.h;
+        let known = self.known_identities();
         let mut wanted: BTreeMap<String, (Vec<MapEntry>, String)> = BTreeMap::new();
         for s in &self.d.partition.slices {
             let Some(ResolvedConsumer::Vm { vmid, mapping }) = &s.consumer else {
@@ -25,7 +34,7 @@ impl Planner<'_> {
                     paths: vec![mapping_path(h, &d.address)],
                     iommugroup: d.iommu_group,
                     subsystem_id: d.subsystem.clone(),
-                    description: None,
+                    description: known.get(&d.address).and_then(mapping_note::describe),
                 })
                 .collect();
             wanted.insert(
@@ -36,26 +45,39 @@ impl Planner<'_> {
                 ),
             );
         }
-        // Other mappings of this node must not hand out GPUs this partition gives to someone else.
+        // Other mappings of this node must not hand out GPUs this partition gives to someone
+        // else, nor a GPU that is not the one their entry names.
         for (name, entries) in &h.pci_mappings {
             if wanted.contains_key(name) {
                 continue;
             }
-            let (keep, drop): (Vec<MapEntry>, Vec<MapEntry>) = entries
-                .iter()
-                .cloned()
-                .partition(|e| !e.paths.iter().any(|p| owner(targets, p).is_some()));
-            if !drop.is_empty() {
-                let owners: BTreeSet<String> = drop
+            let mut keep = Vec::new();
+            let mut owners = BTreeSet::new();
+            let mut strangers = BTreeSet::new();
+            for e in entries {
+                let taken: Vec<String> = e
+                    .paths
                     .iter()
-                    .flat_map(|e| e.paths.iter())
                     .filter_map(|p| owner(targets, p).map(|t| format!("{p} (slice {})", t.slice)))
                     .collect();
+                let other = stranger(h, e);
+                if taken.is_empty() && other.is_none() {
+                    keep.push(e.clone());
+                }
+                owners.extend(taken);
+                strangers.extend(other);
+            }
+            let mut why = Vec::new();
+            if !owners.is_empty() {
                 let owners: Vec<String> = owners.into_iter().collect();
-                wanted.insert(
-                    name.clone(),
-                    (keep, format!("mapping {name} lists GPUs this partition gives to other consumers: {}; a VM using {name} would take them", owners.join(", "))),
-                );
+                why.push(format!("mapping {name} lists GPUs this partition gives to other consumers: {}; a VM using {name} would take them", owners.join(", ")));
+            }
+            if !strangers.is_empty() {
+                let rows: Vec<String> = strangers.into_iter().collect();
+                why.push(format!("mapping {name} names GPUs that are no longer at their paths: {}; a VM using {name} would take the GPU there now", rows.join(", ")));
+            }
+            if !why.is_empty() {
+                wanted.insert(name.clone(), (keep, why.join("; ")));
             }
         }
         for (name, (entries, why)) in wanted {
@@ -71,6 +93,46 @@ impl Planner<'_> {
             }
         }
     }
+}
+
+impl Planner<'_> {
+    /// Each GPU's identity as far as it is known now: observed, and the UUID and serial the
+    /// ledger remembers for a GPU that cannot tell them now (on `vfio-pci`).
+    fn known_identities(&self) -> BTreeMap<String, GpuIdentity> {
+        let h = self.h;
+        let vendor = self
+            .d
+            .partition
+            .layout
+            .as_ref()
+            .map(|t| t.gpu_vendor.as_str());
+        let observed: Vec<_> = match vendor {
+            Some(v) => h.gpus(v).collect(),
+            None => h.pci_devices.values().filter(|d| d.is_display()).collect(),
+        };
+        let ledger = h
+            .gpu_ledger
+            .as_ref()
+            .filter(|l| l.partition == self.d.partition.name);
+        known_identities(ledger, &observed)
+    }
+}
+
+/// `path → the GPU there now`, when entry `e` names (in its description) a GPU that is not
+/// the one observed at one of its paths; judged on what can be read of the GPU now, so a GPU
+/// on `vfio-pci` is judged by its serial number capability.
+fn stranger(h: &HostState, e: &MapEntry) -> Option<String> {
+    let named = e.description.as_deref().and_then(mapping_note::parse)?;
+    e.paths.iter().find_map(|p| {
+        // A path without a function is the whole slot; Proxmox checks its function 0.
+        let function = if p.contains('.') {
+            p.clone()
+        } else {
+            format!("{p}.0")
+        };
+        let d = h.pci_devices.get(&function)?;
+        mapping_note::contradiction(&named, &d.identity).map(|why| format!("{p} ({why})"))
+    })
 }
 
 /// The partition GPU a mapping path names: the function itself, or its whole slot.

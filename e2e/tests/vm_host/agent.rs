@@ -41,8 +41,10 @@ fn check_split_and_back(m: &Report) {
         ),
         "foreign lines kept:\n{cfg}"
     );
+    // Each entry names its GPU: the stand-ins have no serial number capability, so their slot.
     assert!(
-        cfg.contains("emu-vm\n\tmap id=1234:1111,iommugroup="),
+        cfg.contains("emu-vm\n\tmap description=gpuplane slot=11")
+            && cfg.contains(",id=1234:1111,iommugroup="),
         "{cfg}"
     );
     assert!(

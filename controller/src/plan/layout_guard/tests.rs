@@ -55,6 +55,28 @@ fn blocked(r: &Report) -> Vec<(String, String)> {
     }
 }
 
+/// The why of `r`'s one write, which must take `path` (and only it) out of the VM's mapping
+/// because it names another GPU than the one there now.
+fn only_narrowing(r: &Report, path: &str) -> String {
+    let s = steps(r);
+    assert_eq!(r.writes, 1, "one write while stalled: {s:?}");
+    let a = &r.applied[0];
+    let Step::SetPciMapping { mapping, entries } = &a.planned.step else {
+        panic!("the mapping alone: {s:?}");
+    };
+    assert_eq!(mapping, "pro6000-vm");
+    assert!(
+        entries.iter().all(|e| !e.paths.contains(&path.to_string())),
+        "{s:?}"
+    );
+    assert!(
+        a.planned.why.contains("no longer at their paths"),
+        "{}",
+        a.planned.why
+    );
+    a.planned.why.clone()
+}
+
 /// Moves the device at `from` to address `to` (a renumbering: slot, path, identity stay).
 fn readdress(h: &mut SimHost, from: &str, to: &str) {
     let d = h
@@ -149,14 +171,21 @@ fn gpus_that_would_change_owner_under_an_unchanged_spec_stall_both_slices_until_
     let before = h.file.clone();
     let r = run(&mut h, &m);
     let b = blocked(&r);
-    assert_eq!(
-        r.writes,
-        0,
-        "nothing changes while stalled: {:?}",
-        steps(&r)
-    );
+    // Nothing changes while stalled but the one safety write: the VM's mapping entry at
+    // 81:00.0 names slot 5's GPU, and the container's GPU sits there now.
     assert_eq!(h.file.pci_devices, before.pci_devices);
-    assert_eq!(h.file.pci_cfg, before.pci_cfg);
+    let narrowing = only_narrowing(&r, "0000:81:00.0");
+    assert!(
+        narrowing.contains("0000:81:00.0 (dsn 48b02d9c5ccf047c → 48b02d9c5ccf0078)"),
+        "{narrowing}"
+    );
+    let narrowed: Vec<String> = mapped
+        .iter()
+        .filter(|p| *p != "0000:81:00.0")
+        .cloned()
+        .collect();
+    assert_eq!(mapping(&mut h), narrowed);
+    assert_eq!(run(&mut h, &m).writes, 0, "and then nothing");
     assert_eq!(b.len(), 2, "{b:?}");
     assert!(
         b.iter().all(|(reason, _)| reason == LAYOUT_CHANGED),
@@ -284,7 +313,12 @@ fn a_gpu_replaced_in_place_is_seen_on_nvidia_before_it_reaches_the_vm() {
     d.identity.serial = Some("1654924069999".into());
     let r = run(&mut h, &m);
     let b = blocked(&r);
-    assert_eq!(r.writes, 0);
+    // The VM's mapping loses 91:00.0 (it names the board that was there), nothing else moves.
+    let narrowing = only_narrowing(&r, "0000:91:00.0");
+    assert!(
+        narrowing.contains("0000:91:00.0 (dsn 48b02d9c5ccf057d → 48b02d9c5ccf99aa)"),
+        "{narrowing}"
+    );
     assert_eq!((b.len(), b[0].0.as_str()), (1, GPU_REPLACED), "{b:?}");
     assert!(
         b[0].1.contains("replaced by another GPU at 0000:91:00.0"),
