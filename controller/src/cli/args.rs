@@ -14,6 +14,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per process: a large `Run` variant costs nothing worth boxing clap's fields for.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Print the observed host state (YAML, or JSON with --output json).
@@ -103,6 +105,15 @@ pub enum Command {
         /// With --manifests: where each resource's status file is written.
         #[arg(long, default_value = DEFAULT_STATUS_DIR)]
         status_dir: PathBuf,
+        /// The address Prometheus reaches this node at, listed in `/sd/servers` (and the file_sd
+        /// file) for a host server that listens on a wildcard (0.0.0.0, ::). The chart passes the
+        /// pod's status.hostIP; unset: 127.0.0.1 (only a Prometheus on this machine reaches it).
+        #[arg(long)]
+        sd_node_address: Option<String>,
+        /// With --manifests: where the SGLang servers are listed for Prometheus's file_sd_configs
+        /// (the JSON of /sd/servers), replaced atomically after each pass; "" to write none.
+        #[arg(long, default_value = DEFAULT_FILE_SD)]
+        file_sd: PathBuf,
         /// With --manifests: stop once settled or after this many reconciles (tests).
         #[arg(long, hide = true)]
         max_rounds: Option<u64>,
@@ -236,6 +247,10 @@ pub enum Format {
 /// Where the standalone agent writes status files unless told otherwise, and where
 /// `gpuplane status` reads them.
 pub const DEFAULT_STATUS_DIR: &str = "/var/lib/gpuplane/status";
+
+/// Where the standalone agent writes its file_sd list of servers: beside the status directory,
+/// not in it (`gpuplane status` reads every file there as a resource's status).
+pub const DEFAULT_FILE_SD: &str = "/var/lib/gpuplane/prometheus/servers.json";
 
 /// `gpuplane status -o`.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
