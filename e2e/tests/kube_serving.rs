@@ -13,14 +13,17 @@
 //!   the stand-in spelling its metrics `sglang:` and once `sglang_` (a fresh Prometheus each);
 //!   the DCGM panels' queries must evaluate, and show data only where dcgm-exporter is scraped
 //!   (not here);
-//! - the server stopped (its InferenceServer deleted: the agent stops and removes its unit)
-//!   leaves Prometheus's targets within one SD refresh of the agent's next reconcile.
+//! - the server rolled back (a new spec's unit dies while loading; `rollback: Auto` runs the last
+//!   unit that reached Ready: `Degraded` `RolledBack`) leaves Prometheus's targets, and comes
+//!   back with a good spec; the server stopped (its InferenceServer deleted: the agent stops and
+//!   removes its unit) leaves them too, each within one SD refresh (plus Prometheus's 5 s
+//!   batching of discovery updates) of the agent's next reconcile.
 //!
 //!     cargo build --bin gpuplane && cargo test -p gpuplane-e2e --test kube_serving -- --nocapture
 
 use gpuplane_e2e::agent::{Agent, AgentOpts};
 use gpuplane_e2e::kpro6::SERVER;
-use gpuplane_e2e::kube::Cluster;
+use gpuplane_e2e::kube::{cond3, Cluster};
 use gpuplane_e2e::net::free_ports;
 use gpuplane_e2e::paths::repo_root;
 use gpuplane_e2e::prometheus::Prometheus;
@@ -231,10 +234,24 @@ fn prometheus_discovers_scrapes_and_forgets_the_servers_through_the_agent() {
         AgentOpts::default(),
         &["--sd-node-address", "127.0.0.1"],
     );
-    c.apply("examples/kpro6/partition.yaml");
+    // The slice's admin lets servers set the simulated host's crash hook (SIM_CRASH_AT), so the
+    // test can make a new unit fail and be rolled back.
+    let partition = std::fs::read_to_string(repo_root().join("examples/kpro6/partition.yaml"))
+        .unwrap()
+        .replace(
+            "allowedEnv: [CUDA_HOME]",
+            "allowedEnv: [CUDA_HOME, SIM_CRASH_AT]",
+        );
+    assert!(partition.contains("SIM_CRASH_AT"));
+    c.k_stdin(&["apply", "-f", "-"], &partition);
     let server = std::fs::read_to_string(repo_root().join("examples/kpro6/server.yaml"))
         .unwrap()
-        .replace("port: 30000", &format!("port: {port}"));
+        .replace("port: 30000", &format!("port: {port}"))
+        .replace(
+            "  enableMetrics: true\n",
+            "  enableMetrics: true\n  rollback: Auto\n",
+        );
+    assert!(server.contains("rollback: Auto"));
     assert!(server.contains("enableMetrics: true"));
     c.k_stdin(&["apply", "-f", "-"], &server);
     c.wait_converged(Duration::from_secs(120));
@@ -345,6 +362,43 @@ fn prometheus_discovers_scrapes_and_forgets_the_servers_through_the_agent() {
             n => Err(format!("{n} targets")),
         },
     );
+    // Rolled back: a new spec whose server dies while loading; the last unit that reached Ready
+    // runs again (Degraded RolledBack), and the server leaves the list.
+    let t0 = Instant::now();
+    c.patch_server(
+        r#"{"spec":{"env":[{"name":"CUDA_HOME","value":"/usr/local/cuda-13.0"},{"name":"SIM_CRASH_AT","value":"load"}]}}"#,
+    );
+    wait_for("Degraded RolledBack", Duration::from_secs(120), || {
+        let (st, reason, msg) = cond3(&c.server(), "Degraded");
+        if st == "True" && reason == "RolledBack" {
+            Ok(())
+        } else {
+            Err(format!("Degraded={st} {reason}: {msg}"))
+        }
+    });
+    wait_for(
+        "target gone after the rollback",
+        Duration::from_secs(60),
+        || match sglang_targets(&prom)?.len() {
+            0 => Ok(()),
+            n => Err(format!("{n} targets")),
+        },
+    );
+    println!(
+        "server rolled back: out of Prometheus's targets {:.1}s after the failing spec was applied",
+        t0.elapsed().as_secs_f64()
+    );
+    // A good spec again: back in the list.
+    c.patch_server(r#"{"spec":{"env":[{"name":"CUDA_HOME","value":"/usr/local/cuda-13.0"}]}}"#);
+    wait_for(
+        "target back after the fix",
+        Duration::from_secs(120),
+        || match sglang_targets(&prom)?.len() {
+            1 => Ok(()),
+            n => Err(format!("{n} targets")),
+        },
+    );
+
     let t0 = Instant::now();
     c.k(&[
         "delete",
