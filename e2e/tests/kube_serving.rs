@@ -21,144 +21,26 @@
 //!
 //!     cargo build --bin gpuplane && cargo test -p gpuplane-e2e --test kube_serving -- --nocapture
 
+#[path = "support/serving.rs"]
+mod serving;
+
 use gpuplane_e2e::agent::{Agent, AgentOpts};
 use gpuplane_e2e::kpro6::SERVER;
 use gpuplane_e2e::kube::{cond3, Cluster};
-use gpuplane_e2e::net::free_ports;
+use gpuplane_e2e::net::{free_ports, own_address};
 use gpuplane_e2e::paths::repo_root;
 use gpuplane_e2e::prometheus::Prometheus;
 use gpuplane_e2e::sim_host::{edit_host, entry_mut};
 use gpuplane_e2e::wait::wait_for;
 use serde_json::Value as Json;
 use serde_yaml::Value as Yaml;
-use std::io::{Read, Write};
-use std::net::{IpAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use serving::{http, prometheus, targets_of, Standin, SD_REFRESH_SECONDS};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-/// How often Prometheus asks the agent for the list.
-const SD_REFRESH_SECONDS: u64 = 1;
-
-/// This machine's address towards the outside (what a container's bridge address is on a real
-/// host): not loopback, which discovery never lists for a container.
-fn own_address() -> IpAddr {
-    let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
-    if s.connect("203.0.113.1:9").is_ok() {
-        if let Ok(a) = s.local_addr() {
-            if !a.ip().is_unspecified() && !a.ip().is_loopback() {
-                return a.ip();
-            }
-        }
-    }
-    let out = Command::new("hostname").arg("-I").output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .filter_map(|w| w.parse::<IpAddr>().ok())
-        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
-        .expect("this machine has no non-loopback IPv4 address for the container's stand-in")
-}
-
-/// One HTTP/1.0 request to `ip:port`: (status, headers, body).
-fn http(ip: IpAddr, port: u16, method: &str, path: &str, body: &str) -> (u16, String, String) {
-    let mut s = TcpStream::connect_timeout(&(ip, port).into(), Duration::from_secs(2)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    write!(
-        s,
-        "{method} {path} HTTP/1.0\r\nHost: {ip}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (code, head.to_string(), body.to_string())
-}
-
-/// The stand-in SGLang server on `ip:port` with metrics spelt `names` (`colon`/`underscore`),
-/// killed on drop.
-struct Standin(Child);
-
-impl Standin {
-    fn start(ip: IpAddr, port: u16, names: &str, log: &std::path::Path) -> Standin {
-        let logf = std::fs::File::create(log).unwrap();
-        let child = Command::new("python3")
-            .args(["-m", "sglang.launch_server", "--model-path"])
-            .arg("/shared/models/Qwen3.5-122B-A10B")
-            .args(["--served-model-name", "qwen3.5-122b", "--enable-metrics"])
-            .args([
-                "--speculative-algorithm",
-                "NEXTN",
-                "--speculative-num-steps",
-                "3",
-            ])
-            .args([
-                "--speculative-eagle-topk",
-                "1",
-                "--speculative-num-draft-tokens",
-                "4",
-            ])
-            .args(["--host", &ip.to_string(), "--port", &port.to_string()])
-            .env("PYTHONPATH", repo_root().join("e2e/standin"))
-            .env("STANDIN_METRICS_NAMES", names)
-            .env("STANDIN_LOAD_SECONDS", "0.2")
-            .env("STANDIN_GRAPH_SECONDS", "0.2")
-            .env("STANDIN_WARMUP_SECONDS", "0.1")
-            .env("STANDIN_P2P_CORRUPT_MARKER", "/nonexistent")
-            .stdin(Stdio::null())
-            .stdout(logf.try_clone().unwrap())
-            .stderr(logf)
-            .spawn()
-            .expect("python3 for the SGLang stand-in");
-        let s = Standin(child);
-        wait_for(
-            "stand-in healthy",
-            Duration::from_secs(60),
-            || match TcpStream::connect_timeout(&(ip, port).into(), Duration::from_millis(200)) {
-                Ok(_) => match http(ip, port, "GET", "/health", "").0 {
-                    200 => Ok(()),
-                    c => Err(format!("/health {c}")),
-                },
-                Err(e) => Err(e.to_string()),
-            },
-        );
-        s
-    }
-}
-
-impl Drop for Standin {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Prometheus with `http_sd_configs` at the agent, the agent itself, and the serving rules.
-fn prometheus(dir: &std::path::Path, agent_port: u16) -> Prometheus {
-    let rules = repo_root().join("charts/gpuplane/files/serving-rules.yaml");
-    Prometheus::start_with(
-        dir,
-        &format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: gpuplane-agent\n    static_configs:\n      - targets: ['127.0.0.1:{agent_port}']\n  - job_name: sglang\n    http_sd_configs:\n      - url: http://127.0.0.1:{agent_port}/sd/servers\n        refresh_interval: {SD_REFRESH_SECONDS}s\n",
-            rules.display()
-        ),
-    )
-}
-
-/// The `sglang` job's active targets: (scrapeUrl, health, labels).
+/// The `sglang` job's active targets.
 fn sglang_targets(prom: &Prometheus) -> Result<Vec<Json>, String> {
-    let v = prom.api("/api/v1/targets?state=active")?;
-    Ok(v["data"]["activeTargets"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|t| t["labels"]["job"] == "sglang")
-        .collect())
+    targets_of(prom, "sglang")
 }
 
 /// Sends a few requests, so the latency histograms and counters move between scrapes.
@@ -299,6 +181,7 @@ fn prometheus_discovers_scrapes_and_forgets_the_servers_through_the_agent() {
         let prom = prometheus(
             &c.cp.run.join(format!("prometheus-{spelling}")),
             agent.metrics_port(),
+            "",
         );
         let targets = wait_for(
             "the server discovered and scraped",
@@ -352,7 +235,7 @@ fn prometheus_discovers_scrapes_and_forgets_the_servers_through_the_agent() {
 
     // Stopped: the server deleted, its unit stopped and removed; the list empties at the
     // agent's next reconcile and Prometheus drops the target within one SD refresh.
-    let prom = prometheus(&c.cp.run.join("prometheus-stop"), agent.metrics_port());
+    let prom = prometheus(&c.cp.run.join("prometheus-stop"), agent.metrics_port(), "");
     let _standin = Standin::start(ip, port, "colon", &c.cp.run.join("standin-stop.log"));
     wait_for(
         "target up again",
