@@ -714,10 +714,11 @@ class Standin:
         return info
 
     def metrics(self):
-        """SGLang 0.5.23's /metrics as its collector (python/sglang/srt/metrics/collector.py) names and shapes it:
-        the scheduler's gauges (labels model_name, engine_type, tp_rank, pp_rank, moe_ep_rank), the tokenizer's
-        counters and its three latency histograms with the collector's default buckets (labels model_name,
-        engine_type), each request observed by the POST routes. STANDIN_METRICS_NAMES=underscore spells every name
+        """SGLang 0.5.23's /metrics as its collector (sglang/srt/observability/metrics_collector.py) names and shapes
+        it: the scheduler's gauges (labels model_name, engine_type, tp_rank, pp_rank, moe_ep_rank), the tokenizer's
+        counters, its startup_time_seconds / startup_cuda_graph_time_seconds by phase, and its three latency
+        histograms with the collector's default buckets (labels model_name, engine_type, and is_streaming but on
+        the inter-token one), each request observed by the POST routes. STANDIN_METRICS_NAMES=underscore spells every name
         `sglang_` (SGLang's router rewrites `:` to `_`)."""
         a = self.a
         lab = 'model_name="%s",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"' % a["served_model_name"]
@@ -737,9 +738,7 @@ class Standin:
                   ("kv_cache_memory_usage_gb", round(self.kv / 1024.0, 2)),
                   ("graph_memory_usage_gb", round(self.graph_mib / 1024.0, 2)), ("page_size", a["page_size"]),
                   ("context_len", self.context_len()), ("is_cuda_graph", 1), ("utilization", 0),
-                  ("spec_accept_length", accept_len), ("spec_accept_rate", 0.7 if spec else 0.0),
-                  ("engine_startup_time", round(self.timings.get("scheduler_e2e", 0.0), 3)),
-                  ("engine_load_weights_time", round(self.timings.get("load_weight", 0.0), 3))]
+                  ("spec_accept_length", accept_len), ("spec_accept_rate", 0.7 if spec else 0.0)]
         out = []
         for name, v in gauges:
             out += ["# HELP sglang:%s %s." % (name, name.replace("_", " ")), "# TYPE sglang:%s gauge" % name,
@@ -748,22 +747,31 @@ class Standin:
         for name in ("prompt_tokens_total", "generation_tokens_total", "num_requests_total"):
             out += ["# HELP sglang:%s %s." % (name, name.replace("_", " ")), "# TYPE sglang:%s counter" % name,
                     'sglang:%s{%s,is_streaming="false"} %s' % (name, tl, float(obs.get(name, 0)))]
+        # TokenizerMetricsCollector.emit_startup_time: one series per phase.
+        for name, phases in (("startup_time_seconds", [(k, self.timings.get(k, 0.0)) for k in (
+                "load_weight", "kv_cache_allocation", "scheduler_e2e", "tokenizer_e2e")]),
+                             ("startup_cuda_graph_time_seconds", [(k, self.timings.get("graph", {}).get(k, 0.0)) for k in (
+                                 "prefill", "decode", "target_verify", "draft_prefill", "draft_decode",
+                                 "draft_extend")])):
+            out += ["# HELP sglang:%s %s." % (name, name.replace("_", " ")), "# TYPE sglang:%s gauge" % name]
+            out += ['sglang:%s{%s,phase="%s"} %r' % (name, tl, k, round(float(v), 3)) for k, v in phases]
         for name, buckets in HISTOGRAM_BUCKETS:
             counts, total, n = hists.get(name, ([0] * len(buckets), 0.0, 0))
+            hl = tl if name == "inter_token_latency_seconds" else tl + ',is_streaming="false"'
             out += ["# HELP sglang:%s %s." % (name, name.replace("_", " ")), "# TYPE sglang:%s histogram" % name]
             cum = 0
             for b, c in zip(buckets, counts):
                 cum += c
-                out.append('sglang:%s_bucket{%s,le="%r"} %s' % (name, tl, float(b), float(cum)))
-            out += ['sglang:%s_bucket{%s,le="+Inf"} %s' % (name, tl, float(n)),
-                    "sglang:%s_sum{%s} %r" % (name, tl, float(total)), "sglang:%s_count{%s} %s" % (name, tl, float(n))]
+                out.append('sglang:%s_bucket{%s,le="%r"} %s' % (name, hl, float(b), float(cum)))
+            out += ['sglang:%s_bucket{%s,le="+Inf"} %s' % (name, hl, float(n)),
+                    "sglang:%s_sum{%s} %r" % (name, hl, float(total)), "sglang:%s_count{%s} %s" % (name, hl, float(n))]
         text = "\n".join(out) + "\n"
         if os.environ.get("STANDIN_METRICS_NAMES", "colon") == "underscore":
             text = text.replace("sglang:", "sglang_")
         return text.encode()
 
 
-# The tokenizer collector's default buckets (SGLang 0.5.23, python/sglang/srt/metrics/collector.py).
+# The tokenizer collector's default buckets (SGLang 0.5.23, sglang/srt/observability/metrics_collector.py).
 HISTOGRAM_BUCKETS = (
     ("time_to_first_token_seconds", (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)),
     ("inter_token_latency_seconds", (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040,

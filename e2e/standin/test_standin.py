@@ -216,8 +216,15 @@ class StandinTest(unittest.TestCase):
                 count = re.search(r'^%s%s_count\{[^}]*\} (\S+)$' % (re.escape(prefix), name), text, re.M)
                 want = reqs * 7 if name == "inter_token_latency_seconds" else reqs  # 8 tokens: 7 gaps each
                 self.assertEqual(float(count.group(1)), want, name)
+            self.assertRegex(text, re.compile(r'^%stime_to_first_token_seconds_bucket\{model_name="tiny",engine_type='
+                                              r'"unified",is_streaming="false",le="0.1"\} ' % re.escape(prefix), re.M))
+            for phase in ("load_weight", "kv_cache_allocation", "scheduler_e2e", "tokenizer_e2e"):
+                self.assertRegex(text, re.compile(r'^%sstartup_time_seconds\{model_name="tiny",engine_type="unified",'
+                                                  r'phase="%s"\} ' % (re.escape(prefix), phase), re.M))
+            self.assertRegex(text, re.compile(r'^%sstartup_cuda_graph_time_seconds\{.*phase="decode"\} '
+                                              % re.escape(prefix), re.M))
             for gauge in ("num_running_reqs", "num_queue_reqs", "token_usage", "gen_throughput",
-                          "spec_accept_length", "engine_startup_time", "engine_load_weights_time"):
+                          "spec_accept_length"):
                 self.assertRegex(text, re.compile(r'^%s%s\{model_name="tiny",engine_type="unified",tp_rank="0"'
                                                   % (re.escape(prefix), gauge), re.M))
             self.assertRegex(text, re.compile(r'^%sspec_accept_length\{.*\} 3\.1' % re.escape(prefix), re.M))
