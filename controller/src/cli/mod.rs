@@ -60,8 +60,8 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             if let Some(manifests) = manifests {
                 let opts = crate::standalone::StandaloneOptions {
                     manifests,
+                    file_sd: args::file_sd_path(file_sd, &status_dir),
                     status_dir,
-                    file_sd: (!file_sd.as_os_str().is_empty()).then_some(file_sd),
                     sd_node_address,
                     gpu_vendor: host.gpu_vendor.clone(),
                     gpu_driver: host.gpu_driver.clone(),
