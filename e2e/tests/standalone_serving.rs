@@ -147,6 +147,20 @@ fn the_standalone_agent_lists_its_servers_for_http_sd_and_file_sd() {
             .map(|x| x["value"][1].clone())
             .ok_or_else(|| "no data".to_string())
     });
+    // The server's GPUs joined from the standalone agent's gpuplane_gpu_owner (for DCGM).
+    let gpus = wait_for("the server's GPUs", Duration::from_secs(30), || {
+        let r = prom.query("gpuplane:sglang_server_gpu:info")?;
+        if r.len() == 4 {
+            Ok(r)
+        } else {
+            Err(format!("{} GPUs", r.len()))
+        }
+    });
+    let ids: Vec<&str> = gpus
+        .iter()
+        .filter_map(|g| g["metric"]["pci_bus_id"].as_str())
+        .collect();
+    println!("the server's GPUs: {ids:?}");
 
     // The server's manifest removed: both lists empty, Prometheus drops both targets.
     let t0 = Instant::now();

@@ -206,6 +206,7 @@ fn round(
             .unwrap_or(&[])
     });
     publish_targets(opts, metrics, crate::discovery::render(&targets));
+    record_gpus(metrics, &desired, host_state(&report));
     // A held lock: look again after a poll interval (no unit to probe meanwhile). What a dead
     // writer left and a step removed is logged where it is removed (host/local/files.rs).
     if report.waits_for_lock() {
@@ -229,4 +230,35 @@ fn publish_targets(opts: &StandaloneOptions, metrics: &crate::metrics::Metrics, 
         file_sd::write(path, &json);
     }
     metrics.set_server_sd(json);
+}
+
+/// `gpuplane_gpus` and `gpuplane_gpu_owner` as the Kubernetes agent records them: each GPU of
+/// the partition with its slice and bound driver, `pci_bus_id` as DCGM spells it (what the
+/// serving rules join a server's GPUs by).
+fn record_gpus(
+    metrics: &crate::metrics::Metrics,
+    desired: &crate::desired::Desired,
+    host: &crate::host::model::HostState,
+) {
+    metrics.gpus.reset();
+    metrics.gpu_owner.reset();
+    for s in &desired.partition.slices {
+        for g in &s.gpus {
+            let driver = host
+                .pci_devices
+                .get(g)
+                .and_then(|d| d.driver.clone())
+                .unwrap_or_else(|| "none".into());
+            metrics.gpus.with_label_values(&[&s.name, &driver]).inc();
+            metrics
+                .gpu_owner
+                .with_label_values(&[
+                    &desired.partition.node_name,
+                    &crate::metrics::dcgm_bus_id(g),
+                    &s.name,
+                    &driver,
+                ])
+                .set(1);
+        }
+    }
 }
