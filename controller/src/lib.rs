@@ -20,6 +20,7 @@ pub mod clock;
 pub mod converge;
 pub mod crashpoint;
 pub mod desired;
+pub mod discovery;
 pub mod door;
 pub mod host;
 pub mod http;

@@ -8,6 +8,9 @@
 //! listener bound to 127.0.0.1 (`--health-addr`, `/healthz` and `/readyz`), which no other pod
 //! reaches, so a NetworkPolicy on the metrics port need not admit the kubelet either.
 //!
+//! `/sd/servers` on the same listener lists the SGLang servers for Prometheus's
+//! `http_sd_configs` (the body is computed by `discovery/`, set by each reconcile).
+//!
 //! Names users build on (dashboards, alerts in the chart):
 //! - `gpuplane_resource_condition{kind,namespace,name,type,status,reason}` = 1 for each
 //!   condition a resource has now (a changed status or reason replaces the series);
@@ -114,6 +117,9 @@ pub struct Metrics {
     pub leader: IntGauge,
     pub conditions: IntGaugeVec,
     pub watch_events: IntCounterVec,
+    /// The body of `/sd/servers` (Prometheus HTTP service discovery of the SGLang servers,
+    /// `discovery/`): replaced whole by each reconcile, `[]` until the first.
+    server_sd: Arc<Mutex<Arc<str>>>,
     /// The condition series each resource has now, to remove them when they change.
     shown: Arc<Mutex<BTreeMap<SeriesKey, Vec<ConditionLabels>>>>,
 }
@@ -164,6 +170,7 @@ impl Metrics {
                 &["kind", "watch"],
             )?,
             shown: Arc::new(Mutex::new(BTreeMap::new())),
+            server_sd: Arc::new(Mutex::new(Arc::from("[]"))),
             registry,
         };
         let build = gauge(
@@ -233,6 +240,20 @@ impl Metrics {
         if !now.is_empty() {
             shown.insert(key, now);
         }
+    }
+
+    /// Replaces what `/sd/servers` serves: `json`, the whole list the latest reconcile computed
+    /// (`discovery::render`, bounded there).
+    pub fn set_server_sd(&self, json: String) {
+        *self.server_sd.lock().unwrap_or_else(|p| p.into_inner()) = Arc::from(json);
+    }
+
+    /// What `/sd/servers` serves now.
+    pub fn server_sd(&self) -> Arc<str> {
+        self.server_sd
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The text exposition of every metric.
@@ -321,6 +342,10 @@ async fn health(
 
 const TEXT: &str = "text/plain; charset=utf-8";
 
+/// Prometheus HTTP service discovery of the SGLang servers this agent runs (`discovery/`): a
+/// JSON array of `{"targets": ["host:port"], "labels": {...}}`, the whole list every time.
+pub const SERVER_SD_PATH: &str = "/sd/servers";
+
 /// `/healthz` (the process answers), `/readyz` (the API server was reached), or 404.
 fn probe(path: &str, ready: &AtomicBool) -> Reply {
     match path {
@@ -362,6 +387,11 @@ async fn answer(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
             metrics.render(),
+        ),
+        SERVER_SD_PATH => reply(
+            StatusCode::OK,
+            "application/json",
+            metrics.server_sd().to_string(),
         ),
         path => probe(path, &ready),
     })

@@ -56,6 +56,10 @@ const RULES: &[(&str, &[&str])] = &[
     ),
     ("p2p", &["resource_key", "desired", "host"]),
     (
+        "discovery",
+        &["resource_key", "desired", "host", "plan", "systemd", "text"],
+    ),
+    (
         "plan",
         &[
             "resource_key",
@@ -120,6 +124,7 @@ const RULES: &[(&str, &[&str])] = &[
             "plan",
             "p2p",
             "manifests",
+            "discovery",
         ],
     ),
     (
@@ -148,6 +153,7 @@ const RULES: &[(&str, &[&str])] = &[
             "status",
             "step",
             "text",
+            "discovery",
         ],
     ),
     // `gpuplane status`: reads what the agents published, never the host.
@@ -179,6 +185,7 @@ const RULES: &[(&str, &[&str])] = &[
             "http",
             "metrics",
             "kubeapi",
+            "discovery",
         ],
     ),
 ];

@@ -104,6 +104,28 @@ pub fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
     Ok((code, body.to_string()))
 }
 
+/// This machine's address towards the outside (what a container's bridge address is on a real
+/// host): not loopback, which discovery never lists for a container.
+pub fn own_address() -> std::net::IpAddr {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    if s.connect("203.0.113.1:9").is_ok() {
+        if let Ok(a) = s.local_addr() {
+            if !a.ip().is_unspecified() && !a.ip().is_loopback() {
+                return a.ip();
+            }
+        }
+    }
+    let out = std::process::Command::new("hostname")
+        .arg("-I")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|w| w.parse::<std::net::IpAddr>().ok())
+        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
+        .expect("this machine has no non-loopback IPv4 address for the container's stand-in")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

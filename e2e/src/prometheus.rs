@@ -19,16 +19,21 @@ impl Prometheus {
     /// Starts Prometheus in `dir` scraping `127.0.0.1:target_port` as job `gpuplane-agent`, and
     /// waits until it serves its API.
     pub fn start(dir: &Path, target_port: u16) -> Prometheus {
-        let port = free_ports(1)[0];
-        std::fs::create_dir_all(dir.join("data")).unwrap();
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
+        Prometheus::start_with(
+            dir,
+            &format!(
                 "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: gpuplane-agent\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n"
             ),
         )
-        .unwrap();
+    }
+
+    /// Starts Prometheus in `dir` with `config` (prometheus.yml's text; relative paths in it are
+    /// relative to `dir`), and waits until it serves its API.
+    pub fn start_with(dir: &Path, config_text: &str) -> Prometheus {
+        let port = free_ports(1)[0];
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let config = dir.join("prometheus.yml");
+        std::fs::write(&config, config_text).unwrap();
         let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
         let child = Command::new("prometheus")
             .arg(format!("--config.file={}", config.display()))
@@ -52,6 +57,16 @@ impl Prometheus {
             },
         );
         p
+    }
+
+    /// `GET path` of its HTTP API, parsed.
+    pub fn api(&self, path: &str) -> Result<Json, String> {
+        let (code, body) = http_get(self.port, path)?;
+        let v: Json = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+        if code != 200 {
+            return Err(format!("{path}: HTTP {code}: {body}"));
+        }
+        Ok(v)
     }
 
     /// The result vector of an instant query (empty when the query returns no data).

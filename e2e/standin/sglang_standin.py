@@ -42,6 +42,10 @@ Environment (all optional)
                             the real server does when the scheduler is stuck.
   STANDIN_HOLD_DEVICES      comma-separated device files the process opens at start and keeps open, as SGLang keeps
                             /dev/nvidiaN open (tests use a stand-in GPU's /dev/dri/cardN)
+  STANDIN_METRICS_NAMES     colon (default): /metrics names as SGLang spells them, `sglang:num_running_reqs`;
+                            underscore: `sglang_num_running_reqs`, as SGLang's router rewrites them
+  STANDIN_TTFT_SECONDS      time to first token each request is recorded with in /metrics      (default 0.15)
+  STANDIN_ITL_SECONDS       inter-token latency each request is recorded with in /metrics      (default 0.012)
   STANDIN_LOG_STYLE         0.5.23 (default): "Init parallel begin.", "Capture target decode CUDA graph begin. ...";
                             legacy: older SGLang lines ("Init torch distributed begin.", "Capture cuda graph begin. ...").
   STANDIN_MODEL_ARCH        model architecture when <model-path>/config.json is absent (default Qwen3ForCausalLM)
@@ -710,16 +714,31 @@ class Standin:
         return info
 
     def metrics(self):
+        """SGLang 0.5.23's /metrics as its collector (sglang/srt/observability/metrics_collector.py) names and shapes
+        it: the scheduler's gauges (labels model_name, engine_type, tp_rank, pp_rank, moe_ep_rank), the tokenizer's
+        counters, its startup_time_seconds / startup_cuda_graph_time_seconds by phase, and its three latency
+        histograms with the collector's default buckets (labels model_name, engine_type, and is_streaming but on
+        the inter-token one), each request observed by the POST routes. STANDIN_METRICS_NAMES=underscore spells every name
+        `sglang_` (SGLang's router rewrites `:` to `_`)."""
         a = self.a
         lab = 'model_name="%s",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"' % a["served_model_name"]
-        gauges = [("num_running_reqs", 0), ("num_queue_reqs", 0), ("num_grammar_queue_reqs", 0),
-                  ("gen_throughput", 0), ("cache_hit_rate", 0), ("token_usage", 0), ("num_used_tokens", 0),
+        with _LOCK:
+            obs = dict(Handler.generated)
+            hists = {k: (list(v[0]), v[1], v[2]) for k, v in Handler.histograms.items()}
+        spec = a.get("speculative_algorithm")
+        # What SGLang's scheduler logs for speculative decoding: accepted tokens per verify step (1 without).
+        accept_len = round(1.0 + 0.7 * (a.get("speculative_num_steps") or 1), 2) if spec else 0.0
+        gauges = [("num_running_reqs", obs.get("running", 0)), ("num_queue_reqs", 0), ("num_grammar_queue_reqs", 0),
+                  ("gen_throughput", obs.get("gen_throughput", 0)), ("cache_hit_rate", 0),
+                  ("token_usage", round(min(1.0, obs.get("generation_tokens_total", 0) / max(1, self.kv_tokens)), 6)),
+                  ("num_used_tokens", 0),
                   ("kv_available_tokens", self.kv_tokens), ("kv_used_tokens", 0),
                   ("max_total_num_tokens", self.kv_tokens),
                   ("weight_memory_usage_gb", round((self.weights - self.base) / 1024.0, 2)),
                   ("kv_cache_memory_usage_gb", round(self.kv / 1024.0, 2)),
                   ("graph_memory_usage_gb", round(self.graph_mib / 1024.0, 2)), ("page_size", a["page_size"]),
-                  ("context_len", self.context_len()), ("is_cuda_graph", 1), ("utilization", 0)]
+                  ("context_len", self.context_len()), ("is_cuda_graph", 1), ("utilization", 0),
+                  ("spec_accept_length", accept_len), ("spec_accept_rate", 0.7 if spec else 0.0)]
         out = []
         for name, v in gauges:
             out += ["# HELP sglang:%s %s." % (name, name.replace("_", " ")), "# TYPE sglang:%s gauge" % name,
@@ -727,14 +746,73 @@ class Standin:
         tl = 'model_name="%s",engine_type="unified"' % a["served_model_name"]
         for name in ("prompt_tokens_total", "generation_tokens_total", "num_requests_total"):
             out += ["# HELP sglang:%s %s." % (name, name.replace("_", " ")), "# TYPE sglang:%s counter" % name,
-                    'sglang:%s{%s,is_streaming="false"} %s' % (name, tl, float(Handler.generated.get(name, 0)))]
-        return ("\n".join(out) + "\n").encode()
+                    'sglang:%s{%s,is_streaming="false"} %s' % (name, tl, float(obs.get(name, 0)))]
+        # TokenizerMetricsCollector.emit_startup_time: one series per phase.
+        for name, phases in (("startup_time_seconds", [(k, self.timings.get(k, 0.0)) for k in (
+                "load_weight", "kv_cache_allocation", "scheduler_e2e", "tokenizer_e2e")]),
+                             ("startup_cuda_graph_time_seconds", [(k, self.timings.get("graph", {}).get(k, 0.0)) for k in (
+                                 "prefill", "decode", "target_verify", "draft_prefill", "draft_decode",
+                                 "draft_extend")])):
+            out += ["# HELP sglang:%s %s." % (name, name.replace("_", " ")), "# TYPE sglang:%s gauge" % name]
+            out += ['sglang:%s{%s,phase="%s"} %r' % (name, tl, k, round(float(v), 3)) for k, v in phases]
+        for name, buckets in HISTOGRAM_BUCKETS:
+            counts, total, n = hists.get(name, ([0] * len(buckets), 0.0, 0))
+            hl = tl if name == "inter_token_latency_seconds" else tl + ',is_streaming="false"'
+            out += ["# HELP sglang:%s %s." % (name, name.replace("_", " ")), "# TYPE sglang:%s histogram" % name]
+            cum = 0
+            for b, c in zip(buckets, counts):
+                cum += c
+                out.append('sglang:%s_bucket{%s,le="%r"} %s' % (name, hl, float(b), float(cum)))
+            out += ['sglang:%s_bucket{%s,le="+Inf"} %s' % (name, hl, float(n)),
+                    "sglang:%s_sum{%s} %r" % (name, hl, float(total)), "sglang:%s_count{%s} %s" % (name, hl, float(n))]
+        text = "\n".join(out) + "\n"
+        if os.environ.get("STANDIN_METRICS_NAMES", "colon") == "underscore":
+            text = text.replace("sglang:", "sglang_")
+        return text.encode()
+
+
+# The tokenizer collector's default buckets (SGLang 0.5.23, sglang/srt/observability/metrics_collector.py).
+HISTOGRAM_BUCKETS = (
+    ("time_to_first_token_seconds", (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)),
+    ("inter_token_latency_seconds", (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040,
+                                     0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000, 6.000,
+                                     8.000)),
+    ("e2e_request_latency_seconds", (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600,
+                                     1200, 1800, 2400)),
+)
+
+
+def observe(name, value, times=1):
+    """One observation (`times` equal ones) of histogram `name`; call with _LOCK held."""
+    buckets = dict(HISTOGRAM_BUCKETS)[name]
+    counts, total, n = Handler.histograms.get(name, ([0] * len(buckets), 0.0, 0))
+    for i, b in enumerate(buckets):
+        if value <= b:
+            counts[i] += times
+            break
+    Handler.histograms[name] = (counts, total + value * times, n + times)
+
+
+def observe_request(n_tokens):
+    """A finished request of `n_tokens` generated tokens, timed as STANDIN_TTFT_SECONDS (default 0.15) to the first
+    token and STANDIN_ITL_SECONDS (default 0.012) between the next ones, recorded as SGLang's tokenizer manager
+    does: time to first token, inter-token latency per token, end-to-end latency; the generation throughput gauge."""
+    ttft = float(os.environ.get("STANDIN_TTFT_SECONDS", "0.15"))
+    itl = float(os.environ.get("STANDIN_ITL_SECONDS", "0.012"))
+    e2e = ttft + itl * max(0, n_tokens - 1)
+    with _LOCK:
+        observe("time_to_first_token_seconds", ttft)
+        if n_tokens > 1:
+            observe("inter_token_latency_seconds", itl, n_tokens - 1)
+        observe("e2e_request_latency_seconds", e2e)
+        Handler.generated["gen_throughput"] = round(n_tokens / e2e, 3) if e2e > 0 else 0.0
 
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     standin = None  # set per server
     generated = {}
+    histograms = {}  # name -> (per-bucket counts, sum, count)
 
     def version_string(self):
         return "uvicorn"
@@ -808,6 +886,7 @@ class Handler(BaseHTTPRequestHandler):
         with _LOCK:
             for k, v in (("num_requests_total", 1), ("prompt_tokens_total", 7), ("generation_tokens_total", n)):
                 Handler.generated[k] = Handler.generated.get(k, 0) + v
+        observe_request(n)
         rid, now = uuid.uuid4().hex, int(time.time())
         usage = {"prompt_tokens": 7, "completion_tokens": n, "total_tokens": 7 + n}
         model = req.get("model") or s.a["served_model_name"]

@@ -193,6 +193,45 @@ class StandinTest(unittest.TestCase):
         self.assertEqual(r.memory(), [(2, 0), (3, 0)], "memory freed on exit")
         self.assertIn("INFO:     Finished server process", r.stderr())
 
+    def test_metrics_are_sglangs_names_and_histograms_in_both_spellings(self):
+        from sglang_standin import HISTOGRAM_BUCKETS
+        for spelling, prefix in (("colon", "sglang:"), ("underscore", "sglang_")):
+            r = self.start(["--model-path", "/models/qwen", "--served-model-name", "tiny", "--enable-metrics",
+                            "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+                            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"],
+                           env={"STANDIN_METRICS_NAMES": spelling})
+            r.wait_for(lambda: port_open(r.port) and get(r.port, "/health")[0] == 200, what="healthy")
+            for _ in range(3):
+                self.assertEqual(get(r.port, "/generate", "POST", json.dumps({"text": "hi"}))[0], 200)
+            text = get(r.port, "/metrics")[1].decode()
+            # The warm-up request SGLang sends itself counts too, as on a real server.
+            reqs = float(re.search(r'^%snum_requests_total\{.*\} (\S+)$' % re.escape(prefix), text, re.M).group(1))
+            self.assertGreaterEqual(reqs, 3)
+            other = "sglang_" if prefix == "sglang:" else "sglang:"
+            self.assertNotIn(other, text, "one spelling at a time")
+            for name, buckets in HISTOGRAM_BUCKETS:
+                self.assertIn("# TYPE %s%s histogram" % (prefix, name), text)
+                les = re.findall(r'^%s%s_bucket\{[^}]*le="([^"]+)"\} ' % (re.escape(prefix), name), text, re.M)
+                self.assertEqual(les, [repr(float(b)) for b in buckets] + ["+Inf"], name)
+                count = re.search(r'^%s%s_count\{[^}]*\} (\S+)$' % (re.escape(prefix), name), text, re.M)
+                want = reqs * 7 if name == "inter_token_latency_seconds" else reqs  # 8 tokens: 7 gaps each
+                self.assertEqual(float(count.group(1)), want, name)
+            self.assertRegex(text, re.compile(r'^%stime_to_first_token_seconds_bucket\{model_name="tiny",engine_type='
+                                              r'"unified",is_streaming="false",le="0.1"\} ' % re.escape(prefix), re.M))
+            for phase in ("load_weight", "kv_cache_allocation", "scheduler_e2e", "tokenizer_e2e"):
+                self.assertRegex(text, re.compile(r'^%sstartup_time_seconds\{model_name="tiny",engine_type="unified",'
+                                                  r'phase="%s"\} ' % (re.escape(prefix), phase), re.M))
+            self.assertRegex(text, re.compile(r'^%sstartup_cuda_graph_time_seconds\{.*phase="decode"\} '
+                                              % re.escape(prefix), re.M))
+            for gauge in ("num_running_reqs", "num_queue_reqs", "token_usage", "gen_throughput",
+                          "spec_accept_length"):
+                self.assertRegex(text, re.compile(r'^%s%s\{model_name="tiny",engine_type="unified",tp_rank="0"'
+                                                  % (re.escape(prefix), gauge), re.M))
+            self.assertRegex(text, re.compile(r'^%sspec_accept_length\{.*\} 3\.1' % re.escape(prefix), re.M))
+            self.assertRegex(text, re.compile(r'^%sgeneration_tokens_total\{.*\} %s$' % (re.escape(prefix), 8 * reqs),
+                                              re.M))
+            self.assertEqual(r.stop(), 0)
+
     def test_tp1_defaults_no_prefix_no_metrics(self):
         self.marker()  # the P2P marker does not matter with one GPU
         r = self.start(["--model", "org/model-a", "--skip-server-warmup"])

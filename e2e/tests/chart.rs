@@ -681,6 +681,110 @@ fn check_monitoring_renders() {
     for k in ["PrometheusRule", "ServiceMonitor", "ConfigMap"] {
         assert!(kinds.iter().any(|x| x == k), "{k} not rendered: {kinds:?}");
     }
+    let docs = template(&[
+        "--set",
+        "prometheusRule.enabled=true",
+        "--set",
+        "grafanaDashboard.enabled=true",
+    ]);
+    let rules: Vec<&Yaml> = docs
+        .iter()
+        .filter(|d| d["kind"] == "PrometheusRule")
+        .collect();
+    assert_eq!(rules.len(), 2, "alerts and the serving rules");
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["spec"]["groups"][0]["name"] == "gpuplane-serving"),
+        "the serving recording rules are a PrometheusRule"
+    );
+    let cm = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && !d["data"]["gpuplane.json"].is_null())
+        .unwrap();
+    let serving: serde_json::Value =
+        serde_json::from_str(cm["data"]["gpuplane-serving.json"].as_str().unwrap()).unwrap();
+    assert_eq!(serving["uid"], "gpuplane-serving");
+    check_server_discovery();
+}
+
+/// Server discovery: off, no ScrapeConfig and no hostPort; on, one http_sd URL per node address
+/// at the agents' hostPort; the agent always told its node's address (status.hostIP).
+fn check_server_discovery() {
+    let kinds = |docs: &[Yaml]| -> Vec<String> {
+        docs.iter()
+            .filter_map(|d| d["kind"].as_str().map(str::to_string))
+            .collect()
+    };
+    let off = template(&[]);
+    assert!(
+        !kinds(&off).contains(&"ScrapeConfig".to_string()),
+        "off by default"
+    );
+    let ds = off.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
+    let agent = &ds["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = agent["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert!(args.contains(&"--sd-node-address=$(HOST_IP)"), "{args:?}");
+    let host_ip = agent["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "HOST_IP")
+        .expect("HOST_IP env");
+    assert_eq!(
+        host_ip["valueFrom"]["fieldRef"]["fieldPath"],
+        "status.hostIP"
+    );
+    assert!(
+        agent["ports"][0]["hostPort"].is_null(),
+        "no hostPort by default"
+    );
+
+    let on = template(&[
+        "--set",
+        "serverDiscovery.hostPort=true",
+        "--set",
+        "serverDiscovery.scrapeConfig.enabled=true",
+        "--set",
+        "serverDiscovery.scrapeConfig.nodeAddresses={10.0.0.6,10.0.0.7}",
+    ]);
+    let sc = on.iter().find(|d| d["kind"] == "ScrapeConfig").unwrap();
+    assert_eq!(sc["apiVersion"], "monitoring.coreos.com/v1alpha1");
+    let urls: Vec<&str> = sc["spec"]["httpSDConfigs"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|h| h["url"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        urls,
+        [
+            "http://10.0.0.6:9464/sd/servers",
+            "http://10.0.0.7:9464/sd/servers"
+        ]
+    );
+    let ds = on.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
+    assert_eq!(
+        ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["hostPort"],
+        9464
+    );
+    // Enabled without addresses: a message saying what to set, not an empty list.
+    let (ok, _, err) = run_helm(&[
+        "template",
+        "t",
+        "charts/gpuplane",
+        "--set",
+        "serverDiscovery.scrapeConfig.enabled=true",
+    ]);
+    assert!(
+        !ok && err.contains("serverDiscovery.scrapeConfig.nodeAddresses"),
+        "{err}"
+    );
 }
 
 /// Wrong values fail on the chart's schema, with the value's path.

@@ -32,6 +32,37 @@ fn alerts_pass_promtool_check_and_their_unit_tests() {
     println!("{}", out.trim_end());
 }
 
+/// The serving recording rules (`files/serving-rules.yaml`): promtool's check, and its unit
+/// tests where one server spells SGLang's metrics `sglang:` and the other `sglang_`.
+#[test]
+fn serving_rules_pass_promtool_check_and_their_unit_tests_in_both_spellings() {
+    let out = promtool(&["check", "rules", "charts/gpuplane/files/serving-rules.yaml"]);
+    println!("{}", out.trim_end());
+    let out = promtool(&["test", "rules", "e2e/prometheus/serving_rules_test.yaml"]);
+    println!("{}", out.trim_end());
+    // Every rule reading SGLang's series takes both spellings.
+    let rules: Yaml = serde_yaml::from_str(
+        &std::fs::read_to_string(repo_root().join("charts/gpuplane/files/serving-rules.yaml"))
+            .unwrap(),
+    )
+    .unwrap();
+    let tests = std::fs::read_to_string(repo_root().join("e2e/prometheus/serving_rules_test.yaml"))
+        .unwrap();
+    for r in rules["groups"][0]["rules"].as_sequence().unwrap() {
+        let (name, expr) = (r["record"].as_str().unwrap(), r["expr"].as_str().unwrap());
+        let expr = expr.replace("gpuplane:sglang_", "gpuplane:");
+        assert!(
+            !expr.contains("sglang:") && !expr.contains("sglang_") || expr.contains("sglang[:_]"),
+            "{name} reads one spelling only: {expr}"
+        );
+        let output = !name.ends_with("_bucket:rate5m");
+        assert!(
+            !output || tests.contains(name),
+            "{name} has no promtool unit test"
+        );
+    }
+}
+
 #[test]
 fn every_alert_has_a_runbook_and_is_unit_tested() {
     let root = repo_root();
@@ -70,6 +101,8 @@ fn the_chart_ships_these_files() {
     for needle in [
         "kind: PrometheusRule",
         r#".Files.Get "files/alerts.yaml""#,
+        r#".Files.Get "files/serving-rules.yaml""#,
+        r#".Files.Get "files/serving-dashboard.json""#,
         "kind: ServiceMonitor",
         r#".Files.Get "files/dashboard.json""#,
         ".Values.prometheusRule.enabled",

@@ -14,6 +14,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per process: a large `Run` variant costs nothing worth boxing clap's fields for.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Print the observed host state (YAML, or JSON with --output json).
@@ -103,6 +105,17 @@ pub enum Command {
         /// With --manifests: where each resource's status file is written.
         #[arg(long, default_value = DEFAULT_STATUS_DIR)]
         status_dir: PathBuf,
+        /// The address Prometheus reaches this node at, listed in `/sd/servers` (and the file_sd
+        /// file) for a host server that listens on a wildcard (0.0.0.0, ::). The chart passes the
+        /// pod's status.hostIP; unset: 127.0.0.1 (only a Prometheus on this machine reaches it).
+        #[arg(long)]
+        sd_node_address: Option<String>,
+        /// With --manifests: where the SGLang servers are listed for Prometheus's file_sd_configs
+        /// (the JSON of /sd/servers), replaced atomically after each pass; "" to write none.
+        /// Default: `prometheus/servers.json` beside the status directory
+        /// (/var/lib/gpuplane/prometheus/servers.json with the default --status-dir).
+        #[arg(long)]
+        file_sd: Option<PathBuf>,
         /// With --manifests: stop once settled or after this many reconciles (tests).
         #[arg(long, hide = true)]
         max_rounds: Option<u64>,
@@ -237,6 +250,22 @@ pub enum Format {
 /// `gpuplane status` reads them.
 pub const DEFAULT_STATUS_DIR: &str = "/var/lib/gpuplane/status";
 
+/// Where the standalone agent writes its file_sd list of servers by default: beside the status
+/// directory `status_dir`, not in it (`gpuplane status` reads every file there as a resource's
+/// status); `--file-sd ''` writes none.
+pub fn file_sd_path(file_sd: Option<PathBuf>, status_dir: &std::path::Path) -> Option<PathBuf> {
+    match file_sd {
+        Some(p) if p.as_os_str().is_empty() => None,
+        Some(p) => Some(p),
+        None => Some(
+            status_dir
+                .parent()
+                .unwrap_or(std::path::Path::new("."))
+                .join("prometheus/servers.json"),
+        ),
+    }
+}
+
 /// `gpuplane status -o`.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StatusFormat {
@@ -257,4 +286,28 @@ fn watch_scope() -> impl clap::builder::TypedValueParser<Value = crate::reconcil
     use clap::builder::TypedValueParser;
     clap::builder::PossibleValuesParser::new(crate::reconcile::scope::WatchScope::NAMES)
         .try_map(|s| s.parse::<crate::reconcile::scope::WatchScope>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::file_sd_path;
+    use std::path::{Path, PathBuf};
+
+    #[test]
+    fn the_file_sd_list_goes_beside_the_status_directory_unless_told() {
+        let st = Path::new("/var/lib/gpuplane/status");
+        assert_eq!(
+            file_sd_path(None, st),
+            Some(PathBuf::from("/var/lib/gpuplane/prometheus/servers.json"))
+        );
+        assert_eq!(
+            file_sd_path(None, Path::new("/tmp/t/st")),
+            Some(PathBuf::from("/tmp/t/prometheus/servers.json"))
+        );
+        assert_eq!(
+            file_sd_path(Some("/srv/sd.json".into()), st),
+            Some(PathBuf::from("/srv/sd.json"))
+        );
+        assert_eq!(file_sd_path(Some(PathBuf::new()), st), None);
+    }
 }

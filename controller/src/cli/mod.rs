@@ -53,12 +53,16 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             watch_scope,
             manifests,
             status_dir,
+            sd_node_address,
+            file_sd,
             max_rounds,
         } => {
             if let Some(manifests) = manifests {
                 let opts = crate::standalone::StandaloneOptions {
                     manifests,
+                    file_sd: args::file_sd_path(file_sd, &status_dir),
                     status_dir,
+                    sd_node_address,
                     gpu_vendor: host.gpu_vendor.clone(),
                     gpu_driver: host.gpu_driver.clone(),
                     metrics_addr,
@@ -91,6 +95,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
                 lease_duration: std::time::Duration::from_secs(lease_duration.max(3)),
                 identity: identity.unwrap_or_else(|| format!("{hostname}-{}", std::process::id())),
                 watch_scope,
+                sd_node_address,
             };
             commands::run_agent(&host, opts, sim_speed)
         }

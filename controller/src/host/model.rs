@@ -492,6 +492,12 @@ pub struct ServerObservation {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase_since: Option<u64>,
     pub http: HttpState,
+    /// The address (no port) the agent reached the server at, as the host side names it: a
+    /// host server's loopback or own address, a container's address from the host's view
+    /// (`host/local/container_net.rs`); `None` while the unit is not active or when the agent
+    /// must not go there. Prometheus service discovery starts from it (`discovery/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reached_at: Option<String>,
     /// Model names `/v1/models` lists.
     #[serde(default)]
     pub models: Vec<String>,

@@ -181,3 +181,49 @@ async fn the_probe_listener_serves_only_health_and_readiness() {
     assert_eq!(is_ready, Ok(()));
     assert!(probe_health("127.0.0.1:1", "/healthz").is_err());
 }
+
+/// `/sd/servers` is Prometheus's HTTP SD contract: 200, `application/json`, `[]` before the first
+/// reconcile, then exactly the list the latest reconcile set (replaced, never merged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_the_server_list_as_prometheus_http_sd_json() {
+    use std::io::{Read, Write};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let m = Metrics::new().unwrap();
+    tokio::spawn(serve_on(
+        listener,
+        m.clone(),
+        Arc::new(AtomicBool::new(true)),
+    ));
+    let raw = move || {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(b"GET /sd/servers HTTP/1.0\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    let (before, after, replaced) = tokio::task::spawn_blocking(move || {
+        let before = raw();
+        m.set_server_sd(r#"[{"targets":["10.0.0.5:30000"],"labels":{"model":"q"}}]"#.into());
+        let after = raw();
+        m.set_server_sd("[]".into());
+        (before, after, raw())
+    })
+    .await
+    .unwrap();
+    for r in [&before, &after, &replaced] {
+        assert!(
+            r.starts_with("HTTP/1.0 200") || r.starts_with("HTTP/1.1 200"),
+            "{r}"
+        );
+        assert!(
+            r.to_ascii_lowercase()
+                .contains("content-type: application/json"),
+            "{r}"
+        );
+    }
+    assert!(before.ends_with("\r\n\r\n[]"), "{before}");
+    assert!(after.ends_with(r#"[{"targets":["10.0.0.5:30000"],"labels":{"model":"q"}}]"#));
+    assert!(replaced.ends_with("\r\n\r\n[]"), "{replaced}");
+}

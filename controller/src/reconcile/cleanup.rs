@@ -62,6 +62,8 @@ pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Actio
     let name = p.name_any();
     // The partition is going: its condition series go with it.
     ctx.metrics.forget("GpuPartition", "", &name);
+    // Nothing of a partition being deleted is watched any more: no scrape targets either.
+    ctx.metrics.set_server_sd("[]".into());
     let servers: Vec<InferenceServer> = servers_of(&ctx, &name)
         .await?
         .into_iter()

@@ -61,6 +61,8 @@ pub struct RunOptions {
     pub identity: String,
     /// Which objects the agent watches: its node's (by label), or the whole cluster's.
     pub watch_scope: scope::WatchScope,
+    /// The node's address in `/sd/servers` for host servers on a wildcard (`discovery/`).
+    pub sd_node_address: Option<String>,
 }
 
 /// Errors of a reconcile (API failures); host problems become conditions instead.

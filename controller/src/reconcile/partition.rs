@@ -227,6 +227,8 @@ async fn report_invalid_partition(
 ) -> Result<Action, Error> {
     let name = p.name_any();
     let msgs = field_messages(errs);
+    // Its servers read PartitionInvalid, not Ready: none is a scrape target.
+    ctx.metrics.set_server_sd("[]".into());
     let now = crate::clock::now();
     let slice_count = p.spec.slices.len() as u32;
     let refused = Refusal {
@@ -349,7 +351,30 @@ async fn write_status(
     for (s, reason, msgs) in &r.invalid {
         write_invalid_server(ctx, s, reason, msgs).await?;
     }
+    publish_targets(ctx, &r.desired, &host, &computed);
     Ok(ready)
+}
+
+/// The SGLang servers for Prometheus (`/sd/servers`): this reconcile's Ready servers with
+/// metrics, the whole list replacing the last (`discovery/`).
+fn publish_targets(
+    ctx: &Ctx,
+    desired: &Desired,
+    host: &HostState,
+    computed: &BTreeMap<crate::resource_key::ResourceKey, crate::status::ResourceStatus>,
+) {
+    let node = crate::discovery::select::Node {
+        name: &ctx.opts.node,
+        address: ctx.opts.sd_node_address.as_deref(),
+    };
+    let targets = crate::discovery::select::targets(desired, host, &node, |s| {
+        computed
+            .get(&crate::resource_key::ResourceKey::server_id(&s.id))
+            .map(|st| st.conditions.as_slice())
+            .unwrap_or(&[])
+    });
+    ctx.metrics
+        .set_server_sd(crate::discovery::render(&targets));
 }
 
 /// The status of a valid server: conditions, endpoint, and what its unit on the host runs.

@@ -91,6 +91,7 @@ fn ctx(client: Client, host: SimHost) -> Arc<Ctx> {
         lease_duration: Duration::from_secs(15),
         identity: "test".into(),
         watch_scope: super::scope::WatchScope::Node,
+        sd_node_address: None,
     };
     Arc::new(Ctx {
         client: client.clone(),

@@ -13,7 +13,11 @@
 //! - An invalid manifest changes nothing on the host: its problems go into
 //!   `status/_invalid.yaml` and the log, and the host keeps its last converged state.
 //! - Status files are replaced atomically (temp file + rename); a reader never sees half a file.
+//! - The SGLang servers that are Ready with metrics are listed for Prometheus after each pass
+//!   (`discovery/`): at `/sd/servers` on the metrics listener and in the file_sd file
+//!   (`--file-sd`, default `/var/lib/gpuplane/prometheus/servers.json`), replaced atomically.
 
+mod file_sd;
 mod notify;
 mod status_files;
 mod watch;
@@ -33,6 +37,11 @@ use std::time::{Duration, Instant};
 pub struct StandaloneOptions {
     pub manifests: PathBuf,
     pub status_dir: PathBuf,
+    /// Where the servers are listed for Prometheus's `file_sd_configs` (`discovery/`); `None`:
+    /// not written (`/sd/servers` on the metrics listener serves the same list).
+    pub file_sd: Option<PathBuf>,
+    /// The node's address for host servers on a wildcard (`discovery::select`).
+    pub sd_node_address: Option<String>,
     pub gpu_vendor: String,
     pub gpu_driver: String,
     pub metrics_addr: String,
@@ -156,6 +165,8 @@ fn round(
             );
             metrics.count_error(crate::metrics::ErrorCategory::InvalidSpec);
             status_files::write_invalid(&opts.status_dir, &f);
+            // Nothing is known to serve as asked: no scrape targets.
+            publish_targets(opts, metrics, "[]".into());
             return None;
         }
     };
@@ -184,10 +195,70 @@ fn round(
     let status =
         crate::status::compute(&desired, &report, &Default::default(), &crate::clock::now());
     status_files::write(&opts.status_dir, &status);
+    let node = crate::discovery::select::Node {
+        name: &desired.partition.node_name,
+        address: opts.sd_node_address.as_deref(),
+    };
+    let targets = crate::discovery::select::targets(&desired, host_state(&report), &node, |s| {
+        status
+            .get(&crate::resource_key::ResourceKey::server_id(&s.id))
+            .map(|st| st.conditions.as_slice())
+            .unwrap_or(&[])
+    });
+    publish_targets(opts, metrics, crate::discovery::render(&targets));
+    record_gpus(metrics, &desired, host_state(&report));
     // A held lock: look again after a poll interval (no unit to probe meanwhile). What a dead
     // writer left and a step removed is logged where it is removed (host/local/files.rs).
     if report.waits_for_lock() {
         return Some(vec![]);
     }
     report.waiting_units(&desired)
+}
+
+/// The host as the pass left it (empty when it could not be observed).
+fn host_state(report: &crate::converge::Report) -> &crate::host::model::HostState {
+    static EMPTY: std::sync::OnceLock<crate::host::model::HostState> = std::sync::OnceLock::new();
+    report
+        .final_host
+        .as_ref()
+        .unwrap_or_else(|| EMPTY.get_or_init(Default::default))
+}
+
+/// The servers for Prometheus, replaced whole: `/sd/servers` and the file_sd file.
+fn publish_targets(opts: &StandaloneOptions, metrics: &crate::metrics::Metrics, json: String) {
+    if let Some(path) = &opts.file_sd {
+        file_sd::write(path, &json);
+    }
+    metrics.set_server_sd(json);
+}
+
+/// `gpuplane_gpus` and `gpuplane_gpu_owner` as the Kubernetes agent records them: each GPU of
+/// the partition with its slice and bound driver, `pci_bus_id` as DCGM spells it (what the
+/// serving rules join a server's GPUs by).
+fn record_gpus(
+    metrics: &crate::metrics::Metrics,
+    desired: &crate::desired::Desired,
+    host: &crate::host::model::HostState,
+) {
+    metrics.gpus.reset();
+    metrics.gpu_owner.reset();
+    for s in &desired.partition.slices {
+        for g in &s.gpus {
+            let driver = host
+                .pci_devices
+                .get(g)
+                .and_then(|d| d.driver.clone())
+                .unwrap_or_else(|| "none".into());
+            metrics.gpus.with_label_values(&[&s.name, &driver]).inc();
+            metrics
+                .gpu_owner
+                .with_label_values(&[
+                    &desired.partition.node_name,
+                    &crate::metrics::dcgm_bus_id(g),
+                    &s.name,
+                    &driver,
+                ])
+                .set(1);
+        }
+    }
 }

@@ -15,7 +15,7 @@
 
 mod absent;
 mod confidential;
-mod container_net;
+pub(crate) mod container_net;
 mod error;
 pub mod exec;
 mod files;

@@ -102,6 +102,7 @@ impl LocalHost {
         self.endpoints
             .borrow_mut()
             .insert(r.key(), (host.clone(), port));
+        obs.reached_at = Some(host.clone());
         let t = Duration::from_secs(3);
         // A probe that got 200 moments ago from this same address is this observation's
         // answer: asking again would cost the server another generation (about a second on a

@@ -65,13 +65,39 @@ pub(super) fn run(sim: &SimHost, r: &UnitRef, u: &SimUnit) -> Run {
     match launch(sim, r, &parsed, t0) {
         Err(exit) => failed(unit, exit),
         Ok(process) => {
-            let (log, obs) = play(sim, &process, t0);
+            let (log, mut obs) = play(sim, &process, t0);
+            let listen = parsed.arg("--host").unwrap_or_else(|| "127.0.0.1".into());
+            obs.reached_at = reached_at(sim, r.location, &listen);
             unit.log_tail = log;
             unit.server = Some(obs);
             Run {
                 unit,
                 running: Some(Running { gpus: process.gpus }),
             }
+        }
+    }
+}
+
+/// Where the agent would reach a server listening on `listen` at `loc`, as the local backend
+/// decides it (`host/local/server.rs`): a host server's wildcard or loopback listen is reached on
+/// 127.0.0.1, another address as it is (the simulated host owns every address); a container's
+/// from its config's static addresses (`container_net::pick`), none for DHCP.
+fn reached_at(sim: &SimHost, loc: crate::host::model::Location, listen: &str) -> Option<String> {
+    use crate::host::local::container_net::{config_addresses, pick};
+    match loc {
+        crate::host::model::Location::Host => {
+            if matches!(listen, "0.0.0.0" | "::" | "127.0.0.1" | "::1" | "localhost") {
+                Some("127.0.0.1".into())
+            } else {
+                listen
+                    .parse::<std::net::IpAddr>()
+                    .ok()
+                    .map(|ip| ip.to_string())
+            }
+        }
+        crate::host::model::Location::Container(v) => {
+            let conf = sim.file.containers.get(&v).map(|c| c.config.as_str())?;
+            pick(listen, &config_addresses(conf))
         }
     }
 }
