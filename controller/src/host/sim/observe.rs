@@ -54,6 +54,7 @@ impl SimHost {
             iommu: f.iommu.clone(),
             nvidia: f.nvidia.clone(),
             confidential: f.confidential.clone(),
+            boot: f.boot.as_ref().map(|b| b.observed()).unwrap_or_default(),
             vms: f.vms.clone(),
             p2p_probes: f.p2p_probes.clone(),
             gpu_ledger: f.gpu_ledger.clone(),
