@@ -56,6 +56,8 @@ pub struct Judgement {
     pub config_remove: Vec<String>,
     /// The agent was killed between its write and the refresh: refresh again.
     pub refresh_pending: bool,
+    /// The config holds the words and the agent refreshed the bootloader from exactly it.
+    pub refreshed_by_agent: bool,
 }
 
 impl Judgement {
@@ -87,6 +89,7 @@ pub fn judge(d: &Desired, h: &HostState) -> Option<Judgement> {
         config_add: vec![],
         config_remove: vec![],
         refresh_pending: false,
+        refreshed_by_agent: false,
     };
     let differs = !j.missing.is_empty() || !j.unwanted.is_empty();
     match &b.config {
@@ -104,6 +107,8 @@ pub fn judge(d: &Desired, h: &HostState) -> Option<Judgement> {
             (j.config_add, j.config_remove) = difference(&c.args, &k.present, &k.absent);
             let config_holds = j.config_add.is_empty() && j.config_remove.is_empty();
             let rec = b.record.as_ref().filter(|r| r.path == c.path);
+            j.refreshed_by_agent =
+                config_holds && rec.is_some_and(|r| r.refreshed.as_ref() == Some(&c.sha256));
             j.refresh_pending = config_holds
                 && rec.is_some_and(|r| {
                     r.written == c.sha256 && r.refreshed.as_ref() != Some(&c.sha256)
@@ -223,10 +228,19 @@ pub fn blocker_text(j: &Judgement, h: &HostState) -> (&'static str, String) {
         .unwrap_or_default();
     match &j.standing {
         Standing::Booted => ("KernelArgsBooted", String::new()),
-        Standing::RebootPending => ("RebootRequired", format!(
-            "the running kernel {} (/proc/cmdline); {path} holds them once written and refreshed ({refresh}): reboot the host to boot with them (reboot: Manual: the agent never reboots)",
-            j.difference()
-        )),
+        Standing::RebootPending => {
+            let config = if j.refreshed_by_agent {
+                format!("the agent wrote them to {path} and ran {refresh}")
+            } else if j.config_add.is_empty() && j.config_remove.is_empty() && !j.refresh_pending {
+                format!("{path} has them (not written by the agent: make sure {refresh} ran)")
+            } else {
+                format!("the agent writes them to {path} and runs {refresh}")
+            };
+            ("RebootRequired", format!(
+                "the running kernel {} (/proc/cmdline); {config}: reboot the host to boot with them (reboot: Manual: the agent never reboots)",
+                j.difference()
+            ))
+        }
         Standing::NotBooted => ("KernelArgsNotBooted", format!(
             "the host booted after the agent wrote the kernel arguments to {path} and ran {refresh}, but the running kernel {} (/proc/cmdline): the bootloader did not boot what it was given (another boot entry or ESP, a drop-in overriding it, a kernel pinned by hand?); the agent does not reboot again: fix the boot and reboot",
             j.difference()

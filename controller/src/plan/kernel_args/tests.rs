@@ -104,10 +104,9 @@ fn args_written_refreshed_then_reboot_required_while_the_vm_slice_waits() {
     let (s, reason, msg) = cond(&d, &r, "RebootRequired");
     assert_eq!((s.as_str(), reason.as_str()), ("True", "KernelArgsPending"));
     assert!(
-        msg.starts_with("the running kernel lacks vfio-pci.disable_idle_d3=1 and still has iommu=pt (/proc/cmdline); /etc/kernel/cmdline"),
+        msg == "the running kernel lacks vfio-pci.disable_idle_d3=1 and still has iommu=pt (/proc/cmdline); the agent wrote them to /etc/kernel/cmdline and ran proxmox-boot-tool refresh: reboot the host to boot with them (reboot: Manual: the agent never reboots)",
         "{msg}"
     );
-    assert!(msg.contains("proxmox-boot-tool refresh"), "{msg}");
     let (ready, why, _) = cond(&d, &r, "Ready");
     assert_eq!((ready.as_str(), why.as_str()), ("False", "RebootRequired"));
     assert_eq!(cond(&d, &r, "Stalled").0, "True", "a person must reboot");
@@ -132,6 +131,10 @@ fn args_written_refreshed_then_reboot_required_while_the_vm_slice_waits() {
         "{msg}"
     );
     assert_eq!(cond(&d, &after, "Ready").0, "True");
+    // The argument was the confidential VM's missing prerequisite (vfio-pci loads with it).
+    let (_, _, cc) = cond(&d, &after, "ConfidentialReady");
+    assert!(!cc.contains("VfioIdleD3"), "{cc}");
+    assert!(cond(&d, &r, "ConfidentialReady").2.contains("VfioIdleD3"));
     assert_eq!(run(&mut h, &d).writes, 0, "converged: zero writes");
     assert_eq!(h.file.boot.unwrap().refreshes.len(), 1, "refreshed once");
 }
@@ -258,6 +261,18 @@ fn an_unsupported_grub_line_is_refused_not_guessed() {
         ("True", "BootloaderConfigUnsupported")
     );
     assert!(msg.contains("expansion"), "{msg}");
+}
+
+#[test]
+fn arguments_a_person_wrote_are_not_refreshed_and_the_message_says_so() {
+    let (mut h, d) = host(Bootloader::ProxmoxBootTool);
+    h.file.boot.as_mut().unwrap().kernel_cmdline =
+        Some("root=ZFS=rpool/ROOT/pve-1 quiet vfio-pci.disable_idle_d3=1\n".into());
+    let r = run(&mut h, &d);
+    assert!(h.file.boot.as_ref().unwrap().refreshes.is_empty());
+    let (s, _, msg) = cond(&d, &r, "RebootRequired");
+    assert_eq!(s, "True");
+    assert!(msg.contains("/etc/kernel/cmdline has them (not written by the agent: make sure proxmox-boot-tool refresh ran)"), "{msg}");
 }
 
 #[test]
