@@ -171,7 +171,7 @@ pub(super) fn check(d: &Desired, h: &HostState) -> Verdict {
                     bootloader: c.bootloader,
                 },
                 why: if j.refresh_pending {
-                    format!("{} was written by the agent but the bootloader was not refreshed from it (interrupted): the next boot would not see it", c.path)
+                    format!("{} was written by the agent and the bootloader is not yet refreshed from it (the refresh follows the write, or was interrupted): the next boot would not see it", c.path)
                 } else {
                     format!("the bootloader reads {} only when refreshed", c.path)
                 },

@@ -179,7 +179,7 @@ fn killed_between_the_write_and_the_refresh_the_next_run_refreshes() {
     let p = super::super::plan(&d, &h.observe().unwrap());
     assert_eq!(p.steps[0].step.kind(), "refreshBootloader", "{:?}", p.steps);
     assert!(
-        p.steps[0].why.contains("not refreshed"),
+        p.steps[0].why.contains("not yet refreshed"),
         "{}",
         p.steps[0].why
     );
