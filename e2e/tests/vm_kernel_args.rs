@@ -20,8 +20,8 @@
 //! stories' entries are the same command line, so one second boot serves both.
 //!
 //! Needs `e2e/setup/install-vm-deps.sh`, `e2e/vm/build-image.sh` and `cargo build --bin
-//! gpuplane` (or `GPUPLANE_BIN`). Two boots, about 4.5 minutes on a busy 2-core machine
-//! (each boot ~2 min under TCG; the journal of each story is printed with `--nocapture`):
+//! gpuplane` (or `GPUPLANE_BIN`). Two boots, 6 to 8 minutes on a busy 2-core machine
+//! (each boot 2 to 3 min under TCG; the journal of each story is printed with `--nocapture`):
 //!
 //!     cargo build --bin gpuplane && cargo test -p gpuplane-e2e --test vm_kernel_args -- --nocapture
 
