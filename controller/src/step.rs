@@ -68,6 +68,19 @@ pub enum Step {
     DaemonReload { location: Location },
     /// Write the agent's GPU ledger (`/var/lib/gpuplane/gpus.json`, atomically).
     WriteLedger { ledger: crate::host::ledger::Ledger },
+    /// Edit the bootloader's config (`/etc/kernel/cmdline` or `/etc/default/grub`): add the
+    /// `present` words it lacks, remove the `absent` ones; every other byte kept, written
+    /// atomically after the agent's record says what it writes.
+    SetKernelArgs {
+        bootloader: crate::bootloader::Bootloader,
+        present: Vec<String>,
+        absent: Vec<String>,
+    },
+    /// Run the bootloader's refresh command (`proxmox-boot-tool refresh`, `update-grub`) and
+    /// record the config it was refreshed from and the boot it ran in.
+    RefreshBootloader {
+        bootloader: crate::bootloader::Bootloader,
+    },
     /// `systemctl start` (or `restart` when `restart`).
     StartUnit { unit: UnitRef, restart: bool },
     /// Wait until the server answers `/health_generate` 200 and lists its model, or stalls;
@@ -113,6 +126,9 @@ impl Step {
             Step::ProbeP2p { gpus, .. } => gpus.join(","),
             Step::DaemonReload { location } => location.to_string(),
             Step::WriteLedger { .. } => "gpus".into(),
+            Step::SetKernelArgs { bootloader, .. } | Step::RefreshBootloader { bootloader } => {
+                bootloader.config_path().into()
+            }
         };
         crate::text::truncate(&format!("{}:{target}", self.kind()), 128)
     }
@@ -137,6 +153,8 @@ impl Step {
             Step::MarkUnitFailed { .. } => "markUnitFailed",
             Step::DaemonReload { .. } => "daemonReload",
             Step::WriteLedger { .. } => "writeLedger",
+            Step::SetKernelArgs { .. } => "setKernelArgs",
+            Step::RefreshBootloader { .. } => "refreshBootloader",
             Step::StartUnit { .. } => "startUnit",
             Step::WaitReady { .. } => "waitReady",
         }
@@ -196,6 +214,28 @@ impl std::fmt::Display for Step {
             Step::DaemonReload { location } => write!(f, "systemctl daemon-reload on {location}"),
             Step::WriteLedger { ledger } => {
                 write!(f, "record {} GPUs in the GPU ledger", ledger.gpus.len())
+            }
+            Step::SetKernelArgs {
+                bootloader,
+                present,
+                absent,
+            } => {
+                write!(f, "set kernel arguments in {}", bootloader.config_path())?;
+                if !present.is_empty() {
+                    write!(f, ": add {}", present.join(" "))?;
+                }
+                if !absent.is_empty() {
+                    write!(
+                        f,
+                        "{} remove {}",
+                        if present.is_empty() { ":" } else { ";" },
+                        absent.join(" ")
+                    )?;
+                }
+                Ok(())
+            }
+            Step::RefreshBootloader { bootloader } => {
+                write!(f, "run {}", bootloader.refresh_command().join(" "))
             }
             Step::StartUnit {
                 unit,

@@ -341,6 +341,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
         holders,
         gpu_ledger: None,
         confidential: Default::default(),
+        boot: None,
         files: None,
         faults: vec![],
     };
@@ -395,6 +396,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
             node_name: "h1".into(),
             slices,
             iommu: None,
+            host: None,
             deletion_policy: DeletionPolicy::Retain,
         },
     );

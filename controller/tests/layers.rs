@@ -20,13 +20,18 @@ const RULES: &[(&str, &[&str])] = &[
     ("kubeapi", &[]),
     ("metrics", &["http"]),
     ("modelfiles", &["text"]),
+    ("bootloader", &["text"]),
     ("sglang", &["systemd", "text"]),
     ("manifests", &["resource_key"]),
     // The host and its model, steps.
-    ("step", &["resource_key", "host", "proxmox", "text"]),
+    (
+        "step",
+        &["resource_key", "host", "proxmox", "text", "bootloader"],
+    ),
     (
         "host",
         &[
+            "bootloader",
             "resource_key",
             "step",
             "proxmox",
@@ -43,6 +48,7 @@ const RULES: &[(&str, &[&str])] = &[
     (
         "desired",
         &[
+            "bootloader",
             "resource_key",
             "layout",
             "host",
@@ -62,6 +68,7 @@ const RULES: &[(&str, &[&str])] = &[
     (
         "plan",
         &[
+            "bootloader",
             "resource_key",
             "layout",
             "desired",
@@ -93,6 +100,7 @@ const RULES: &[(&str, &[&str])] = &[
     (
         "status",
         &[
+            "bootloader",
             "resource_key",
             "layout",
             "converge",
@@ -161,6 +169,7 @@ const RULES: &[(&str, &[&str])] = &[
     (
         "cli",
         &[
+            "bootloader",
             "status_view",
             "resource_key",
             "clock",

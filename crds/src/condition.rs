@@ -30,6 +30,9 @@ pub mod types {
     /// A partition that gives some GPUs to a confidential VM and others to `nvidia`: a shape
     /// NVIDIA's confidential-computing support matrix does not cover (a warning, not a refusal).
     pub const CONFIDENTIAL_MIXED: &str = "ConfidentialMixed";
+    /// A partition's: whether the running kernel lacks `spec.host.kernelArgs` and a reboot
+    /// would apply them (only when the spec sets kernel arguments).
+    pub const REBOOT_REQUIRED: &str = "RebootRequired";
 }
 
 /// `True`, `False` or `Unknown`, as the Kubernetes API spells them.

@@ -42,6 +42,9 @@ pub struct GpuPartitionSpec {
     /// (changing it needs a reboot with a new kernel command line).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iommu: Option<IommuExpectation>,
+    /// What the host itself needs: its kernel arguments, and who reboots it to apply them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostSpec>,
     /// What happens to the host when this resource is deleted.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
@@ -275,6 +278,67 @@ pub enum IommuModeExpectation {
     Any,
     Translated,
     Passthrough,
+}
+
+/// The most arguments `kernelArgs` may list (`present` and `absent` together).
+pub const KERNEL_ARGS_MAX: usize = 32;
+/// The longest one kernel argument may be.
+pub const KERNEL_ARG_MAX_LEN: usize = 256;
+/// What one kernel argument may look like: letters, digits and `_ . , : = / + @ % -` only (no
+/// whitespace, quotes or shell metacharacters), not starting with `-`.
+pub const KERNEL_ARG_PATTERN: &str = r"^[A-Za-z0-9_.,:=/+@%][A-Za-z0-9_.,:=/+@%-]*$";
+
+/// What a partition needs of its host beyond its GPUs.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostSpec {
+    /// Kernel arguments the host must boot with (`present`) or without (`absent`). The agent
+    /// writes them where the bootloader reads them (`/etc/kernel/cmdline` on hosts managed by
+    /// `proxmox-boot-tool`, else `GRUB_CMDLINE_LINUX_DEFAULT` in `/etc/default/grub`), refreshes
+    /// the bootloader, and reports `RebootRequired` until `/proc/cmdline` matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_args: Option<KernelArgs>,
+    /// Who reboots the host to apply new kernel arguments: `Manual` (default: a person). `Auto`
+    /// is refused for now (it needs the fleet disruption budget).
+    #[serde(default)]
+    pub reboot: RebootPolicy,
+}
+
+/// Kernel arguments, each matched as a whole word of the command line (`iommu=pt` is not
+/// `iommu=on`): to change a value, list the old word in `absent` and the new one in `present`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KernelArgs {
+    /// Words the kernel command line must hold, e.g. `vfio-pci.disable_idle_d3=1`.
+    #[serde(default)]
+    #[schemars(
+        length(max = 32),
+        inner(
+            length(min = 1, max = 256),
+            regex(pattern = r"^[A-Za-z0-9_.,:=/+@%][A-Za-z0-9_.,:=/+@%-]*$")
+        )
+    )]
+    pub present: Vec<String>,
+    /// Words the kernel command line must not hold, e.g. `iommu=pt`.
+    #[serde(default)]
+    #[schemars(
+        length(max = 32),
+        inner(
+            length(min = 1, max = 256),
+            regex(pattern = r"^[A-Za-z0-9_.,:=/+@%][A-Za-z0-9_.,:=/+@%-]*$")
+        )
+    )]
+    pub absent: Vec<String>,
+}
+
+/// Who reboots the host.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum RebootPolicy {
+    /// A person reboots; the agent says when (`RebootRequired=True`) and never reboots.
+    #[default]
+    Manual,
+    /// Not available yet: refused by validation (it needs the fleet disruption budget).
+    Auto,
 }
 
 /// What deleting the resource does to the host.

@@ -45,3 +45,14 @@ fn pci_address_pattern_is_in_the_schema() {
     let yaml = crds_yaml().unwrap();
     assert!(yaml.contains(partition::PCI_ADDRESS_PATTERN));
 }
+
+#[test]
+fn kernel_arg_pattern_is_in_the_schema() {
+    let yaml = crds_yaml().unwrap();
+    assert_eq!(
+        yaml.matches(partition::KERNEL_ARG_PATTERN).count(),
+        2,
+        "present and absent"
+    );
+    assert!(yaml.contains(&format!("maxItems: {}", partition::KERNEL_ARGS_MAX)));
+}

@@ -5,6 +5,7 @@
 //! entirely) and resolve selectors against the observed host. Pure: no I/O.
 //! Every error names the field and says what to fix.
 
+mod kernel_args;
 pub mod offline;
 mod partition;
 pub mod preflight;
@@ -51,6 +52,9 @@ pub struct DesiredPartition {
     /// What the layout guard (`layout/guard.rs`) needs from the partition; `None`: no guard
     /// (a stand-in partition, or the cleanup of a deleted one).
     pub layout: Option<crate::layout::Terms>,
+    /// `spec.host.kernelArgs`, validated; `None` when not set or empty (the agent then neither
+    /// reads nor writes the bootloader's config, and reports no `RebootRequired`).
+    pub kernel_args: Option<gpuplane_crds::KernelArgs>,
 }
 
 /// A slice with its GPUs resolved to addresses.

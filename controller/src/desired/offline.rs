@@ -98,6 +98,7 @@ fn stand_in_partition(s: &InferenceServer) -> DesiredPartition {
         }],
         iommu: Default::default(),
         host_driver: "nvidia".into(),
+        kernel_args: None,
         layout: None,
     }
 }

@@ -44,6 +44,7 @@ pub fn resolve_partition(
         }
     }
     check.passthrough_and_snp(spec);
+    check.host(spec);
     check.problems.finish()?;
     Ok(DesiredPartition {
         name: p.metadata.name.clone().unwrap_or_default(),
@@ -52,6 +53,7 @@ pub fn resolve_partition(
         iommu: iommu_expectation(spec),
         host_driver: gpu_driver.into(),
         layout: Some(terms),
+        kernel_args: super::kernel_args::resolved(spec),
     })
 }
 
@@ -184,6 +186,11 @@ impl<'a> Check<'a> {
                 );
             }
         }
+    }
+
+    /// `spec.host`: kernel arguments and the reboot policy (`kernel_args.rs`).
+    fn host(&mut self, spec: &GpuPartitionSpec) {
+        super::kernel_args::check(spec, &mut self.problems);
     }
 
     /// The partition names its node and has at least one slice.

@@ -209,6 +209,7 @@ fn count_selectors_take_what_explicit_selectors_leave() {
             ],
             iommu: IommuModeExpectation::Any,
             host_driver: "bochs-drm".into(),
+            kernel_args: None,
             layout: got.layout.clone(),
         }
     );
@@ -250,6 +251,7 @@ fn the_reference_partition_resolves() {
             ],
             iommu: IommuModeExpectation::Translated,
             host_driver: "nvidia".into(),
+            kernel_args: None,
             layout: got.layout.clone(),
         }
     );

@@ -57,6 +57,10 @@ pub struct HostState {
     /// What decides whether a confidential (SEV-SNP) VM can start here (`host/local/confidential.rs`).
     #[serde(default, skip_serializing_if = "ConfidentialFacts::is_empty")]
     pub confidential: ConfidentialFacts,
+    /// The kernel's command line as booted and as the bootloader will boot it next
+    /// (`host/local/boot.rs`).
+    #[serde(default, skip_serializing_if = "BootFacts::is_empty")]
+    pub boot: BootFacts,
     /// What this host lacks that a person should know (no GPUs, no Proxmox, no systemd):
     /// situations that are normal on some hosts, said plainly, never an error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -656,4 +660,66 @@ pub struct InterpreterFacts {
     /// CUDA version torch was built with (`torch.version.cuda`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cuda: Option<String>,
+}
+
+/// The kernel command line: what the running kernel was booted with, what the bootloader's
+/// config gives the next boot, and the agent's record of its own edits of that config.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BootFacts {
+    /// The kernel's own arguments in `/proc/cmdline` (init's, after `--`, left out); `None`:
+    /// not readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<Vec<String>>,
+    /// `/proc/sys/kernel/random/boot_id`: a new one every boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// The bootloader's config, found as Proxmox documents it; `None`: neither file exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<BootConfig>,
+    /// The agent's record of its last edit and refresh (`/var/lib/gpuplane/kernel-args.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<KernelArgsRecord>,
+}
+
+impl BootFacts {
+    pub fn is_empty(&self) -> bool {
+        *self == BootFacts::default()
+    }
+}
+
+/// A bootloader config file as read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BootConfig {
+    pub bootloader: crate::bootloader::Bootloader,
+    /// Its path on the host.
+    pub path: String,
+    /// The kernel arguments it gives the next boot (empty when `problem` is set).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// SHA-256 of the file's bytes.
+    pub sha256: String,
+    /// Why it cannot be read or edited with certainty (too large, a shell expansion, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// What the agent last did to the bootloader config: written before the file is renamed into
+/// place (`written`), completed after the refresh command succeeded (`refreshed`, `bootId`).
+/// A kill between the two leaves `written` equal to the file's hash and `refreshed` not: the
+/// next plan runs the refresh again.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KernelArgsRecord {
+    /// The config file edited.
+    pub path: String,
+    /// SHA-256 of the content the agent wrote.
+    pub written: String,
+    /// SHA-256 of the content the bootloader was last refreshed from by the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refreshed: Option<String>,
+    /// The boot during which that refresh ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
 }

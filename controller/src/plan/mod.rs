@@ -15,11 +15,16 @@
 //! - When later steps depend on an earlier step's outcome (device minors after binding to
 //!   `nvidia`, the P2P probe's result), the plan ends there and says so in `continues_after`;
 //!   the converge loop re-observes and re-plans.
+//! - Kernel arguments (`kernel_args.rs`): the bootloader's config is edited and refreshed first
+//!   in a plan nothing else blocks; while a reboot is pending the partition carries a
+//!   `RebootRequired` blocker and its `vfio-pci` slices that still have GPUs to bind wait, while
+//!   the rest of the plan goes on.
 
 mod binding;
 pub mod companions;
 mod containers;
 mod holders;
+pub mod kernel_args;
 pub mod layout_guard;
 mod mappings;
 mod occupants;
@@ -52,6 +57,9 @@ pub fn plan(desired: &Desired, host: &HostState) -> Plan {
     let verdict = layout_guard::check(&desired.partition, host);
     let view = layout_view(desired, &verdict);
     let d = view.as_ref().unwrap_or(desired);
+    let boot = kernel_args::check(d, host);
+    let boot_view = without_slices(d, &boot.frozen);
+    let d = boot_view.as_ref().unwrap_or(d);
     let mut p = Planner {
         d,
         h: host,
@@ -71,6 +79,16 @@ pub fn plan(desired: &Desired, host: &HostState) -> Plan {
             );
         }
     }
+    if p.plan.blockers.is_empty() && !boot.steps.is_empty() {
+        let at = usize::from(matches!(
+            p.plan.steps.first(),
+            Some(PlannedStep {
+                step: Step::WriteLedger { .. },
+                ..
+            })
+        ));
+        p.plan.steps.splice(at..at, boot.steps);
+    }
     for s in verdict.stalls {
         p.plan.blockers.push(Blocker {
             resource: res.clone(),
@@ -78,7 +96,20 @@ pub fn plan(desired: &Desired, host: &HostState) -> Plan {
             message: s.message,
         });
     }
+    p.plan.blockers.extend(boot.blockers);
     p.plan
+}
+
+/// `desired` without the slices `frozen` (and their servers); `None` when there are none.
+fn without_slices(d: &Desired, frozen: &BTreeSet<String>) -> Option<Desired> {
+    if frozen.is_empty() {
+        return None;
+    }
+    let mut d = d.clone();
+    d.partition.slices.retain(|s| !frozen.contains(&s.name));
+    d.servers
+        .retain(|s| !frozen.contains(&s.spec.partition_ref.slice));
+    Some(d)
 }
 
 /// `desired` without the slices the guard froze (and their servers), and with the GPUs to

@@ -39,6 +39,9 @@ pub fn restore_desired(dp: &DesiredPartition) -> Desired {
             slices,
             // Giving everything back is no new owner: the guard has nothing to keep.
             layout: None,
+            // The kernel arguments stay as they are: a deleted partition neither writes them
+            // nor waits for a reboot.
+            kernel_args: None,
             ..dp.clone()
         },
         servers: vec![],

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 pub mod confidential;
 pub mod gpus;
+pub mod kernel_args;
 pub mod refusal;
 
 /// Conditions of one resource (and, for the partition, its GPU table).
@@ -119,6 +120,7 @@ pub fn compute(
     let g = generations.get(&part_res).copied();
     let mut ps = partition_status(desired, r, host, &part_res, g, &now);
     confidential::conditions(&mut ps, desired, host, g, &now);
+    kernel_args::condition(&mut ps, desired, host, g, &now);
     (ps.gpus, ps.layout_hash) = gpus::table(&desired.partition, host);
     out.insert(part_res.clone(), ps);
     for s in &desired.servers {

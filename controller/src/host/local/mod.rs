@@ -14,6 +14,7 @@
 //! - Proxmox files are edited in place of only our lines, atomically, under Proxmox's locks.
 
 mod absent;
+mod boot;
 mod confidential;
 pub(crate) mod container_net;
 mod error;
@@ -101,6 +102,10 @@ pub struct Tools {
     pub runuser: String,
     /// Names a running container's init PID (`lxc-info -n VMID -p -H`).
     pub lxc_info: String,
+    /// Refreshes the boot entries from `/etc/kernel/cmdline` (`proxmox-boot-tool refresh`).
+    pub proxmox_boot_tool: String,
+    /// Regenerates `/boot/grub/grub.cfg` from `/etc/default/grub`.
+    pub update_grub: String,
 }
 
 impl Tools {
@@ -117,6 +122,8 @@ impl Tools {
             nvidia_smi: t("GPUPLANE_NVIDIA_SMI", "nvidia-smi"),
             runuser: t("GPUPLANE_RUNUSER", "runuser"),
             lxc_info: t("GPUPLANE_LXC_INFO", "lxc-info"),
+            proxmox_boot_tool: t("GPUPLANE_PROXMOX_BOOT_TOOL", "proxmox-boot-tool"),
+            update_grub: t("GPUPLANE_UPDATE_GRUB", "update-grub"),
         }
     }
 }
@@ -379,6 +386,7 @@ impl LocalHost {
             pci_drivers: pci::drivers(&self.root),
             iommu: iommu::observe_with(&self.root, &log),
             confidential: confidential::observe(&self.root, &log),
+            boot: boot::observe(&self.root, &self.state_dir),
             nvidia: NvidiaState {
                 module_version: self
                     .root
@@ -533,6 +541,14 @@ impl LocalHost {
             }
             Step::RemoveUnit { unit } => self.remove_unit(unit)?,
             Step::WriteLedger { ledger } => leftovers = ledger::store(&self.state_dir, ledger)?,
+            Step::SetKernelArgs {
+                bootloader,
+                present,
+                absent,
+            } => leftovers = self.set_kernel_args(*bootloader, present, absent)?,
+            Step::RefreshBootloader { bootloader } => {
+                leftovers = self.refresh_bootloader(*bootloader)?
+            }
             Step::WaitReady { .. } => {}
         }
         Ok(StepOutcome {

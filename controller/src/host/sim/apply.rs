@@ -29,6 +29,13 @@ impl SimHost {
             }
             Step::WaitReady { .. } => {}
             Step::WriteLedger { ledger } => self.file.gpu_ledger = Some(ledger.clone()),
+            // the bootloader
+            Step::SetKernelArgs {
+                bootloader,
+                present,
+                absent,
+            } => self.set_kernel_args(step, *bootloader, present, absent)?,
+            Step::RefreshBootloader { bootloader } => self.refresh_bootloader(step, *bootloader)?,
             // containers
             Step::StopContainer { vmid } => self.stop_container(step, *vmid)?,
             Step::StartContainer { vmid } => self.start_container(step, *vmid)?,

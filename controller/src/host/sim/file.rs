@@ -186,6 +186,10 @@ pub struct SimHostFile {
     /// The agent's GPU ledger, as it wrote it (`/var/lib/gpuplane/gpus.json`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_ledger: Option<crate::host::ledger::Ledger>,
+    /// The kernel command line and the bootloader's config (`None`: not described; the host
+    /// then shows no boot facts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<super::SimBoot>,
     /// Faults still to inject (each consumed as it fires).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<super::SimFault>,

@@ -16,6 +16,7 @@
 //! and `server.rs` plays the SGLang process a unit starts.
 
 mod apply;
+mod boot;
 mod fault;
 mod file;
 mod files;
@@ -23,6 +24,7 @@ mod load;
 mod observe;
 mod server;
 
+pub use boot::SimBoot;
 pub use fault::{FaultEffect, SimFault};
 pub use file::{Behaviour, SimContainer, SimDevice, SimHolder, SimHostFile, SimUnit};
 pub use files::{SimFiles, SimInterpreter, SimModel};

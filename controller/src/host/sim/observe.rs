@@ -54,6 +54,7 @@ impl SimHost {
             iommu: f.iommu.clone(),
             nvidia: f.nvidia.clone(),
             confidential: f.confidential.clone(),
+            boot: f.boot.as_ref().map(|b| b.observed()).unwrap_or_default(),
             vms: f.vms.clone(),
             p2p_probes: f.p2p_probes.clone(),
             gpu_ledger: f.gpu_ledger.clone(),
@@ -70,6 +71,22 @@ impl SimHost {
             pci_mappings: node_mappings(&f.pci_cfg, &f.node_name),
             ..HostState::default()
         };
+        // vfio-pci reads its module parameters from the kernel command line when it loads, as
+        // the real kernel's modprobe does: a boot with vfio-pci.disable_idle_d3=1 shows it.
+        if let Some(b) = &f.boot {
+            let words = crate::bootloader::running_args(&b.cmdline);
+            if words.iter().any(|w| {
+                matches!(
+                    w.as_str(),
+                    "vfio-pci.disable_idle_d3=1"
+                        | "vfio_pci.disable_idle_d3=1"
+                        | "vfio-pci.disable_idle_d3=Y"
+                        | "vfio_pci.disable_idle_d3=Y"
+                )
+            }) {
+                st.confidential.vfio_disable_idle_d3 = Some(true);
+            }
+        }
         // Holders: described processes, running VMs on their vfio GPUs, running servers.
         let mut holders = self.described_holders();
         self.add_vm_holders(&st, &mut holders);

@@ -67,3 +67,28 @@ fn paths_read_like_kubectls() {
     assert_eq!(field_path("/spec/slices/1/driver"), "spec.slices[1].driver");
     assert_eq!(field_path(""), "(document)");
 }
+
+#[test]
+fn kernel_args_are_checked_by_the_schema_too() {
+    let p: serde_yaml::Value =
+        serde_yaml::from_str(include_str!("../../../../examples/kpro6/partition.yaml")).unwrap();
+    let mut doc = serde_json::to_value(p).unwrap();
+    doc["spec"]["host"] = json!({
+        "kernelArgs": {"present": ["vfio-pci.disable_idle_d3=1"], "absent": ["iommu=pt"]},
+        "reboot": "Manual"
+    });
+    assert_eq!(check("GpuPartition", &doc), vec![]);
+    doc["spec"]["host"]["kernelArgs"]["present"] = json!(["a b", "$(reboot)"]);
+    doc["spec"]["host"]["reboot"] = json!("Sometimes");
+    doc["spec"]["host"]["kernelArg"] = json!([]);
+    let e = check("GpuPartition", &doc);
+    let fields: Vec<&str> = e.iter().map(|e| e.field.as_str()).collect();
+    for f in [
+        "spec.host.kernelArgs.present[0]",
+        "spec.host.kernelArgs.present[1]",
+        "spec.host.reboot",
+        "spec.host.kernelArg",
+    ] {
+        assert!(fields.contains(&f), "{f} missing in {e:?}");
+    }
+}

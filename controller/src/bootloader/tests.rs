@@ -1,0 +1,278 @@
+use super::*;
+
+fn v(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+const PVE_GRUB: &str = "# If you change this file, run 'update-grub' afterwards to update\n\
+# /boot/grub/grub.cfg.\n\
+# For full documentation of the options in this file, see:\n\
+#   info -f grub -n 'Simple configuration'\n\
+\n\
+GRUB_DEFAULT=0\n\
+GRUB_TIMEOUT=5\n\
+GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n\
+GRUB_CMDLINE_LINUX_DEFAULT=\"quiet amd_iommu=on iommu=pt\"\n\
+GRUB_CMDLINE_LINUX=\"\"\n\
+\n\
+# Uncomment to enable BadRAM filtering, modify to suit your needs\n\
+#GRUB_BADRAM=\"0x01234567,0xfefefefe,0x89abcdef,0xefefefef\"\n";
+
+#[test]
+fn proxmox_boot_tool_edit_keeps_every_other_byte() {
+    let text = "root=ZFS=rpool/ROOT/pve-1 boot=zfs  quiet\tiommu=pt amd_iommu=on\n";
+    let out = Bootloader::ProxmoxBootTool
+        .edit(text, &v(&["vfio-pci.disable_idle_d3=1"]), &v(&["iommu=pt"]))
+        .unwrap();
+    assert_eq!(
+        out,
+        "root=ZFS=rpool/ROOT/pve-1 boot=zfs  quiet amd_iommu=on vfio-pci.disable_idle_d3=1\n"
+    );
+    // Applying it again changes nothing.
+    let again = Bootloader::ProxmoxBootTool
+        .edit(&out, &v(&["vfio-pci.disable_idle_d3=1"]), &v(&["iommu=pt"]))
+        .unwrap();
+    assert_eq!(again, out);
+}
+
+#[test]
+fn cmdline_crlf_duplicates_first_word_and_no_newline() {
+    // CRLF kept; both copies of a duplicate removed; a word first on its line takes the blank
+    // after it with it.
+    let out = cmdline::edit(
+        "iommu=pt root=/dev/sda1 iommu=pt\r\n",
+        &v(&["a=1"]),
+        &v(&["iommu=pt"]),
+    )
+    .unwrap();
+    assert_eq!(out, "root=/dev/sda1 a=1\r\n");
+    // No trailing newline: none added.
+    assert_eq!(
+        cmdline::edit("root=/dev/sda1", &v(&["a=1"]), &[]).unwrap(),
+        "root=/dev/sda1 a=1"
+    );
+    // A present word already there twice is left alone.
+    assert_eq!(
+        cmdline::edit("a=1 a=1\n", &v(&["a=1"]), &[]).unwrap(),
+        "a=1 a=1\n"
+    );
+    // A present word listed twice is added once.
+    assert_eq!(cmdline::edit("q\n", &v(&["b", "b"]), &[]).unwrap(), "q b\n");
+    // Words inside quotes are one word; only whole words match.
+    let t = "root=/dev/sda1 dyndbg=\"file x.c +p\" iommu=ptx\n";
+    assert_eq!(cmdline::edit(t, &[], &v(&["iommu=pt", "+p"])).unwrap(), t);
+}
+
+#[test]
+fn cmdline_refuses_unterminated_quotes_and_empty_files() {
+    assert!(cmdline::words("a \"b c").is_err());
+    let e = Bootloader::ProxmoxBootTool
+        .edit("\n", &v(&["a=1"]), &[])
+        .unwrap_err();
+    assert!(e.contains("no kernel arguments"), "{e}");
+}
+
+#[test]
+fn grub_edit_of_proxmox_s_default_file() {
+    let out = Bootloader::Grub
+        .edit(
+            PVE_GRUB,
+            &v(&["vfio-pci.disable_idle_d3=1"]),
+            &v(&["iommu=pt"]),
+        )
+        .unwrap();
+    let want = PVE_GRUB.replace(
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"quiet amd_iommu=on iommu=pt\"",
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"quiet amd_iommu=on vfio-pci.disable_idle_d3=1\"",
+    );
+    assert_eq!(out, want);
+    assert_eq!(
+        Bootloader::Grub.args(&out).unwrap(),
+        v(&["quiet", "amd_iommu=on", "vfio-pci.disable_idle_d3=1"])
+    );
+    assert_eq!(
+        Bootloader::Grub
+            .edit(&out, &v(&["vfio-pci.disable_idle_d3=1"]), &v(&["iommu=pt"]))
+            .unwrap(),
+        out
+    );
+}
+
+#[test]
+fn grub_quoting_forms() {
+    let edit = |t: &str| grub::edit(t, &v(&["a=1"]), &v(&["iommu=pt"])).unwrap();
+    // Single quotes stay single quotes.
+    assert_eq!(
+        edit("GRUB_CMDLINE_LINUX_DEFAULT='quiet iommu=pt'\n"),
+        "GRUB_CMDLINE_LINUX_DEFAULT='quiet a=1'\n"
+    );
+    // Unquoted: rewritten double-quoted (a space needs quotes).
+    assert_eq!(
+        edit("GRUB_CMDLINE_LINUX_DEFAULT=quiet\n"),
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"quiet a=1\"\n"
+    );
+    // Escapes kept meaning: the kernel's quoted word survives.
+    assert_eq!(
+        edit("GRUB_CMDLINE_LINUX_DEFAULT=\"quiet dyndbg=\\\"file x +p\\\" iommu=pt\"\n"),
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"quiet dyndbg=\\\"file x +p\\\" a=1\"\n"
+    );
+    // export, leading blanks, a trailing comment and CRLF are kept.
+    assert_eq!(
+        edit("  export GRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"  # mine\r\nX=1\r\n"),
+        "  export GRUB_CMDLINE_LINUX_DEFAULT=\"quiet a=1\"  # mine\r\nX=1\r\n"
+    );
+    // The last assignment is the one the shell keeps, and the one edited.
+    assert_eq!(
+        edit("GRUB_CMDLINE_LINUX_DEFAULT=\"old\"\nGRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"\n"),
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"old\"\nGRUB_CMDLINE_LINUX_DEFAULT=\"quiet a=1\"\n"
+    );
+    // A commented line is not an assignment.
+    assert_eq!(
+        edit("#GRUB_CMDLINE_LINUX_DEFAULT=\"x\"\nGRUB_CMDLINE_LINUX_DEFAULT=\"\"\n"),
+        "#GRUB_CMDLINE_LINUX_DEFAULT=\"x\"\nGRUB_CMDLINE_LINUX_DEFAULT=\"a=1\"\n"
+    );
+    // No assignment: one line added at the end, in the file's line ending.
+    assert_eq!(
+        edit("GRUB_TIMEOUT=5"),
+        "GRUB_TIMEOUT=5\nGRUB_CMDLINE_LINUX_DEFAULT=\"a=1\"\n"
+    );
+    assert_eq!(
+        edit("GRUB_TIMEOUT=5\r\n"),
+        "GRUB_TIMEOUT=5\r\nGRUB_CMDLINE_LINUX_DEFAULT=\"a=1\"\r\n"
+    );
+    // An absent word in GRUB_CMDLINE_LINUX is removed there too; a present one there is enough.
+    assert_eq!(
+        grub::edit(
+            "GRUB_CMDLINE_LINUX=\"iommu=pt a=1\"\nGRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"\n",
+            &v(&["a=1"]),
+            &v(&["iommu=pt"])
+        )
+        .unwrap(),
+        "GRUB_CMDLINE_LINUX=\"a=1\"\nGRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"\n"
+    );
+    // A value spanning lines inside its quotes: a word first on its line goes, its indentation
+    // stays; new words follow the last word.
+    assert_eq!(
+        edit("GRUB_CMDLINE_LINUX_DEFAULT=\"quiet\n iommu=pt\"\nZ=1\n"),
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"quiet a=1\n \"\nZ=1\n"
+    );
+}
+
+#[test]
+fn grub_refuses_what_it_cannot_read_with_certainty() {
+    for (t, want) in [
+        (
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"$GRUB_CMDLINE_LINUX_DEFAULT iommu=pt\"\n",
+            "expansion",
+        ),
+        ("GRUB_CMDLINE_LINUX_DEFAULT=`cat /x`\n", "expansion"),
+        ("GRUB_CMDLINE_LINUX_DEFAULT=\"quiet\n", "unterminated"),
+        ("GRUB_CMDLINE_LINUX_DEFAULT='quiet\n", "unterminated"),
+        (
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"; rm -rf /\n",
+            "more follows",
+        ),
+        (
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"a \\\nb\"\n",
+            "backslash-newline",
+        ),
+        ("GRUB_CMDLINE_LINUX_DEFAULT=a\\ b\n", "backslash"),
+        (
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"a \\\"b\"\n",
+            "unterminated double quote in the kernel",
+        ),
+    ] {
+        let e = Bootloader::Grub.edit(t, &v(&["x=1"]), &[]).unwrap_err();
+        assert!(e.contains(want), "{t:?}: {e}");
+        assert!(Bootloader::Grub.args(t).is_err(), "{t:?}");
+    }
+    let big = "#".repeat(MAX_FILE_BYTES + 1);
+    assert!(Bootloader::Grub.args(&big).is_err());
+    assert!(Bootloader::ProxmoxBootTool.edit(&big, &[], &[]).is_err());
+}
+
+#[test]
+fn hostile_input_never_panics() {
+    let samples = [
+        "",
+        "\"",
+        "'",
+        "GRUB_CMDLINE_LINUX_DEFAULT=",
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"\u{1F600} é\"",
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"\\",
+        "export",
+        "export GRUB_CMDLINE_LINUX_DEFAULT",
+        "\r",
+        "\r\r\n",
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"x\"\r",
+        "GRUB_CMDLINE_LINUX_DEFAULT=é\u{0}",
+    ];
+    for t in samples {
+        for b in Bootloader::ALL {
+            let _ = b.args(t);
+            let _ = b.edit(t, &v(&["a=1"]), &v(&["x"]));
+        }
+        let _ = running_args(t);
+    }
+}
+
+#[test]
+fn arguments_are_checked_strictly() {
+    for ok in [
+        "iommu=pt",
+        "vfio-pci.disable_idle_d3=1",
+        "vfio-pci.ids=10de:2335,10de:22a3",
+        "hugepagesz=1G",
+        "quiet",
+        "console=ttyS0,115200n8",
+    ] {
+        assert!(check_arg(ok).is_ok(), "{ok}");
+    }
+    for (bad, want) in [
+        ("", "empty"),
+        ("a b", "whitespace"),
+        ("a\nb", "whitespace"),
+        ("a\"b", "'\"'"),
+        ("a'b", "'\\''"),
+        ("$(reboot)", "'$'"),
+        ("a;b", "';'"),
+        ("a`b", "'`'"),
+        ("a\\b", "'\\\\'"),
+        ("--", "'-'"),
+        ("-x", "'-'"),
+        ("init=/bin/sh", "boots into"),
+        ("root=/dev/sdb1", "boots into"),
+        ("rdinit=/x", "boots into"),
+    ] {
+        let e = check_arg(bad).unwrap_err();
+        assert!(e.contains(want), "{bad:?}: {e}");
+    }
+    assert!(check_arg(&"a".repeat(257))
+        .unwrap_err()
+        .contains("longer than 256"));
+}
+
+#[test]
+fn proc_cmdline_stops_at_the_double_dash() {
+    // The H200 machine's /proc/cmdline (testdata/h200): init's own arguments follow "--".
+    let t = "console=ttyS0 quiet rdinit=/process_api pci=realloc=off -- --firecracker-init --addr 0.0.0.0:2024\n";
+    assert_eq!(
+        running_args(t),
+        v(&[
+            "console=ttyS0",
+            "quiet",
+            "rdinit=/process_api",
+            "pci=realloc=off"
+        ])
+    );
+    assert_eq!(running_args("a \"b c"), v(&["a", "\"b c\""]));
+    let (missing, unwanted) = difference(
+        &running_args("quiet iommu=pt"),
+        &v(&["vfio-pci.disable_idle_d3=1", "quiet"]),
+        &v(&["iommu=pt", "x"]),
+    );
+    assert_eq!(
+        (missing, unwanted),
+        (v(&["vfio-pci.disable_idle_d3=1"]), v(&["iommu=pt"]))
+    );
+}

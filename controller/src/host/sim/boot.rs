@@ -1,0 +1,174 @@
+//! The simulated host's kernel command line and bootloader: `/proc/cmdline`, the config files
+//! Proxmox documents (`/etc/kernel/cmdline`, `/etc/default/grub`) as raw text edited through
+//! the same editor the real backend uses, the refresh command (it copies the config into the
+//! "boot entries"), and [`SimBoot::reboot`], which boots the entries as a bootloader would.
+
+use super::{fail, SimHost};
+use crate::bootloader::{self, Bootloader};
+use crate::host::model::{BootConfig, BootFacts, KernelArgsRecord};
+use crate::host::HostError;
+use crate::step::Step;
+use serde::{Deserialize, Serialize};
+
+/// The boot side of the simulated host.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimBoot {
+    /// `/proc/cmdline` of the running kernel.
+    pub cmdline: String,
+    /// `/proc/sys/kernel/random/boot_id`.
+    #[serde(default)]
+    pub boot_id: String,
+    /// `/etc/kernel/cmdline` (`None`: no such file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_cmdline: Option<String>,
+    /// `/etc/default/grub` (`None`: no such file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grub: Option<String>,
+    /// The kernel arguments the boot entries hold (what the last refresh read); `None`: the
+    /// entries were made before the description starts, with the running command line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<Vec<String>>,
+    /// The agent's record (`/var/lib/gpuplane/kernel-args.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<KernelArgsRecord>,
+    /// Each refresh command run, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refreshes: Vec<String>,
+}
+
+impl SimBoot {
+    /// The config file of `b`.
+    fn file(&self, b: Bootloader) -> Option<&String> {
+        match b {
+            Bootloader::ProxmoxBootTool => self.kernel_cmdline.as_ref(),
+            Bootloader::Grub => self.grub.as_ref(),
+        }
+    }
+
+    fn file_mut(&mut self, b: Bootloader) -> Option<&mut String> {
+        match b {
+            Bootloader::ProxmoxBootTool => self.kernel_cmdline.as_mut(),
+            Bootloader::Grub => self.grub.as_mut(),
+        }
+    }
+
+    /// What observing shows.
+    pub fn observed(&self) -> BootFacts {
+        let config = Bootloader::ALL.into_iter().find_map(|b| {
+            let text = self.file(b)?;
+            let (args, problem) = match b.args(text) {
+                Ok(a) => (a, None),
+                Err(e) => (vec![], Some(e)),
+            };
+            Some(BootConfig {
+                bootloader: b,
+                path: b.config_path().into(),
+                args,
+                sha256: crate::host::preflight::sha256(text),
+                problem,
+            })
+        });
+        BootFacts {
+            running: Some(bootloader::running_args(&self.cmdline)),
+            boot_id: Some(self.boot_id.clone()).filter(|b| !b.is_empty()),
+            config,
+            record: self.record.clone(),
+        }
+    }
+
+    /// A reboot: the kernel comes up with the boot entries' arguments (the ones the last
+    /// refresh read), with a new boot id.
+    pub fn reboot(&mut self) {
+        if let Some(e) = &self.entries {
+            self.cmdline = e.join(" ");
+        }
+        self.boot_id = format!("sim-boot-{}", self.refreshes.len() + self.cmdline.len());
+        if self.boot_id
+            == self
+                .record
+                .as_ref()
+                .and_then(|r| r.boot_id.clone())
+                .unwrap_or_default()
+        {
+            self.boot_id.push_str("-next");
+        }
+    }
+}
+
+impl SimHost {
+    fn boot_mut(&mut self, step: &Step) -> Result<&mut SimBoot, HostError> {
+        self.file
+            .boot
+            .as_mut()
+            .ok_or_else(|| fail(step, "this simulated host describes no bootloader".into()))
+    }
+
+    /// `Step::SetKernelArgs`: the record, then the file (as the real backend orders them).
+    pub(super) fn set_kernel_args(
+        &mut self,
+        step: &Step,
+        b: Bootloader,
+        present: &[String],
+        absent: &[String],
+    ) -> Result<(), HostError> {
+        let boot = self.boot_mut(step)?;
+        let text = boot
+            .file(b)
+            .ok_or_else(|| fail(step, format!("{} does not exist", b.config_path())))?;
+        let new = b
+            .edit(text, present, absent)
+            .map_err(|e| fail(step, format!("{}: {e}", b.config_path())))?;
+        let old = boot.record.take();
+        boot.record = Some(KernelArgsRecord {
+            path: b.config_path().into(),
+            written: crate::host::preflight::sha256(&new),
+            refreshed: old.as_ref().and_then(|r| r.refreshed.clone()),
+            boot_id: old.and_then(|r| r.boot_id),
+        });
+        if let Some(f) = boot.file_mut(b) {
+            *f = new;
+        }
+        Ok(())
+    }
+
+    /// `Step::RefreshBootloader`: the entries take the config's arguments; the record says so.
+    pub(super) fn refresh_bootloader(
+        &mut self,
+        step: &Step,
+        b: Bootloader,
+    ) -> Result<(), HostError> {
+        let boot = self.boot_mut(step)?;
+        let text = boot
+            .file(b)
+            .ok_or_else(|| fail(step, format!("{} does not exist", b.config_path())))?
+            .clone();
+        let args = b.args(&text).map_err(|e| fail(step, e))?;
+        let entries = match b {
+            // proxmox-boot-tool's entries carry the file's words as they are.
+            Bootloader::ProxmoxBootTool => args,
+            // GRUB's default entry: its own BOOT_IMAGE and root, then the variables' words.
+            Bootloader::Grub => {
+                let keep: Vec<String> = bootloader::running_args(&boot.cmdline)
+                    .into_iter()
+                    .filter(|w| w.starts_with("BOOT_IMAGE=") || w.starts_with("root="))
+                    .collect();
+                keep.into_iter().chain(args).collect()
+            }
+        };
+        boot.entries = Some(entries);
+        boot.refreshes.push(b.refresh_command().join(" "));
+        let old = boot.record.take().unwrap_or_default();
+        boot.record = Some(KernelArgsRecord {
+            path: b.config_path().into(),
+            written: if old.path == b.config_path() {
+                old.written
+            } else {
+                String::new()
+            },
+            refreshed: Some(crate::host::preflight::sha256(&text)),
+            boot_id: Some(boot.boot_id.clone()),
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,270 @@
+//! The partition's kernel arguments (`spec.host.kernelArgs`, issue 25 part 3): the bootloader's
+//! config edited until it holds them, the bootloader refreshed, and what a pending reboot holds
+//! up. Pure: decided on the observed `BootFacts`; `status/kernel_args.rs` reads the same
+//! [`judge`] for `RebootRequired`.
+//!
+//! # Decisions
+//! - The config lacks a `present` word or holds an `absent` one: `SetKernelArgs` with exactly
+//!   those words, then `RefreshBootloader`. They go first in the plan (nothing on the GPUs
+//!   depends on them), and only in a plan nothing else blocks.
+//! - The config is as the agent last wrote it (its hash is the record's `written`) but the
+//!   agent's record says no refresh followed (the agent was killed in between):
+//!   `RefreshBootloader` again. A config a person changed since is never refreshed by the agent.
+//! - `/proc/cmdline` differs from the desired words: a reboot is pending. The partition is
+//!   blocked with `RebootRequired` (kstatus Stalled: a person reboots, `reboot: Manual`), and
+//!   every `vfio-pci` slice that still has a GPU to bind waits (planned as if it were not
+//!   there): passthrough is what such arguments are for (`vfio-pci.disable_idle_d3`, the IOMMU's
+//!   mode). Everything else goes on: slices already in place, `nvidia` slices, their servers.
+//! - The host booted since the agent refreshed the bootloader with the arguments, and
+//!   `/proc/cmdline` still lacks them: `KernelArgsNotBooted`, with the difference. The agent
+//!   never reboots (there is no `Auto` yet); nothing is written again, the same slices wait.
+
+use super::{Blocker, PlannedStep, Step};
+use crate::bootloader::difference;
+use crate::desired::{Desired, ResolvedSlice};
+use crate::host::model::HostState;
+use gpuplane_crds::GpuDriver;
+use std::collections::BTreeSet;
+
+/// Where the host stands with the desired kernel arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    /// `/proc/cmdline` holds every `present` word and no `absent` one.
+    Booted,
+    /// A reboot is pending; the config is (or is about to be) written and refreshed.
+    RebootPending,
+    /// The host booted after the agent refreshed the bootloader with the arguments, without them.
+    NotBooted,
+    /// Neither `/etc/kernel/cmdline` nor `/etc/default/grub` exists.
+    NoBootloader,
+    /// The config cannot be read or edited with certainty: why.
+    ConfigProblem(String),
+    /// `/proc/cmdline` could not be read.
+    Unknown,
+}
+
+/// The judgement on the kernel arguments, shared by the planner and the status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judgement {
+    pub standing: Standing,
+    /// `present` words the running kernel lacks.
+    pub missing: Vec<String>,
+    /// `absent` words the running kernel has.
+    pub unwanted: Vec<String>,
+    /// What the config needs: (words to add, words to remove); empty when it holds them.
+    pub config_add: Vec<String>,
+    pub config_remove: Vec<String>,
+    /// The agent was killed between its write and the refresh: refresh again.
+    pub refresh_pending: bool,
+    /// The config holds the words and the agent refreshed the bootloader from exactly it.
+    pub refreshed_by_agent: bool,
+}
+
+impl Judgement {
+    /// "lacks a, b and still has c" for messages.
+    pub fn difference(&self) -> String {
+        let mut parts = vec![];
+        if !self.missing.is_empty() {
+            parts.push(format!("lacks {}", self.missing.join(" ")));
+        }
+        if !self.unwanted.is_empty() {
+            parts.push(format!("still has {}", self.unwanted.join(" ")));
+        }
+        parts.join(" and ")
+    }
+}
+
+/// The judgement for `d` on `h`; `None` when the partition sets no kernel arguments.
+pub fn judge(d: &Desired, h: &HostState) -> Option<Judgement> {
+    let k = d.partition.kernel_args.as_ref()?;
+    let b = &h.boot;
+    let (missing, unwanted) = match &b.running {
+        Some(r) => difference(r, &k.present, &k.absent),
+        None => (vec![], vec![]),
+    };
+    let mut j = Judgement {
+        standing: Standing::Booted,
+        missing,
+        unwanted,
+        config_add: vec![],
+        config_remove: vec![],
+        refresh_pending: false,
+        refreshed_by_agent: false,
+    };
+    let differs = !j.missing.is_empty() || !j.unwanted.is_empty();
+    match &b.config {
+        None => {
+            if differs {
+                j.standing = Standing::NoBootloader;
+            }
+        }
+        Some(c) if c.problem.is_some() => {
+            if differs {
+                j.standing = Standing::ConfigProblem(c.problem.clone().unwrap_or_default());
+            }
+        }
+        Some(c) => {
+            (j.config_add, j.config_remove) = difference(&c.args, &k.present, &k.absent);
+            let config_holds = j.config_add.is_empty() && j.config_remove.is_empty();
+            let rec = b.record.as_ref().filter(|r| r.path == c.path);
+            j.refreshed_by_agent =
+                config_holds && rec.is_some_and(|r| r.refreshed.as_ref() == Some(&c.sha256));
+            j.refresh_pending = config_holds
+                && rec.is_some_and(|r| {
+                    r.written == c.sha256 && r.refreshed.as_ref() != Some(&c.sha256)
+                });
+            if differs {
+                let booted_since = rec.is_some_and(|r| {
+                    r.refreshed.as_ref() == Some(&c.sha256)
+                        && r.boot_id.is_some()
+                        && b.boot_id.is_some()
+                        && r.boot_id != b.boot_id
+                });
+                j.standing = if config_holds && booted_since {
+                    Standing::NotBooted
+                } else {
+                    Standing::RebootPending
+                };
+            }
+        }
+    }
+    if b.running.is_none() {
+        j.standing = Standing::Unknown;
+    }
+    Some(j)
+}
+
+/// What the planner does about the kernel arguments.
+#[derive(Debug, Default)]
+pub(super) struct Verdict {
+    /// Edit and refresh steps, in order.
+    pub steps: Vec<PlannedStep>,
+    /// Why the partition is not done (the reboot, the failed boot, no bootloader).
+    pub blockers: Vec<Blocker>,
+    /// `vfio-pci` slices that wait for the reboot.
+    pub frozen: BTreeSet<String>,
+}
+
+/// The kernel-argument steps and blockers for `d` on `h`.
+pub(super) fn check(d: &Desired, h: &HostState) -> Verdict {
+    let mut v = Verdict::default();
+    let Some(j) = judge(d, h) else {
+        return v;
+    };
+    if let (Some(c), false) = (
+        &h.boot.config,
+        j.config_add.is_empty() && j.config_remove.is_empty(),
+    ) {
+        v.steps.push(PlannedStep {
+            step: Step::SetKernelArgs {
+                bootloader: c.bootloader,
+                present: j.config_add.clone(),
+                absent: j.config_remove.clone(),
+            },
+            why: format!("spec.host.kernelArgs: {} {}", c.path, config_gap(&j)),
+        });
+    }
+    if let Some(c) = &h.boot.config {
+        if !v.steps.is_empty() || j.refresh_pending {
+            v.steps.push(PlannedStep {
+                step: Step::RefreshBootloader {
+                    bootloader: c.bootloader,
+                },
+                why: if j.refresh_pending {
+                    format!("{} was written by the agent and the bootloader is not yet refreshed from it (the refresh follows the write, or was interrupted): the next boot would not see it", c.path)
+                } else {
+                    format!("the bootloader reads {} only when refreshed", c.path)
+                },
+            });
+        }
+    }
+    if j.standing == Standing::Booted {
+        return v;
+    }
+    v.frozen = d
+        .partition
+        .slices
+        .iter()
+        .filter(|s| waits_for_reboot(d, s, h))
+        .map(|s| s.name.clone())
+        .collect();
+    let waiting = if v.frozen.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; slices {} wait (their GPUs go to vfio-pci only on a kernel booted with the partition's arguments); everything else goes on",
+            v.frozen.iter().cloned().collect::<Vec<_>>().join(", ")
+        )
+    };
+    let (reason, message) = blocker_text(&j, h);
+    v.blockers.push(Blocker {
+        resource: crate::resource_key::ResourceKey::partition(d.partition.name.as_str()),
+        reason: reason.into(),
+        message: format!("{message}{waiting}"),
+    });
+    v
+}
+
+/// "lacks a; has b" of the config, for a step's why.
+fn config_gap(j: &Judgement) -> String {
+    let mut parts = vec![];
+    if !j.config_add.is_empty() {
+        parts.push(format!("lacks {}", j.config_add.join(" ")));
+    }
+    if !j.config_remove.is_empty() {
+        parts.push(format!("has {}", j.config_remove.join(" ")));
+    }
+    parts.join("; ")
+}
+
+/// The blocker's reason and message for a standing other than `Booted`.
+pub fn blocker_text(j: &Judgement, h: &HostState) -> (&'static str, String) {
+    let cfg = h.boot.config.as_ref();
+    let path = cfg
+        .map(|c| c.path.as_str())
+        .unwrap_or("the bootloader config");
+    let refresh = cfg
+        .map(|c| c.bootloader.refresh_command().join(" "))
+        .unwrap_or_default();
+    match &j.standing {
+        Standing::Booted => ("KernelArgsBooted", String::new()),
+        Standing::RebootPending => {
+            let config = if j.refreshed_by_agent {
+                format!("the agent wrote them to {path} and ran {refresh}")
+            } else if j.config_add.is_empty() && j.config_remove.is_empty() && !j.refresh_pending {
+                format!("{path} has them (not written by the agent: make sure {refresh} ran)")
+            } else {
+                format!("the agent writes them to {path} and runs {refresh}")
+            };
+            ("RebootRequired", format!(
+                "the running kernel {} (/proc/cmdline); {config}: reboot the host to boot with them (reboot: Manual: the agent never reboots)",
+                j.difference()
+            ))
+        }
+        Standing::NotBooted => ("KernelArgsNotBooted", format!(
+            "the host booted after the agent wrote the kernel arguments to {path} and ran {refresh}, but the running kernel {} (/proc/cmdline): the bootloader did not boot what it was given (another boot entry or ESP, a drop-in overriding it, a kernel pinned by hand?); the agent does not reboot again: fix the boot and reboot",
+            j.difference()
+        )),
+        Standing::NoBootloader => ("BootloaderNotFound", format!(
+            "the running kernel {} (/proc/cmdline) and the agent cannot write kernel arguments here: neither /etc/kernel/cmdline (proxmox-boot-tool) nor /etc/default/grub (GRUB) exists; set them by hand and reboot",
+            j.difference()
+        )),
+        Standing::ConfigProblem(p) => ("BootloaderConfigUnsupported", format!(
+            "the running kernel {} (/proc/cmdline) and the agent does not edit {path}: {p}; set the arguments by hand (or simplify the line) and reboot",
+            j.difference()
+        )),
+        Standing::Unknown => ("KernelArgsUnknown", "/proc/cmdline could not be read: whether the kernel runs with spec.host.kernelArgs is unknown".into()),
+    }
+}
+
+/// Whether slice `s` has a GPU still to bind to vfio-pci.
+fn waits_for_reboot(d: &Desired, s: &ResolvedSlice, h: &HostState) -> bool {
+    s.driver == GpuDriver::VfioPci
+        && s.gpus.iter().any(|g| {
+            h.pci_devices.get(g).and_then(|p| p.driver.as_deref())
+                != Some(d.partition.driver_name(s.driver))
+        })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,295 @@
+//! The reference story (kpro6 twin: tp-8 in LXC 129, split into tp-4 + the confidential VM's
+//! vfio-pci slice) on a host whose partition also asks for kernel arguments.
+
+use crate::bootloader::Bootloader;
+use crate::converge::{converge, Report, Stop};
+use crate::desired::Desired;
+use crate::host::sim::{SimBoot, SimHost};
+use crate::host::Host;
+use crate::testutil::{desired, key, manifests, twin};
+use gpuplane_crds::KernelArgs;
+
+const PART: &str = "GpuPartition/kpro6";
+/// The twin's NUMA node 1 GPUs: the confidential VM's slice.
+const VM_GPUS: [&str; 4] = [
+    "0000:81:00.0",
+    "0000:91:00.0",
+    "0000:e1:00.0",
+    "0000:f1:00.0",
+];
+const CMDLINE: &str = "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet amd_iommu=on iommu=pt\n";
+const GRUB: &str = "# If you change this file, run 'update-grub' afterwards\nGRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT=\"quiet amd_iommu=on iommu=pt\"\nGRUB_CMDLINE_LINUX=\"\"\n";
+
+fn args() -> KernelArgs {
+    KernelArgs {
+        present: vec!["vfio-pci.disable_idle_d3=1".into()],
+        absent: vec!["iommu=pt".into()],
+    }
+}
+
+/// The twin booted with `iommu=pt`, its bootloader `b`.
+fn host(b: Bootloader) -> (SimHost, Desired) {
+    let mut h = twin();
+    h.file.boot = Some(SimBoot {
+        cmdline: "BOOT_IMAGE=/boot/vmlinuz-6.8.12-4-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet amd_iommu=on iommu=pt".into(),
+        boot_id: "boot-1".into(),
+        kernel_cmdline: (b == Bootloader::ProxmoxBootTool).then(|| CMDLINE.into()),
+        grub: (b == Bootloader::Grub).then(|| GRUB.into()),
+        ..SimBoot::default()
+    });
+    let mut d = desired(&mut h, &manifests());
+    d.partition.kernel_args = Some(args());
+    (h, d)
+}
+
+fn run(h: &mut SimHost, d: &Desired) -> Report {
+    h.watch_units(&d.servers.iter().map(|s| s.unit.clone()).collect::<Vec<_>>());
+    let mut door = crate::door::Door::new(h);
+    converge(d, &mut door, &Default::default())
+}
+
+/// (status, reason, message) of the partition's condition `t`.
+fn cond(d: &Desired, r: &Report, t: &str) -> (String, String, String) {
+    let st = crate::status::compute(d, r, &Default::default(), &crate::clock::now());
+    let c = st[&key(PART)]
+        .condition(t)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {t}"));
+    (c.status, c.reason, c.message)
+}
+
+fn drivers(h: &mut SimHost, addrs: &[&str]) -> Vec<String> {
+    let st = h.observe().unwrap();
+    addrs
+        .iter()
+        .map(|a| st.pci_devices[*a].driver.clone().unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn args_written_refreshed_then_reboot_required_while_the_vm_slice_waits() {
+    let (mut h, d) = host(Bootloader::ProxmoxBootTool);
+    let r = run(&mut h, &d);
+    let kinds: Vec<&str> = r.applied.iter().map(|a| a.planned.step.kind()).collect();
+    // First after the GPU ledger: nothing on the GPUs depends on them.
+    assert_eq!(
+        &kinds[..3],
+        ["writeLedger", "setKernelArgs", "refreshBootloader"],
+        "{kinds:?}"
+    );
+    let boot = h.file.boot.clone().unwrap();
+    assert_eq!(
+        boot.kernel_cmdline.as_deref(),
+        Some("root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet amd_iommu=on vfio-pci.disable_idle_d3=1\n"),
+        "only the partition's words changed"
+    );
+    assert_eq!(boot.refreshes, ["proxmox-boot-tool refresh"]);
+    // The VM slice waits; the inference slice and its server went on.
+    assert_eq!(drivers(&mut h, &VM_GPUS), ["nvidia"; 4]);
+    assert!(!kinds.contains(&"unbind"), "{kinds:?}");
+    assert!(
+        kinds.contains(&"startUnit"),
+        "the server moved to tp-4: {kinds:?}"
+    );
+    let Some(Stop::Blocked { blockers }) = &r.stop else {
+        panic!("{:?}", r.stop)
+    };
+    assert_eq!(blockers.len(), 1, "{blockers:?}");
+    assert_eq!(blockers[0].reason, "RebootRequired");
+    assert!(
+        blockers[0].message.contains("slices confidential-vm wait"),
+        "{}",
+        blockers[0].message
+    );
+    let (s, reason, msg) = cond(&d, &r, "RebootRequired");
+    assert_eq!((s.as_str(), reason.as_str()), ("True", "KernelArgsPending"));
+    assert!(
+        msg == "the running kernel lacks vfio-pci.disable_idle_d3=1 and still has iommu=pt (/proc/cmdline); the agent wrote them to /etc/kernel/cmdline and ran proxmox-boot-tool refresh: reboot the host to boot with them (reboot: Manual: the agent never reboots)",
+        "{msg}"
+    );
+    let (ready, why, _) = cond(&d, &r, "Ready");
+    assert_eq!((ready.as_str(), why.as_str()), ("False", "RebootRequired"));
+    assert_eq!(cond(&d, &r, "Stalled").0, "True", "a person must reboot");
+    // A second run writes nothing and says the same.
+    let again = run(&mut h, &d);
+    assert_eq!(again.writes, 0, "{:?}", again.applied);
+    assert_eq!(cond(&d, &again, "RebootRequired").1, "KernelArgsPending");
+
+    // The reboot: the kernel comes up with what the bootloader was refreshed from.
+    h.file.boot.as_mut().unwrap().reboot();
+    let after = run(&mut h, &d);
+    assert!(after.converged(), "{:?}", after.stop);
+    assert_eq!(
+        drivers(&mut h, &VM_GPUS),
+        ["vfio-pci"; 4],
+        "the VM slice went on after the reboot"
+    );
+    let (s, reason, msg) = cond(&d, &after, "RebootRequired");
+    assert_eq!(
+        (s.as_str(), reason.as_str()),
+        ("False", "KernelArgsBooted"),
+        "{msg}"
+    );
+    assert_eq!(cond(&d, &after, "Ready").0, "True");
+    // The argument was the confidential VM's missing prerequisite (vfio-pci loads with it).
+    let (_, _, cc) = cond(&d, &after, "ConfidentialReady");
+    assert!(!cc.contains("VfioIdleD3"), "{cc}");
+    assert!(cond(&d, &r, "ConfidentialReady").2.contains("VfioIdleD3"));
+    assert_eq!(run(&mut h, &d).writes, 0, "converged: zero writes");
+    assert_eq!(h.file.boot.unwrap().refreshes.len(), 1, "refreshed once");
+}
+
+#[test]
+fn grub_hosts_get_their_default_line_edited() {
+    let (mut h, d) = host(Bootloader::Grub);
+    let r = run(&mut h, &d);
+    let boot = h.file.boot.clone().unwrap();
+    assert_eq!(
+        boot.grub.as_deref(),
+        Some(
+            GRUB.replace(
+                "amd_iommu=on iommu=pt\"",
+                "amd_iommu=on vfio-pci.disable_idle_d3=1\""
+            )
+            .as_str()
+        )
+    );
+    assert_eq!(boot.refreshes, ["update-grub"]);
+    let (_, _, msg) = cond(&d, &r, "RebootRequired");
+    assert!(
+        msg.contains("/etc/default/grub") && msg.contains("update-grub"),
+        "{msg}"
+    );
+    h.file.boot.as_mut().unwrap().reboot();
+    let after = run(&mut h, &d);
+    assert!(after.converged(), "{:?}", after.stop);
+    assert_eq!(cond(&d, &after, "RebootRequired").1, "KernelArgsBooted");
+}
+
+#[test]
+fn killed_between_the_write_and_the_refresh_the_next_run_refreshes() {
+    let (mut h, d) = host(Bootloader::ProxmoxBootTool);
+    let st = h.observe().unwrap();
+    let p = super::super::plan(&d, &st);
+    let first = p.steps[1].step.clone();
+    assert_eq!(first.kind(), "setKernelArgs");
+    h.apply(&p.steps[0].step).unwrap();
+    h.apply(&first).unwrap();
+    // "Killed" here: the next plan starts with the refresh, and says why.
+    let p = super::super::plan(&d, &h.observe().unwrap());
+    assert_eq!(p.steps[0].step.kind(), "refreshBootloader", "{:?}", p.steps);
+    assert!(
+        p.steps[0].why.contains("not yet refreshed"),
+        "{}",
+        p.steps[0].why
+    );
+    assert!(!p.steps.iter().any(|s| s.step.kind() == "setKernelArgs"));
+    // A person's later edit (another hash) is not the agent's to refresh.
+    let boot = h.file.boot.as_mut().unwrap();
+    boot.kernel_cmdline = Some(
+        boot.kernel_cmdline
+            .clone()
+            .unwrap()
+            .replace('\n', " mine=1\n"),
+    );
+    let p = super::super::plan(&d, &h.observe().unwrap());
+    assert!(
+        !p.steps.iter().any(|s| s.step.kind() == "refreshBootloader"),
+        "{:?}",
+        p.steps
+    );
+}
+
+#[test]
+fn a_boot_without_the_arguments_stalls_and_never_writes_again() {
+    let (mut h, d) = host(Bootloader::ProxmoxBootTool);
+    run(&mut h, &d);
+    // The host rebooted, but the bootloader booted an old entry: same command line, new boot.
+    h.file.boot.as_mut().unwrap().boot_id = "boot-2".into();
+    let r = run(&mut h, &d);
+    assert_eq!(r.writes, 0, "{:?}", r.applied);
+    let Some(Stop::Blocked { blockers }) = &r.stop else {
+        panic!("{:?}", r.stop)
+    };
+    assert_eq!(blockers[0].reason, "KernelArgsNotBooted");
+    let (s, reason, msg) = cond(&d, &r, "RebootRequired");
+    assert_eq!(
+        (s.as_str(), reason.as_str()),
+        ("False", "KernelArgsNotBooted")
+    );
+    assert!(
+        msg.contains("lacks vfio-pci.disable_idle_d3=1 and still has iommu=pt")
+            && msg.contains("does not reboot again"),
+        "{msg}"
+    );
+    let (st, why, _) = cond(&d, &r, "Stalled");
+    assert_eq!((st.as_str(), why.as_str()), ("True", "KernelArgsNotBooted"));
+    assert_eq!(drivers(&mut h, &VM_GPUS), ["nvidia"; 4]);
+}
+
+#[test]
+fn no_bootloader_config_is_said_plainly_and_nothing_is_written_for_it() {
+    let (mut h, d) = host(Bootloader::ProxmoxBootTool);
+    h.file.boot.as_mut().unwrap().kernel_cmdline = None;
+    let r = run(&mut h, &d);
+    assert!(!r
+        .applied
+        .iter()
+        .any(|a| a.planned.step.kind().contains("Kernel")
+            || a.planned.step.kind() == "refreshBootloader"));
+    let (s, reason, msg) = cond(&d, &r, "RebootRequired");
+    assert_eq!(
+        (s.as_str(), reason.as_str()),
+        ("True", "BootloaderNotFound")
+    );
+    assert!(msg.contains("neither /etc/kernel/cmdline"), "{msg}");
+}
+
+#[test]
+fn an_unsupported_grub_line_is_refused_not_guessed() {
+    let (mut h, d) = host(Bootloader::Grub);
+    h.file.boot.as_mut().unwrap().grub =
+        Some("GRUB_CMDLINE_LINUX_DEFAULT=\"$GRUB_CMDLINE_LINUX_DEFAULT iommu=pt\"\n".into());
+    let r = run(&mut h, &d);
+    assert!(!r
+        .applied
+        .iter()
+        .any(|a| a.planned.step.kind() == "setKernelArgs"));
+    let (s, reason, msg) = cond(&d, &r, "RebootRequired");
+    assert_eq!(
+        (s.as_str(), reason.as_str()),
+        ("True", "BootloaderConfigUnsupported")
+    );
+    assert!(msg.contains("expansion"), "{msg}");
+}
+
+#[test]
+fn arguments_a_person_wrote_are_not_refreshed_and_the_message_says_so() {
+    let (mut h, d) = host(Bootloader::ProxmoxBootTool);
+    h.file.boot.as_mut().unwrap().kernel_cmdline =
+        Some("root=ZFS=rpool/ROOT/pve-1 quiet vfio-pci.disable_idle_d3=1\n".into());
+    let r = run(&mut h, &d);
+    assert!(h.file.boot.as_ref().unwrap().refreshes.is_empty());
+    let (s, _, msg) = cond(&d, &r, "RebootRequired");
+    assert_eq!(s, "True");
+    assert!(msg.contains("/etc/kernel/cmdline has them (not written by the agent: make sure proxmox-boot-tool refresh ran)"), "{msg}");
+}
+
+#[test]
+fn arguments_already_booted_need_nothing_and_no_kernel_args_means_no_condition() {
+    let (mut h, mut d) = host(Bootloader::ProxmoxBootTool);
+    let boot = h.file.boot.as_mut().unwrap();
+    boot.cmdline = "root=ZFS=rpool/ROOT/pve-1 quiet vfio-pci.disable_idle_d3=1".into();
+    boot.kernel_cmdline =
+        Some("root=ZFS=rpool/ROOT/pve-1 quiet vfio-pci.disable_idle_d3=1\n".into());
+    let r = run(&mut h, &d);
+    assert!(r.converged(), "{:?}", r.stop);
+    assert!(
+        h.file.boot.as_ref().unwrap().refreshes.is_empty(),
+        "a config the agent did not write is not refreshed"
+    );
+    assert_eq!(cond(&d, &r, "RebootRequired").1, "KernelArgsBooted");
+    d.partition.kernel_args = None;
+    let st = crate::status::compute(&d, &r, &Default::default(), &crate::clock::now());
+    assert!(st[&key(PART)].condition("RebootRequired").is_none());
+}
