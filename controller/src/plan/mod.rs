@@ -19,6 +19,7 @@
 mod binding;
 pub mod companions;
 mod containers;
+pub mod disruption;
 mod holders;
 pub mod layout_guard;
 mod mappings;
