@@ -120,6 +120,9 @@ pub struct Metrics {
     pub pool_write_conflicts: IntCounter,
     /// The members of this agent's pool by state, as this agent last wrote or read the pool.
     pub pool_members: IntGaugeVec,
+    /// 1 while this agent's pool is paused, by why: `MemberFailed` (`status.failure`) or
+    /// `Paused` (`spec.paused`); 0 otherwise.
+    pub pool_paused: IntGaugeVec,
     /// The condition series each resource has now, to remove them when they change.
     shown: Arc<Mutex<BTreeMap<SeriesKey, Vec<ConditionLabels>>>>,
 }
@@ -183,6 +186,11 @@ impl Metrics {
                 "Members of this agent's pool by state (Updated, Waiting, Updating, Degraded, Pending), as last written",
                 &["pool", "state"],
             )?,
+            pool_paused: gauge(
+                "pool_paused",
+                "1 while this agent's pool is paused, by reason: MemberFailed (a member failed; a person clears status.failure) or Paused (spec.paused)",
+                &["pool", "reason"],
+            )?,
             shown: Arc::new(Mutex::new(BTreeMap::new())),
             registry,
         };
@@ -207,6 +215,7 @@ impl Metrics {
             Box::new(m.pool_slots.clone()),
             Box::new(m.pool_write_conflicts.clone()),
             Box::new(m.pool_members.clone()),
+            Box::new(m.pool_paused.clone()),
             Box::new(build),
         ] {
             m.registry.register(c)?;

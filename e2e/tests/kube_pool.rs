@@ -285,12 +285,6 @@ fn a_pool_rolls_out_within_its_budget_and_stops_at_the_first_failure() {
     let t_all = Instant::now();
     let n = members();
     let c = Cluster::start("pool");
-    c.k(&[
-        "wait",
-        "--for=condition=established",
-        "--timeout=60s",
-        "crd/gpunodepools.gpuplane.dev",
-    ]);
     // The first convergence (the twin's old layout to the split) with room for everyone.
     let pool = serde_json::json!({
         "apiVersion": "gpuplane.dev/v1alpha1", "kind": "GpuNodePool",
@@ -428,10 +422,11 @@ fn a_pool_rolls_out_within_its_budget_and_stops_at_the_first_failure() {
     let m7 = &all_servers(&c)[&agent_server(7)];
     let (_, reason, _) = cond3(m7, "Ready");
     assert_eq!(reason, "Crashed", "{}", m7["status"]);
+    // Stalled turns True when the crash is seen (Ready turned False at the restart already).
     let crashed_at =
-        gpuplane_e2e::kube::condition(m7, "Ready").unwrap()["lastTransitionTime"].clone();
+        gpuplane_e2e::kube::condition(m7, "Stalled").unwrap()["lastTransitionTime"].clone();
     println!(
-        "member 7's server Ready=False Crashed at {crashed_at}; the pool paused at {}",
+        "member 7's server Stalled=True (Crashed) at {crashed_at}; the pool paused at {}",
         f["since"]
     );
     let holders_at_pause: BTreeSet<String> = paused["status"]["slots"]

@@ -54,6 +54,12 @@ pub async fn ask(ctx: &Ctx, pool: &str, p: &GpuPartition, ask: Ask) -> Result<An
         let members = members(ctx, pool).await?;
         let (st, answer) = decide(&current, &members, &who, &node, &ask, &crate::clock::now());
         show_members(ctx, pool, &st);
+        let paused = |on: bool| i64::from(on);
+        let m = &ctx.metrics.pool_paused;
+        m.with_label_values(&[pool, "MemberFailed"])
+            .set(paused(st.failure.is_some()));
+        m.with_label_values(&[pool, "Paused"])
+            .set(paused(current.spec.paused));
         if current.status.as_ref() == Some(&st) {
             record(ctx, pool, &answer);
             return Ok(answer);
