@@ -436,13 +436,9 @@ fn a_pool_rolls_out_within_its_budget_and_stops_at_the_first_failure() {
         .map(|s| s["member"].as_str().unwrap().to_string())
         .collect();
     let updating_at_pause = sample(&c, n, t2);
-    let quiet = watch(
-        &c,
-        n,
-        t2,
-        Duration::from_secs(paused_at as u64 + 12),
-        |_| false,
-    );
+    // 15 s of samples from now (each `kubectl get` may take seconds on a busy machine).
+    let window = t2.elapsed() + Duration::from_secs(15);
+    let quiet = watch(&c, n, t2, window, |_| false);
     print_timeline("a change that fails on member 7", &quiet, n);
     for s in &quiet {
         let new: Vec<&String> = s
