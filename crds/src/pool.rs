@@ -122,7 +122,8 @@ pub struct GpuNodePoolStatus {
     /// `kubectl patch gpunodepool NAME --subresource=status --type=json -p '[{"op":"remove","path":"/status/failure"}]'`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<PoolFailure>,
-    /// `Updating`, `Updated`, `Degraded`, `Paused`, and kstatus's `Reconciling`/`Stalled`.
+    /// `Updating`, `Updated`, `Degraded`, `Paused`, kstatus's `Reconciling`/`Stalled`, and `Ready`
+    /// (both of those `False`: every member updated, no slot held, no failure).
     #[serde(default)]
     pub conditions: Vec<Condition>,
 }

@@ -15,6 +15,8 @@
 //!   holder leaving the pool (its partition gone or unlabelled), or by a person.
 //! - A failed holder keeps its slot and pauses the pool once per slot: a person who clears the
 //!   failure (accepting it) is not overruled by the same failure again.
+//! - `Ready=True` exactly when both `Reconciling` and `Stalled` are `False`: every member
+//!   updated, no slot held, no failure (kstatus and the GitOps health checks read it so).
 //! - Counts and conditions are recomputed from the members on every write, so any writer
 //!   leaves them consistent with the slots it wrote.
 
@@ -28,7 +30,7 @@ pub mod types {
     pub const UPDATING: &str = "Updating";
     pub const UPDATED: &str = "Updated";
     pub const PAUSED: &str = "Paused";
-    pub use gpuplane_crds::condition::types::{DEGRADED, RECONCILING, STALLED};
+    pub use gpuplane_crds::condition::types::{DEGRADED, READY, RECONCILING, STALLED};
 }
 
 /// One member as the API shows it to the writer.
@@ -370,7 +372,16 @@ fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member],
     };
     let msg = if stuck { p_msg } else { counts };
     cond(st, types::RECONCILING, rec, reason, msg.clone());
-    cond(st, types::STALLED, stl, reason, msg);
+    cond(st, types::STALLED, stl, reason, msg.clone());
+    // Ready (what `kubectl wait` and the GitOps health checks read): every member updated and
+    // whole, no slot held, no failure.
+    cond(
+        st,
+        types::READY,
+        !rec && !stl,
+        if rec || stl { reason } else { "AllUpdated" },
+        msg,
+    );
 }
 
 #[cfg(test)]

@@ -120,6 +120,7 @@ fn a_failed_holder_keeps_its_slot_and_pauses_the_pool_once() {
     assert!(!f.message.contains('\n'));
     assert_eq!(cond(&p, types::PAUSED).reason, "MemberFailed");
     assert_eq!(cond(&p, types::STALLED).status, "True");
+    assert_eq!(cond(&p, types::READY).status, "False");
     assert_eq!(cond(&p, types::RECONCILING).status, "False");
     assert_eq!(cond(&p, types::DEGRADED).status, "True");
     let Answer::Denied(why) = ask(&mut p, &ms, "m02", slot("restart")) else {
@@ -180,6 +181,7 @@ fn holders_that_left_the_pool_free_their_slot_and_counts_follow_the_members() {
         ask(&mut p, &ms, m, Ask::Report(State::Whole));
     }
     assert_eq!(cond(&p, types::UPDATED).status, "True");
+    assert_eq!(cond(&p, types::READY).status, "True");
     assert_eq!(cond(&p, types::RECONCILING).status, "False");
     assert_eq!(cond(&p, types::UPDATING).status, "False");
     assert_eq!(p.status.as_ref().unwrap().updated_member_count, 2);
