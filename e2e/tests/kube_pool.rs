@@ -19,6 +19,11 @@
 //!     cargo build --bin gpuplane && GPUPLANE_POOL_MEMBERS=20 \
 //!       cargo test -p gpuplane-e2e --test kube_pool -- --nocapture
 
+#[path = "support/gitops.rs"]
+mod gitops;
+
+use gitops::{argo_dir, flux_expr_for, flux_status, lua_health};
+use gpuplane_crds::kstatus::{self, Kstatus};
 use gpuplane_e2e::agent::{Agent, AgentOpts};
 use gpuplane_e2e::fleet::{agent_node, agent_server, partition, server};
 use gpuplane_e2e::kube::{cond3, ready_for_generation, Cluster};
@@ -268,6 +273,35 @@ fn clear_failure(c: &Cluster) {
     });
 }
 
+/// The pool read by kstatus, Argo CD's `health.lua` and Flux's CEL from `examples/gitops/`: all
+/// three must say `want`; with `GPUPLANE_EXPORT_GITOPS=1` the object becomes the testdata
+/// `state` that `tests/gitops_health.rs` checks without an API server.
+fn check_gitops(state: &str, obj: &Json, want: Kstatus, argo: &str) {
+    let k = kstatus::compute(obj);
+    let (hs, msg) = lua_health(&argo_dir("GpuNodePool").join("health.lua"), obj);
+    let flux = flux_status(&flux_expr_for(obj), obj);
+    println!(
+        "GpuNodePool {state:<18} kstatus {}({}) argo {hs} flux {} {msg}",
+        k.status.as_str(),
+        k.reason,
+        flux.as_str()
+    );
+    assert_eq!(k.status, want, "pool {state} kstatus: {}", obj["status"]);
+    assert_eq!(hs, argo, "pool {state} Argo: {msg}");
+    assert_eq!(flux, want, "pool {state} Flux CEL: {}", obj["status"]);
+    if std::env::var_os("GPUPLANE_EXPORT_GITOPS").is_some() {
+        let mut o = obj.clone();
+        if let Some(m) = o["metadata"].as_object_mut() {
+            m.remove("managedFields");
+        }
+        let path = argo_dir("GpuNodePool")
+            .join("testdata")
+            .join(format!("{state}.yaml"));
+        std::fs::write(&path, serde_yaml::to_string(&o).unwrap()).unwrap();
+        eprintln!("[kube_pool] exported {}", path.display());
+    }
+}
+
 fn set_max_unavailable(c: &Cluster, v: &str) {
     c.k(&[
         "patch",
@@ -310,10 +344,31 @@ fn a_pool_rolls_out_within_its_budget_and_stops_at_the_first_failure() {
         t_all.elapsed().as_secs_f64()
     );
 
+    check_gitops("converged", &pool_json(&c), Kstatus::Current, "Healthy");
     // 1. The rollout under maxUnavailable 2.
     set_max_unavailable(&c, "2");
+    // Nothing changed for the members: no agent writes, the status describes generation 1.
+    check_gitops(
+        "stale-generation",
+        &pool_json(&c),
+        Kstatus::InProgress,
+        "Progressing",
+    );
     let t0 = Instant::now();
     apply_servers(&c, &servers(n, "qwen-v1", None));
+    let mid = wait_for("a slot taken", Duration::from_secs(60), || {
+        let p = pool_json(&c);
+        if p["status"]["slots"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+            && p["status"]["observedGeneration"] == p["metadata"]["generation"]
+        {
+            Ok(p)
+        } else {
+            Err("no slot yet".to_string())
+        }
+    });
+    check_gitops("progressing", &mid, Kstatus::InProgress, "Progressing");
     let mut solo_ready: Option<f64> = None;
     let mut solo_waited = false;
     let samples = watch(&c, n, t0, Duration::from_secs(600), |s| {
@@ -410,6 +465,7 @@ fn a_pool_rolls_out_within_its_budget_and_stops_at_the_first_failure() {
         "\nthe pool at the pause ({paused_at:.1}s after the apply):\n{}\n",
         serde_yaml::to_string(&paused["status"]).unwrap()
     );
+    check_gitops("stalled", &paused, Kstatus::Failed, "Degraded");
     let f = &paused["status"]["failure"];
     assert_eq!(f["member"], agent_node(7), "{f}");
     assert!(
