@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod modelfiles;
 pub mod p2p;
 pub mod plan;
+pub mod pool;
 pub mod proxmox;
 pub mod reconcile;
 pub mod resource_key;

@@ -120,6 +120,15 @@ pub struct Metrics {
     /// The body of `/sd/servers` (Prometheus HTTP service discovery of the SGLang servers,
     /// `discovery/`): replaced whole by each reconcile, `[]` until the first.
     server_sd: Arc<Mutex<Arc<str>>>,
+    /// Disruption-slot answers by pool: `granted`, `denied` (a wait).
+    pub pool_slots: IntCounterVec,
+    /// Pool status writes that lost a race (409) and were decided again.
+    pub pool_write_conflicts: IntCounter,
+    /// The members of this agent's pool by state, as this agent last wrote or read the pool.
+    pub pool_members: IntGaugeVec,
+    /// 1 while this agent's pool is paused, by why: `MemberFailed` (`status.failure`) or
+    /// `Paused` (`spec.paused`); 0 otherwise.
+    pub pool_paused: IntGaugeVec,
     /// The condition series each resource has now, to remove them when they change.
     shown: Arc<Mutex<BTreeMap<SeriesKey, Vec<ConditionLabels>>>>,
 }
@@ -169,6 +178,25 @@ impl Metrics {
                 "Objects received by the agent's watches (added, modified, deleted, listed)",
                 &["kind", "watch"],
             )?,
+            pool_slots: counter(
+                "pool_slot_requests_total",
+                "Disruption-slot answers to this agent by pool and answer (granted, denied: a wait)",
+                &["pool", "answer"],
+            )?,
+            pool_write_conflicts: IntCounter::new(
+                "pool_write_conflicts_total",
+                "Pool status writes that lost a race with another agent's (409) and were decided again",
+            )?,
+            pool_members: gauge(
+                "pool_members",
+                "Members of this agent's pool by state (Updated, Waiting, Updating, Degraded, Pending), as last written",
+                &["pool", "state"],
+            )?,
+            pool_paused: gauge(
+                "pool_paused",
+                "1 while this agent's pool is paused, by reason: MemberFailed (a member failed; a person clears status.failure) or Paused (spec.paused)",
+                &["pool", "reason"],
+            )?,
             shown: Arc::new(Mutex::new(BTreeMap::new())),
             server_sd: Arc::new(Mutex::new(Arc::from("[]"))),
             registry,
@@ -191,6 +219,10 @@ impl Metrics {
             Box::new(m.leader.clone()),
             Box::new(m.conditions.clone()),
             Box::new(m.watch_events.clone()),
+            Box::new(m.pool_slots.clone()),
+            Box::new(m.pool_write_conflicts.clone()),
+            Box::new(m.pool_members.clone()),
+            Box::new(m.pool_paused.clone()),
             Box::new(build),
         ] {
             m.registry.register(c)?;

@@ -61,6 +61,7 @@ const RULES: &[(&str, &[&str])] = &[
         ],
     ),
     ("p2p", &["resource_key", "desired", "host"]),
+    ("pool", &["text"]),
     (
         "discovery",
         &["resource_key", "desired", "host", "plan", "systemd", "text"],
@@ -133,6 +134,7 @@ const RULES: &[(&str, &[&str])] = &[
             "p2p",
             "manifests",
             "discovery",
+            "pool",
         ],
     ),
     (
@@ -261,7 +263,7 @@ fn uses(line: &str) -> Vec<String> {
 }
 
 /// The modules of the pure middle (ARCHITECTURE.md, "Pure in the middle").
-const PURE: &[&str] = &["desired", "p2p", "plan", "status"];
+const PURE: &[&str] = &["desired", "p2p", "plan", "status", "pool"];
 
 /// What the pure middle never names outside its tests: a clock, the file system, the
 /// environment, processes, threads, an async runtime, Kubernetes.

@@ -8,10 +8,12 @@
 pub mod condition;
 pub mod kstatus;
 pub mod partition;
+pub mod pool;
 pub mod server;
 
 pub use condition::{set_condition, ConditionStatus};
 pub use partition::*;
+pub use pool::*;
 pub use server::*;
 
 use kube::CustomResourceExt;
@@ -28,7 +30,11 @@ pub const NODE_LABEL: &str = "gpuplane.dev/node";
 /// The CRD manifests, as one multi-document YAML string, exactly as `crdgen` writes them.
 pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
     let mut out = String::new();
-    for crd in [GpuPartition::crd(), InferenceServer::crd()] {
+    for crd in [
+        GpuPartition::crd(),
+        InferenceServer::crd(),
+        GpuNodePool::crd(),
+    ] {
         out.push_str("---\n");
         out.push_str(&serde_yaml::to_string(&crd)?);
     }

@@ -56,3 +56,26 @@ fn kernel_arg_pattern_is_in_the_schema() {
     );
     assert!(yaml.contains(&format!("maxItems: {}", partition::KERNEL_ARGS_MAX)));
 }
+
+#[test]
+fn pool_is_cluster_scoped_and_max_unavailable_reads_counts_and_percentages() {
+    assert_eq!(GpuNodePool::crd().spec.scope, "Cluster");
+    let yaml = crds_yaml().unwrap();
+    assert!(yaml.contains("x-kubernetes-int-or-string: true"));
+    assert_eq!(MaxUnavailable::Count(2).slots(20), Some(2));
+    assert_eq!(MaxUnavailable::Count(-1).slots(20), Some(0));
+    assert_eq!(MaxUnavailable::Percent("25%".into()).slots(50), Some(12));
+    assert_eq!(MaxUnavailable::Percent("10%".into()).slots(3), Some(1));
+    assert_eq!(MaxUnavailable::Percent("lots".into()).slots(3), None);
+    assert_eq!(MaxUnavailable::Percent("150%".into()).slots(3), None);
+    let spec: GpuNodePoolSpec = serde_json::from_str(r#"{"maxUnavailable":"25%"}"#).unwrap();
+    assert_eq!(
+        spec.max_unavailable(),
+        MaxUnavailable::Percent("25%".into())
+    );
+    let spec: GpuNodePoolSpec = serde_json::from_str("{}").unwrap();
+    assert_eq!(spec.max_unavailable(), MaxUnavailable::Count(1));
+    let spec: GpuNodePoolSpec = serde_json::from_str(r#"{"maxUnavailable":null}"#).unwrap();
+    assert_eq!(spec.max_unavailable(), MaxUnavailable::Count(1));
+    assert!(!spec.paused);
+}

@@ -70,7 +70,11 @@ fn check_plain_files(root: &Path, chart: &Path) {
         read(&root.join("crds/gpuplane.dev_crds.yaml")),
         "charts/gpuplane/crds/gpuplane.dev_crds.yaml must be a copy of crds/gpuplane.dev_crds.yaml"
     );
-    assert_eq!(yaml_docs(&crd_copy).len(), 2);
+    assert_eq!(
+        yaml_docs(&crd_copy).len(),
+        3,
+        "GpuPartition, InferenceServer, GpuNodePool"
+    );
 }
 
 /// `helm lint --strict`, and `helm template` with the default values: the rendered objects by

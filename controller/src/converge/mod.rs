@@ -24,6 +24,9 @@ use crate::plan::{plan, Blocker, Note, Plan, PlannedStep, Step};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
+/// How the lock of a pool member's disruption slot begins (`Stop::WaitingForLock::lock`).
+pub const DISRUPTION_SLOT: &str = "disruption slot";
+
 /// Loop limits.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -33,6 +36,10 @@ pub struct Options {
     pub poll_seconds: u64,
     /// `true`: block on readiness (CLI); `false`: look once and return `Stop::Waiting` (controller).
     pub block_on_ready: bool,
+    /// A pool member without a disruption slot: the name of the slot it lacks. The loop then
+    /// stops before any step that disrupts the host's users ([`crate::plan::disruption`]) with
+    /// [`Stop::WaitingForLock`], having done nothing for that step. `None`: no such limit.
+    pub hold_disruptions: Option<String>,
 }
 
 impl Default for Options {
@@ -41,6 +48,7 @@ impl Default for Options {
             max_steps: 500,
             poll_seconds: 5,
             block_on_ready: true,
+            hold_disruptions: None,
         }
     }
 }
@@ -235,6 +243,10 @@ pub fn converge_seeded(
     while let Some(next) = next_step(desired, door, opts, &mut r, steps, &mut known) {
         steps += 1;
         let at = door.host().now();
+        if let Some(stop) = disruption_held(opts, &next.step, r.final_host.as_ref()) {
+            r.stop = Some(stop);
+            break;
+        }
         let go_on = match &next.step {
             Step::WaitReady { .. } => wait_step(desired, door, opts, progress, &mut r, &next, at),
             step => match door.apply(step) {
@@ -284,6 +296,22 @@ pub fn converge_seeded(
     r.writes = door.writes();
     r.writes_by_kind = door.writes_by_kind().clone();
     r
+}
+
+/// The stop before a disruptive `step` that `opts` does not allow (no slot held); `None` when
+/// the step may run. A host not yet known counts as disrupted (nothing is risked).
+fn disruption_held(opts: &Options, step: &Step, host: Option<&HostState>) -> Option<Stop> {
+    let slot = opts.hold_disruptions.as_ref()?;
+    let why = match host {
+        Some(h) => crate::plan::disruption::disruption(step, h)?,
+        None if step.is_write() => "the host was not observed".to_string(),
+        None => return None,
+    };
+    Some(Stop::WaitingForLock {
+        step: step.to_string(),
+        lock: slot.clone(),
+        message: format!("{why}: this pool member needs a disruption slot first ({slot})"),
+    })
 }
 
 /// What the loop knows of the host without observing it again.

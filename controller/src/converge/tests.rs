@@ -134,3 +134,54 @@ fn a_seed_observation_takes_the_first_look_and_nothing_else_changes() {
     let now = h.inner.observe().unwrap();
     assert_eq!(seeded.final_host.as_ref(), Some(&now));
 }
+
+/// A pool member without a slot: the loop stops before the first disruptive step (here the
+/// restart of the running server), having done no disruption, and the partition's conditions
+/// say `WaitingForDisruptionBudget`; with the slot the same change converges.
+#[test]
+fn without_a_slot_the_loop_stops_before_the_first_disruptive_step() {
+    let mut h = twin();
+    let mut d = desired(&mut h, &manifests());
+    {
+        let mut door = Door::new(&mut h);
+        assert!(converge(&d, &mut door, &Options::default()).converged());
+    }
+    d.servers[0].spec.mem_fraction_static = Some(0.8);
+    let held = Options {
+        hold_disruptions: Some(format!("{DISRUPTION_SLOT} of pool fleet")),
+        ..Options::default()
+    };
+    let r = {
+        let mut door = Door::new(&mut h);
+        converge(&d, &mut door, &held)
+    };
+    let Some(Stop::WaitingForLock { step, lock, .. }) = &r.stop else {
+        panic!("stopped for {:?}", r.stop)
+    };
+    assert!(step.contains("restart"), "{step}");
+    assert!(lock.starts_with(DISRUPTION_SLOT));
+    for a in &r.applied {
+        let host = r.final_host.clone().unwrap_or_default();
+        assert!(
+            !matches!(
+                a.planned.step,
+                Step::StopUnit { .. }
+                    | Step::StartUnit { restart: true, .. }
+                    | Step::StopContainer { .. }
+            ),
+            "a disruptive step ran without a slot: {} ({host:?})",
+            a.planned.step
+        );
+    }
+    let key = crate::resource_key::ResourceKey::partition(d.partition.name.as_str());
+    let st = crate::status::compute(
+        &d,
+        &r,
+        &Default::default(),
+        &gpuplane_crds::condition::Time("2026-12-04T03:00:00Z".parse().unwrap()),
+    );
+    let ready = st[&key].condition("Ready").unwrap();
+    assert_eq!(ready.reason, crate::status::WAITING_FOR_DISRUPTION_BUDGET);
+    let mut door = Door::new(&mut h);
+    assert!(converge(&d, &mut door, &Options::default()).converged());
+}

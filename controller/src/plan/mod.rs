@@ -23,6 +23,7 @@
 mod binding;
 pub mod companions;
 mod containers;
+pub mod disruption;
 mod holders;
 pub mod kernel_args;
 pub mod layout_guard;

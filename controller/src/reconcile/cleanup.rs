@@ -6,6 +6,8 @@ use super::{Ctx, Error};
 use crate::desired::{
     resolve_partition, resolve_server, Desired, DesiredPartition, ResolvedConsumer, ResolvedSlice,
 };
+use crate::plan::disruption::first_disruption;
+use crate::pool::{Answer, Ask, State};
 use gpuplane_crds::{DeletionPolicy, GpuDriver, GpuPartition, InferenceServer};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -57,6 +59,15 @@ async fn release_servers(ctx: &Ctx, servers: &[InferenceServer]) -> Result<(), E
     Ok(())
 }
 
+/// A member leaving its pool gives back any slot it holds (its host is restored, or retained
+/// as it is by the person's choice).
+async fn leave_pool(ctx: &Ctx, pool: Option<&str>, p: &GpuPartition) -> Result<(), Error> {
+    if let Some(pool) = pool {
+        super::budget::ask(ctx, pool, p, Ask::Report(State::Leaving)).await?;
+    }
+    Ok(())
+}
+
 /// Applies `spec.deletionPolicy` to the host before the partition goes: `Retain` leaves the
 /// host as it is; `Restore` returns every GPU to nvidia, removes our lines and the units of the
 /// partition's servers, and releases the servers once that converged.
@@ -72,8 +83,10 @@ pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Actio
         .into_iter()
         .filter(has_server_finalizer)
         .collect();
+    let pool = super::budget::pool_of(&p);
     if p.spec.deletion_policy == DeletionPolicy::Retain {
         release_servers(&ctx, &servers).await?;
+        leave_pool(&ctx, pool.as_deref(), &p).await?;
         publish(
             &ctx,
             &p_ref,
@@ -111,9 +124,36 @@ pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Actio
         .iter()
         .filter_map(|s| resolve_server(s, &dp).ok().map(|d| d.unit))
         .collect();
-    let report = run_converge(&ctx, desired, true).await?;
+    // A pool member restores its host (a disruption) only with a slot of its pool.
+    let mut hold = pool.as_deref().map(super::budget::slot_lock);
+    if let Some(pool) = &pool {
+        let planned = crate::plan::plan(&desired, &observed);
+        if let Some((step, why)) = first_disruption(&planned, &observed) {
+            let ask = Ask::Slot {
+                reason: format!("restore on deletion: {step}: {why}"),
+            };
+            match super::budget::ask(&ctx, pool, &p, ask).await? {
+                Answer::Granted | Answer::Held => hold = None,
+                Answer::Denied(msg) => {
+                    publish(
+                        &ctx,
+                        &p_ref,
+                        EventType::Normal,
+                        crate::status::WAITING_FOR_DISRUPTION_BUDGET,
+                        "Delete",
+                        format!("restoring the host ({step}) needs a disruption slot of GpuNodePool {pool}: {msg}"),
+                    )
+                    .await;
+                    return Ok(Action::requeue(ctx.opts.poll_interval));
+                }
+                Answer::Recorded => {}
+            }
+        }
+    }
+    let report = run_converge(&ctx, desired, true, hold).await?;
     if report.converged() {
         release_servers(&ctx, &servers).await?;
+        leave_pool(&ctx, pool.as_deref(), &p).await?;
         publish(
             &ctx,
             &p_ref,

@@ -18,10 +18,13 @@ pub(super) async fn observe(ctx: &Arc<Ctx>) -> Result<HostState, Error> {
 
 /// Converges the host to `desired` through the one door. With `block`, waits until servers are
 /// Ready; without, returns while they start (the reconciler looks again after the poll interval).
+/// With `hold` (a pool member without a disruption slot: the slot's name) the run stops before
+/// any disruptive step.
 pub(super) async fn run_converge(
     ctx: &Arc<Ctx>,
     desired: Desired,
     block: bool,
+    hold: Option<String>,
 ) -> Result<Report, Error> {
     let c = ctx.clone();
     tokio::task::spawn_blocking(move || {
@@ -38,6 +41,7 @@ pub(super) async fn run_converge(
         let opts = Options {
             poll_seconds: c.opts.poll_interval.as_secs().max(1),
             block_on_ready: block,
+            hold_disruptions: hold,
             ..Options::default()
         };
         let mut door = Door::new(host.as_mut());

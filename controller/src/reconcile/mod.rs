@@ -8,6 +8,7 @@
 //! node's objects, selected by the label `gpuplane.dev/node` ([`scope`]); this node's objects
 //! without it are reported by [`strays`].
 
+pub mod budget;
 mod cleanup;
 pub mod conflict;
 mod guard;

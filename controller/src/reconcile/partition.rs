@@ -25,6 +25,8 @@ use crate::desired::{
 };
 use crate::host::model::{HostState, UnitRef};
 use crate::metrics::ErrorCategory;
+use crate::plan::disruption::first_disruption;
+use crate::pool::{Answer, Ask, State};
 use crate::status::refusal;
 use crate::step::Step;
 use gpuplane_crds::condition::{types, Condition, ConditionStatus};
@@ -128,10 +130,31 @@ pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action,
         Err(errs) => return report_invalid_partition(&ctx, &p, &g.servers, &errs).await,
     };
     let r = resolve(dp, &g.servers, &g.deleting);
-    let report = run_converge(&ctx, r.desired.clone(), false).await?;
+    // A pool member disrupts its host only while it holds a slot of its pool.
+    let pool = super::budget::pool_of(&p);
+    let mut hold = pool.as_deref().map(super::budget::slot_lock);
+    if let Some(pool) = &pool {
+        let planned = crate::plan::plan(&r.desired, &g.observed);
+        if let Some((step, why)) = first_disruption(&planned, &g.observed) {
+            let ask = Ask::Slot {
+                reason: format!("{step}: {why}"),
+            };
+            match super::budget::ask(&ctx, pool, &p, ask).await? {
+                Answer::Granted | Answer::Held => hold = None,
+                Answer::Denied(msg) => {
+                    return super::budget::wait::wait(&ctx, &p, pool, &step, &msg).await
+                }
+                Answer::Recorded => {}
+            }
+        }
+    }
+    let report = run_converge(&ctx, r.desired.clone(), false, hold).await?;
     release_deleted(&ctx, &r.removed, &report).await?;
     let was_ready = nothing_asked_since_ready(&p, &r);
-    let ready = write_status(&ctx, &p, &r, &report).await?;
+    let (ready, health) = write_status(&ctx, &p, &r, &report).await?;
+    if let Some(pool) = &pool {
+        super::budget::ask(&ctx, pool, &p, Ask::Report(health)).await?;
+    }
     let old = p.status.clone().unwrap_or_default();
     publish_events(&ctx, &p, &r, &report, was_ready, &old.conditions).await;
     record_metrics(&ctx, &r, &report, ready, was_ready);
@@ -298,13 +321,13 @@ async fn release_deleted(
 }
 
 /// Phase 5: status of the partition, its valid servers and its invalid ones; returns how many
-/// servers are Ready.
+/// servers are Ready, and where the host stands for its pool.
 async fn write_status(
     ctx: &Ctx,
     p: &GpuPartition,
     r: &Resolved<'_>,
     report: &Report,
-) -> Result<i64, Error> {
+) -> Result<(i64, State), Error> {
     let name = p.name_any();
     let part_key = crate::resource_key::ResourceKey::partition(name.as_str());
     let mut generations = BTreeMap::new();
@@ -352,7 +375,69 @@ async fn write_status(
         write_invalid_server(ctx, s, reason, msgs).await?;
     }
     publish_targets(ctx, &r.desired, &host, &computed);
-    Ok(ready)
+    Ok((ready, health(p, r, report, &computed)))
+}
+
+/// Where the host stands for its pool: failed (the partition or a server `Stalled`), whole
+/// (nothing left to do, the partition and every server `Ready`, smoke-tested where a smoke test
+/// is set), or still working.
+fn health(
+    p: &GpuPartition,
+    r: &Resolved<'_>,
+    report: &Report,
+    computed: &BTreeMap<crate::resource_key::ResourceKey, crate::status::ResourceStatus>,
+) -> State {
+    let part_key = crate::resource_key::ResourceKey::partition(p.name_any().as_str());
+    let is = |st: Option<&crate::status::ResourceStatus>, t: &str| {
+        st.and_then(|st| st.condition(t))
+            .is_some_and(|c| c.status == ConditionStatus::True.as_str())
+    };
+    let part = computed.get(&part_key);
+    let servers: Vec<_> = r
+        .valid
+        .iter()
+        .map(|(d, _)| {
+            let key = crate::resource_key::ResourceKey::server_id(&d.id);
+            (d, key.clone(), computed.get(&key))
+        })
+        .collect();
+    let failed_at = if is(part, types::STALLED) {
+        let c = part.and_then(|st| st.condition(types::STALLED));
+        let step = report
+            .stop
+            .as_ref()
+            .and_then(|s| s.failure())
+            .map(|(step, _)| step)
+            .unwrap_or_else(|| part_key.to_string());
+        Some((step, c))
+    } else {
+        servers
+            .iter()
+            .find(|(_, _, st)| is(*st, types::STALLED))
+            .map(|(_, key, st)| {
+                (
+                    key.to_string(),
+                    st.and_then(|st| st.condition(types::STALLED)),
+                )
+            })
+    };
+    if let Some((step, c)) = failed_at {
+        return State::Failed {
+            step,
+            reason: c.map(|c| c.reason.clone()).unwrap_or_default(),
+            message: c.map(|c| c.message.clone()).unwrap_or_default(),
+        };
+    }
+    let whole = report.converged()
+        && is(part, types::READY)
+        && servers.iter().all(|(d, _, st)| {
+            is(*st, types::READY) && (d.spec.smoke_test.is_none() || is(*st, types::SMOKE_TESTED))
+        });
+    if whole {
+        State::Whole
+    } else {
+        State::Working
+    }
 }
 
 /// The SGLang servers for Prometheus (`/sd/servers`): this reconcile's Ready servers with

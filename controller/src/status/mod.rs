@@ -201,16 +201,17 @@ fn partition_status(
             "{wait}; {} host steps left, retried shortly",
             part_steps.len()
         );
-        ps.set(types::READY, false, "WaitingForLock", msg.clone(), now, g);
+        let reason = lock_reason(r);
+        ps.set(types::READY, false, reason, msg.clone(), now, g);
         ps.set(
             types::PROGRESSING,
             true,
-            "WaitingForLock",
-            "waiting for another writer's lock".into(),
+            reason,
+            "waiting for a lock (another writer's, or a disruption slot)".into(),
             now,
             g,
         );
-        ps.progress(Standing::Working("WaitingForLock".into(), msg), now, g);
+        ps.progress(Standing::Working(reason.into(), msg), now, g);
     } else if !part_steps.is_empty() {
         let next: Vec<String> = part_steps
             .iter()
@@ -277,12 +278,35 @@ fn partition_status(
 /// "STEP waits for Proxmox's lock: MESSAGE" when the run stopped on a held lock.
 fn lock_wait(r: &Report) -> Option<String> {
     match &r.stop {
+        Some(Stop::WaitingForLock {
+            step,
+            lock,
+            message,
+        }) if lock.starts_with(crate::converge::DISRUPTION_SLOT) => {
+            Some(format!("{step} waits for a disruption slot: {message}"))
+        }
         Some(Stop::WaitingForLock { step, message, .. }) => {
             Some(format!("{step} waits for Proxmox's lock: {message}"))
         }
         _ => None,
     }
 }
+
+/// The reason of a run stopped on a lock: a pool member's disruption slot
+/// (`WaitingForDisruptionBudget`) or another writer's Proxmox lock (`WaitingForLock`).
+fn lock_reason(r: &Report) -> &'static str {
+    match &r.stop {
+        Some(Stop::WaitingForLock { lock, .. })
+            if lock.starts_with(crate::converge::DISRUPTION_SLOT) =>
+        {
+            WAITING_FOR_DISRUPTION_BUDGET
+        }
+        _ => "WaitingForLock",
+    }
+}
+
+/// The reason a pool member's resources give while it waits for a disruption slot.
+pub const WAITING_FOR_DISRUPTION_BUDGET: &str = "WaitingForDisruptionBudget";
 
 /// What a stopped run changed, truthfully: nothing, or nothing after its writes.
 fn nothing_changed(r: &Report) -> String {
@@ -428,7 +452,7 @@ fn server_readiness(
             (_, Some(b)) if b.resource == res => (b.reason.as_str(), b.message.clone()),
             (_, Some(b)) => ("WaitingForGpus", format!("the partition is blocked: {}", b.message)),
             _ => match lock_wait(r) {
-                Some(w) => ("WaitingForLock", format!("the host change it needs waits for a lock: {w}")),
+                Some(w) => (lock_reason(r), format!("the host change it needs waits for a lock: {w}")),
                 None => ("Starting", format!("phase {}", obs.and_then(|o| o.phase).map(|p| p.reason()).unwrap_or("NotStarted"))),
             },
         };
@@ -438,7 +462,9 @@ fn server_readiness(
             .map(|p| p.reason())
             .unwrap_or("NotStarted");
         // Starting, or waiting for a lock that expires by itself: work in progress, not stuck.
-        let working = reason == "Starting" || reason == "WaitingForLock";
+        let working = reason == "Starting"
+            || reason == "WaitingForLock"
+            || reason == WAITING_FOR_DISRUPTION_BUDGET;
         st.set(
             types::PROGRESSING,
             working,
@@ -447,7 +473,7 @@ fn server_readiness(
             now,
             g,
         );
-        let p = if reason == "WaitingForLock" {
+        let p = if reason == "WaitingForLock" || reason == WAITING_FOR_DISRUPTION_BUDGET {
             Standing::Working(reason.to_string(), msg)
         } else if working {
             Standing::Working(phase.to_string(), format!("the server is starting: {msg}"))

@@ -18,7 +18,7 @@ pub const LEASE_NS: &str = "gpuplane-system";
 
 /// What the agent user may and may not do under agent-rbac.yaml: (`kubectl auth can-i` args,
 /// answer). It can do what the agent needs, and nothing beyond the lease namespace.
-const AGENT_CAN_I: [(&[&str], &str); 6] = [
+const AGENT_CAN_I: [(&[&str], &str); 10] = [
     (
         &["auth", "can-i", "watch", "gpupartitions.gpuplane.dev"],
         "yes",
@@ -62,6 +62,29 @@ const AGENT_CAN_I: [(&[&str], &str); 6] = [
         "no",
     ),
     (&["auth", "can-i", "list", "secrets", "-A"], "no"),
+    // A pool: read it, write its status (the slots), never its spec.
+    (
+        &["auth", "can-i", "get", "gpunodepools.gpuplane.dev"],
+        "yes",
+    ),
+    (
+        &[
+            "auth",
+            "can-i",
+            "update",
+            "gpunodepools.gpuplane.dev",
+            "--subresource=status",
+        ],
+        "yes",
+    ),
+    (
+        &["auth", "can-i", "update", "gpunodepools.gpuplane.dev"],
+        "no",
+    ),
+    (
+        &["auth", "can-i", "delete", "gpunodepools.gpuplane.dev"],
+        "no",
+    ),
 ];
 
 /// A control plane with the CRDs and the agent's RBAC installed, and a private host file.
@@ -99,6 +122,7 @@ impl Cluster {
             "--timeout=60s",
             "crd/gpupartitions.gpuplane.dev",
             "crd/inferenceservers.gpuplane.dev",
+            "crd/gpunodepools.gpuplane.dev",
         ]);
         self.apply("e2e/kube/agent-rbac.yaml");
         for (args, want) in AGENT_CAN_I {

@@ -1,0 +1,388 @@
+//! The disruption budget of a `GpuNodePool`, decided purely: given the pool as read, its members
+//! as listed and what one member asks, the pool's next status and the answer.
+//!
+//! The caller (`reconcile/budget.rs`) reads the pool, lists its members and their agents'
+//! Leases, calls [`decide`], and writes the new status only with the `resourceVersion` it read
+//! (a replace: a stale write is refused with 409 and the whole read-decide-write is repeated).
+//! So every change of the slots is decided on the latest slots: two agents never both take the
+//! last one. ARCHITECTURE.md, "Disruption budget", has the failure modes.
+//!
+//! # Guarantees
+//! - A slot is granted only while the pool is not paused (`spec.paused`, or a failure recorded
+//!   in `status.failure`) and fewer than `maxUnavailable` members are unavailable: holding a
+//!   slot, failed (`Stalled`), or whose agent's Lease has expired (the asker itself aside).
+//! - A slot is given back only by its holder reporting its host whole ([`State::Whole`]), by the
+//!   holder leaving the pool (its partition gone or unlabelled), or by a person.
+//! - A failed holder keeps its slot and pauses the pool once per slot: a person who clears the
+//!   failure (accepting it) is not overruled by the same failure again.
+//! - `Ready=True` exactly when both `Reconciling` and `Stalled` are `False`: every member
+//!   updated, no slot held, no failure (kstatus and the GitOps health checks read it so).
+//! - Counts and conditions are recomputed from the members on every write, so any writer
+//!   leaves them consistent with the slots it wrote.
+
+use gpuplane_crds::condition::{Condition, Time};
+use gpuplane_crds::{
+    set_condition, GpuNodePool, GpuNodePoolStatus, MemberStatus, PoolFailure, SlotHolder,
+};
+
+/// Condition types of a pool.
+pub mod types {
+    pub const UPDATING: &str = "Updating";
+    pub const UPDATED: &str = "Updated";
+    pub const PAUSED: &str = "Paused";
+    pub use gpuplane_crds::condition::types::{DEGRADED, READY, RECONCILING, STALLED};
+}
+
+/// One member as the API shows it to the writer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Member {
+    /// The `GpuPartition`'s name.
+    pub name: String,
+    pub node: String,
+    /// Its partition says `Ready=True`.
+    pub ready: bool,
+    /// Its partition says `Stalled=True`.
+    pub stalled: bool,
+    /// Its agent's Lease exists and has run out (`kubeapi::lease::is_live_claim` false). A
+    /// member whose agent never took a Lease is not counted: it is `Pending`.
+    pub agent_gone: bool,
+}
+
+/// Where the asking member stands after its reconcile.
+#[derive(Debug, Clone, PartialEq)]
+pub enum State {
+    /// Whole for its current spec: partition Ready, every server Ready (and smoke-tested where
+    /// a smoke test is set), nothing left to do. Gives its slot back.
+    Whole,
+    /// Converging (with its slot, or on something that needs none).
+    Working,
+    /// Failed: keeps its slot; pauses the pool (once per slot) when it holds one.
+    Failed {
+        step: String,
+        reason: String,
+        message: String,
+    },
+    /// Leaving the pool (its partition deleted and restored): gives its slot back.
+    Leaving,
+}
+
+/// What a member asks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ask {
+    /// A slot, before its first disruptive step (`reason`: that step and why).
+    Slot { reason: String },
+    /// Records where it stands (and gives back or keeps its slot accordingly).
+    Report(State),
+}
+
+/// The answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// A slot was taken now.
+    Granted,
+    /// The member already holds a slot.
+    Held,
+    /// No slot: why, in words a person can act on (who holds the slots, what paused the pool).
+    Denied(String),
+    /// The report was recorded.
+    Recorded,
+}
+
+/// The pool's next status after `who` (member `who`, on `node`) asks `ask`; `members` are
+/// the partitions labelled for the pool, `now` the caller's clock.
+pub fn decide(
+    pool: &GpuNodePool,
+    members: &[Member],
+    who: &str,
+    node: &str,
+    ask: &Ask,
+    now: &Time,
+) -> (GpuNodePoolStatus, Answer) {
+    let old = pool.status.clone().unwrap_or_default();
+    let mut st = old.clone();
+    // A member leaving is no member any more, though its partition is still listed.
+    let staying: Vec<Member>;
+    let members = if matches!(ask, Ask::Report(State::Leaving)) {
+        staying = members.iter().filter(|m| m.name != who).cloned().collect();
+        &staying[..]
+    } else {
+        members
+    };
+    let since = now.0.to_string();
+    // Holders that left the pool hold nothing.
+    st.slots
+        .retain(|s| members.iter().any(|m| m.name == s.member));
+    let mine = st.slots.iter().position(|s| s.member == who);
+    let answer = match ask {
+        Ask::Slot { reason } => match mine {
+            Some(_) => {
+                set_member(&mut st, who, node, "Updating", "its host to be whole again");
+                Answer::Held
+            }
+            None => match refusal(pool, &st, members, who) {
+                Some(why) => {
+                    set_member(&mut st, who, node, "Waiting", "a disruption slot");
+                    Answer::Denied(why)
+                }
+                None => {
+                    st.slots.push(SlotHolder {
+                        member: who.into(),
+                        node: node.into(),
+                        reason: safe(reason),
+                        since: since.clone(),
+                    });
+                    set_member(&mut st, who, node, "Updating", "its host to be whole again");
+                    Answer::Granted
+                }
+            },
+        },
+        Ask::Report(state) => {
+            match state {
+                State::Whole | State::Leaving => {
+                    st.slots.retain(|s| s.member != who);
+                    set_member(&mut st, who, node, "Updated", "");
+                }
+                State::Working => {
+                    set_member(&mut st, who, node, "Updating", "its host to be whole again");
+                }
+                State::Failed {
+                    step,
+                    reason,
+                    message,
+                } => {
+                    set_member(&mut st, who, node, "Degraded", "a person (it failed)");
+                    if let Some(i) = mine {
+                        // Once per slot: the slot's reason is marked when the pause is written.
+                        if !st.slots[i].reason.starts_with(FAILED_MARK) {
+                            st.slots[i].reason = format!("{FAILED_MARK}{}", safe(reason));
+                            st.failure = Some(PoolFailure {
+                                member: who.into(),
+                                node: node.into(),
+                                step: safe(step),
+                                reason: safe(reason),
+                                message: safe(message),
+                                since: since.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+            Answer::Recorded
+        }
+    };
+    if matches!(ask, Ask::Report(State::Leaving)) {
+        st.members.retain(|m| m.name != who);
+    }
+    summarize(&mut st, pool, members, now);
+    (st, answer)
+}
+
+/// Text from a host or a spec, made safe for the pool's status: one line, at most 512 bytes.
+fn safe(s: &str) -> String {
+    crate::text::sanitize(s, 512)
+}
+
+/// The prefix of a failed holder's slot reason (its pause was written).
+pub const FAILED_MARK: &str = "failed: ";
+
+/// Why no slot can be given to `who` now, or `None` when one can.
+fn refusal(
+    pool: &GpuNodePool,
+    st: &GpuNodePoolStatus,
+    members: &[Member],
+    who: &str,
+) -> Option<String> {
+    if pool.spec.paused {
+        return Some("the pool is paused (spec.paused)".into());
+    }
+    if let Some(f) = &st.failure {
+        return Some(format!(
+            "the pool is paused: member {} failed at {} ({}); a person removes status.failure to resume",
+            f.member, f.step, f.reason
+        ));
+    }
+    let mu = pool.spec.max_unavailable();
+    let Some(budget) = mu.slots(members.len()) else {
+        return Some(format!(
+            "maxUnavailable {mu:?} is neither a count nor a percentage from 0% to 100%"
+        ));
+    };
+    let busy = unavailable(st, members, Some(who));
+    if busy.len() < budget {
+        return None;
+    }
+    Some(format!(
+        "{} of {budget} slots taken (maxUnavailable {}): {}",
+        busy.len(),
+        show_max(&mu),
+        busy.join(", ")
+    ))
+}
+
+fn show_max(mu: &gpuplane_crds::MaxUnavailable) -> String {
+    match mu {
+        gpuplane_crds::MaxUnavailable::Count(n) => n.to_string(),
+        gpuplane_crds::MaxUnavailable::Percent(p) => p.clone(),
+    }
+}
+
+/// The unavailable members, in words (`name (why)`), `except` one: slot holders, failed
+/// members, members whose agent is gone.
+fn unavailable(st: &GpuNodePoolStatus, members: &[Member], except: Option<&str>) -> Vec<String> {
+    let mut out: Vec<String> = vec![];
+    for s in &st.slots {
+        if Some(s.member.as_str()) != except {
+            out.push(format!("{} (holds a slot)", s.member));
+        }
+    }
+    for m in members {
+        if Some(m.name.as_str()) == except || st.slots.iter().any(|s| s.member == m.name) {
+            continue;
+        }
+        if m.stalled {
+            out.push(format!("{} (Stalled)", m.name));
+        } else if m.agent_gone {
+            out.push(format!("{} (its agent's Lease expired)", m.name));
+        }
+    }
+    out
+}
+
+/// Sets `who`'s entry (kept in name order).
+fn set_member(st: &mut GpuNodePoolStatus, who: &str, node: &str, state: &str, waiting_for: &str) {
+    let entry = MemberStatus {
+        name: who.into(),
+        node: node.into(),
+        state: state.into(),
+        waiting_for: waiting_for.into(),
+    };
+    match st.members.iter_mut().find(|m| m.name == who) {
+        Some(m) => *m = entry,
+        None => {
+            st.members.push(entry);
+            st.members.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+    }
+}
+
+/// Members, counts and conditions from the slots and the members as listed.
+fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member], now: &Time) {
+    let g = pool.metadata.generation;
+    st.observed_generation = g;
+    // Only partitions still labelled are members; one not yet reported is Pending.
+    st.members
+        .retain(|e| members.iter().any(|m| m.name == e.name));
+    for m in members {
+        if !st.members.iter().any(|e| e.name == m.name) {
+            set_member(st, &m.name, &m.node, "Pending", "its agent's first report");
+        }
+    }
+    let gone = |name: &str| members.iter().any(|m| m.name == name && m.agent_gone);
+    let stalled = |name: &str| members.iter().any(|m| m.name == name && m.stalled);
+    st.member_count = members.len() as u32;
+    st.updated_member_count = st
+        .members
+        .iter()
+        .filter(|e| e.state == "Updated" && !gone(&e.name))
+        .count() as u32;
+    st.ready_member_count = members.iter().filter(|m| m.ready).count() as u32;
+    st.unavailable_member_count = unavailable(st, members, None).len() as u32;
+    st.degraded_member_count = st
+        .members
+        .iter()
+        .filter(|e| e.state == "Degraded" || stalled(&e.name))
+        .count() as u32;
+    let waiting = st.members.iter().filter(|e| e.state == "Waiting").count();
+    let updating = st.slots.len() + waiting;
+    let cond = |st: &mut GpuNodePoolStatus, t: &str, on: bool, reason: &str, message: String| {
+        set_condition(
+            &mut st.conditions,
+            Condition {
+                type_: t.into(),
+                status: if on { "True" } else { "False" }.into(),
+                reason: reason.into(),
+                message,
+                observed_generation: g,
+                last_transition_time: now.clone(),
+            },
+        );
+    };
+    let (paused, p_reason, p_msg) = match (&st.failure, pool.spec.paused) {
+        (Some(f), _) => (
+            true,
+            "MemberFailed",
+            format!(
+                "member {} (node {}) failed at {}: {}: {}",
+                f.member, f.node, f.step, f.reason, f.message
+            ),
+        ),
+        (None, true) => (true, "Paused", "spec.paused is true".to_string()),
+        (None, false) => (false, "NotPaused", "members may take slots".to_string()),
+    };
+    cond(st, types::PAUSED, paused, p_reason, p_msg.clone());
+    let degraded = st.failure.is_some() || st.degraded_member_count > 0;
+    let d_msg = if degraded {
+        format!("{} members degraded; {p_msg}", st.degraded_member_count)
+    } else {
+        "no member failed".into()
+    };
+    cond(
+        st,
+        types::DEGRADED,
+        degraded,
+        if st.failure.is_some() {
+            "MemberFailed"
+        } else if degraded {
+            "MembersDegraded"
+        } else {
+            "AsExpected"
+        },
+        d_msg,
+    );
+    let counts = format!(
+        "{} of {} members updated, {} hold slots, {} wait for one",
+        st.updated_member_count,
+        st.member_count,
+        st.slots.len(),
+        waiting
+    );
+    let all = st.member_count > 0 && st.updated_member_count == st.member_count;
+    cond(
+        st,
+        types::UPDATED,
+        all && st.slots.is_empty(),
+        if all { "AllUpdated" } else { "Updating" },
+        counts.clone(),
+    );
+    cond(
+        st,
+        types::UPDATING,
+        updating > 0,
+        if updating > 0 { "Updating" } else { "Idle" },
+        counts.clone(),
+    );
+    // kstatus: at most one of the pair is True.
+    let stuck = st.failure.is_some();
+    let (rec, stl, reason) = if stuck {
+        (false, true, "MemberFailed")
+    } else if updating > 0 || !all {
+        (true, false, "Updating")
+    } else {
+        (false, false, "AllUpdated")
+    };
+    let msg = if stuck { p_msg } else { counts };
+    cond(st, types::RECONCILING, rec, reason, msg.clone());
+    cond(st, types::STALLED, stl, reason, msg.clone());
+    // Ready (what `kubectl wait` and the GitOps health checks read): every member updated and
+    // whole, no slot held, no failure.
+    cond(
+        st,
+        types::READY,
+        !rec && !stl,
+        if rec || stl { reason } else { "AllUpdated" },
+        msg,
+    );
+}
+
+#[cfg(test)]
+mod tests;

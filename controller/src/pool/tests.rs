@@ -1,0 +1,198 @@
+use super::*;
+use gpuplane_crds::{GpuNodePoolSpec, MaxUnavailable};
+
+fn now() -> Time {
+    Time("2026-12-04T03:00:00Z".parse().unwrap())
+}
+
+fn pool(max: MaxUnavailable) -> GpuNodePool {
+    let mut p = GpuNodePool::new(
+        "fleet",
+        GpuNodePoolSpec {
+            max_unavailable: Some(max),
+            paused: false,
+        },
+    );
+    p.metadata.generation = Some(1);
+    p
+}
+
+fn members(n: usize) -> Vec<Member> {
+    (0..n)
+        .map(|i| Member {
+            name: format!("m{i:02}"),
+            node: format!("n{i:02}"),
+            ready: true,
+            ..Member::default()
+        })
+        .collect()
+}
+
+fn slot(reason: &str) -> Ask {
+    Ask::Slot {
+        reason: reason.into(),
+    }
+}
+
+/// `who` asks; the status is stored as if the write succeeded.
+fn ask(p: &mut GpuNodePool, ms: &[Member], who: &str, a: Ask) -> Answer {
+    let node = who.replace('m', "n");
+    let (st, answer) = decide(p, ms, who, &node, &a, &now());
+    p.status = Some(st);
+    answer
+}
+
+fn cond<'a>(p: &'a GpuNodePool, t: &str) -> &'a Condition {
+    p.status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == t)
+        .unwrap()
+}
+
+#[test]
+fn at_most_max_unavailable_slots_and_the_refusal_names_the_holders() {
+    let ms = members(5);
+    let mut p = pool(MaxUnavailable::Count(2));
+    assert_eq!(ask(&mut p, &ms, "m00", slot("restart")), Answer::Granted);
+    assert_eq!(ask(&mut p, &ms, "m01", slot("restart")), Answer::Granted);
+    assert_eq!(ask(&mut p, &ms, "m00", slot("restart")), Answer::Held);
+    let Answer::Denied(why) = ask(&mut p, &ms, "m02", slot("restart")) else {
+        panic!("a third slot")
+    };
+    assert!(
+        why.contains("m00 (holds a slot)") && why.contains("m01"),
+        "{why}"
+    );
+    let st = p.status.clone().unwrap();
+    assert_eq!(st.slots.len(), 2);
+    assert_eq!(st.unavailable_member_count, 2);
+    assert_eq!(cond(&p, types::UPDATING).status, "True");
+    assert_eq!(cond(&p, types::RECONCILING).status, "True");
+    assert_eq!(cond(&p, types::STALLED).status, "False");
+    let m02 = st.members.iter().find(|m| m.name == "m02").unwrap();
+    assert_eq!(m02.state, "Waiting");
+    // A holder whole again gives its slot back; the waiting member then gets it.
+    assert_eq!(
+        ask(&mut p, &ms, "m00", Ask::Report(State::Whole)),
+        Answer::Recorded
+    );
+    assert_eq!(ask(&mut p, &ms, "m02", slot("restart")), Answer::Granted);
+}
+
+#[test]
+fn failed_or_agentless_members_count_against_the_budget() {
+    let mut ms = members(4);
+    ms[1].stalled = true;
+    ms[2].agent_gone = true;
+    let mut p = pool(MaxUnavailable::Count(2));
+    let Answer::Denied(why) = ask(&mut p, &ms, "m00", slot("restart")) else {
+        panic!("two members are already unavailable")
+    };
+    assert!(
+        why.contains("m01 (Stalled)") && why.contains("Lease expired"),
+        "{why}"
+    );
+    assert_eq!(p.status.as_ref().unwrap().unavailable_member_count, 2);
+    assert_eq!(p.status.as_ref().unwrap().degraded_member_count, 1);
+    // The stalled member itself may take a slot (to fix itself), its own state aside.
+    ms[2].agent_gone = false;
+    assert_eq!(ask(&mut p, &ms, "m01", slot("restart")), Answer::Granted);
+}
+
+#[test]
+fn a_failed_holder_keeps_its_slot_and_pauses_the_pool_once() {
+    let ms = members(4);
+    let mut p = pool(MaxUnavailable::Count(2));
+    ask(&mut p, &ms, "m01", slot("restart"));
+    let failed = State::Failed {
+        step: "InferenceServer/default/qwen-1".into(),
+        reason: "Crashed".into(),
+        message: "the unit failed\nexit 1".into(),
+    };
+    ask(&mut p, &ms, "m01", Ask::Report(failed.clone()));
+    let st = p.status.clone().unwrap();
+    assert_eq!(st.slots.len(), 1, "the failed member keeps its slot");
+    let f = st.failure.clone().expect("the pool paused itself");
+    assert_eq!((f.member.as_str(), f.reason.as_str()), ("m01", "Crashed"));
+    assert!(!f.message.contains('\n'));
+    assert_eq!(cond(&p, types::PAUSED).reason, "MemberFailed");
+    assert_eq!(cond(&p, types::STALLED).status, "True");
+    assert_eq!(cond(&p, types::READY).status, "False");
+    assert_eq!(cond(&p, types::RECONCILING).status, "False");
+    assert_eq!(cond(&p, types::DEGRADED).status, "True");
+    let Answer::Denied(why) = ask(&mut p, &ms, "m02", slot("restart")) else {
+        panic!("nothing starts while paused by a failure")
+    };
+    assert!(why.contains("m01 failed"), "{why}");
+    // A person clears the failure (accepting it): the same failure does not pause again.
+    p.status.as_mut().unwrap().failure = None;
+    ask(&mut p, &ms, "m01", Ask::Report(failed));
+    assert!(p.status.as_ref().unwrap().failure.is_none());
+    assert_eq!(ask(&mut p, &ms, "m02", slot("restart")), Answer::Granted);
+    // Whole again: its slot goes back.
+    ask(&mut p, &ms, "m01", Ask::Report(State::Whole));
+    assert_eq!(p.status.as_ref().unwrap().slots.len(), 1);
+}
+
+#[test]
+fn a_paused_pool_grants_nothing_and_a_bad_percentage_freezes_it() {
+    let ms = members(3);
+    let mut p = pool(MaxUnavailable::Count(3));
+    p.spec.paused = true;
+    assert!(
+        matches!(ask(&mut p, &ms, "m00", slot("x")), Answer::Denied(w) if w.contains("spec.paused"))
+    );
+    assert_eq!(cond(&p, types::PAUSED).status, "True");
+    let mut p = pool(MaxUnavailable::Percent("half".into()));
+    assert!(
+        matches!(ask(&mut p, &ms, "m00", slot("x")), Answer::Denied(w) if w.contains("neither"))
+    );
+    let mut p = pool(MaxUnavailable::Count(0));
+    assert!(matches!(
+        ask(&mut p, &ms, "m00", slot("x")),
+        Answer::Denied(_)
+    ));
+    let mut p = pool(MaxUnavailable::Percent("50%".into()));
+    assert_eq!(ask(&mut p, &ms, "m00", slot("x")), Answer::Granted);
+    assert!(matches!(
+        ask(&mut p, &ms, "m01", slot("x")),
+        Answer::Denied(_)
+    ));
+}
+
+#[test]
+fn holders_that_left_the_pool_free_their_slot_and_counts_follow_the_members() {
+    let mut ms = members(3);
+    let mut p = pool(MaxUnavailable::Count(1));
+    ask(&mut p, &ms, "m00", slot("x"));
+    ms.remove(0);
+    assert_eq!(ask(&mut p, &ms, "m01", slot("x")), Answer::Granted);
+    let st = p.status.clone().unwrap();
+    assert_eq!(st.member_count, 2);
+    assert!(st.members.iter().all(|m| m.name != "m00"));
+    assert_eq!(
+        st.members.iter().find(|m| m.name == "m02").unwrap().state,
+        "Pending"
+    );
+    for m in ["m01", "m02"] {
+        ask(&mut p, &ms, m, Ask::Report(State::Whole));
+    }
+    assert_eq!(cond(&p, types::UPDATED).status, "True");
+    assert_eq!(cond(&p, types::READY).status, "True");
+    assert_eq!(cond(&p, types::RECONCILING).status, "False");
+    assert_eq!(cond(&p, types::UPDATING).status, "False");
+    assert_eq!(p.status.as_ref().unwrap().updated_member_count, 2);
+}
+
+#[test]
+fn a_report_that_changes_nothing_leaves_the_status_equal() {
+    let ms = members(2);
+    let mut p = pool(MaxUnavailable::Count(1));
+    ask(&mut p, &ms, "m00", Ask::Report(State::Whole));
+    let before = p.status.clone();
+    ask(&mut p, &ms, "m00", Ask::Report(State::Whole));
+    assert_eq!(before, p.status, "no write needed for the same report");
+}

@@ -1,0 +1,160 @@
+//! Disruption slots in the API server: a pool member's agent asks its `GpuNodePool` for a slot
+//! before it disrupts its host, and reports where it stands after each reconcile.
+//!
+//! Each [`ask`] reads the pool (a quorum read), lists its members (partitions labelled
+//! `gpuplane.dev/pool=<pool>`) and the agents' Leases, lets the pure [`crate::pool::decide`]
+//! compute the pool's next status, and writes it with a `replace` of the status subresource
+//! that carries the `resourceVersion` it read. A write that lost a race (409) is decided again
+//! on a fresh read, so no two agents both take the last slot. Anything else that fails (the API
+//! server unreachable, a refusal) is an error: the caller then starts no disruption.
+//!
+//! Reusable: any host change that needs a slot (a reboot for kernel arguments) asks the same
+//! way, with its own reason.
+
+pub mod wait;
+
+use super::{Ctx, Error};
+use crate::kubeapi::lease::{is_live_claim, lease_name};
+use crate::pool::{decide, Answer, Ask, Member};
+use gpuplane_crds::condition::{types, ConditionStatus};
+use gpuplane_crds::{GpuNodePool, GpuPartition, NODE_LABEL, POOL_LABEL};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, ResourceExt};
+use std::time::Duration;
+
+/// Attempts of one ask before it gives up on a busy pool (each after a 409).
+const ATTEMPTS: u32 = 12;
+
+/// The pool a partition is a member of: its `gpuplane.dev/pool` label.
+pub fn pool_of(p: &GpuPartition) -> Option<String> {
+    p.labels()
+        .get(POOL_LABEL)
+        .filter(|v| !v.is_empty())
+        .cloned()
+}
+
+/// The lock name a converge run without a slot stops at (`converge::Options::hold_disruptions`).
+pub fn slot_lock(pool: &str) -> String {
+    format!("{} of pool {pool}", crate::converge::DISRUPTION_SLOT)
+}
+
+/// Asks `pool` for `ask` on behalf of partition `p`. A pool that does not exist answers
+/// `Denied` (a member never disrupts without its pool), not an error.
+pub async fn ask(ctx: &Ctx, pool: &str, p: &GpuPartition, ask: Ask) -> Result<Answer, Error> {
+    let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
+    let who = p.name_any();
+    let node = p.spec.node_name.clone();
+    for attempt in 0..ATTEMPTS {
+        let Some(current) = pools.get_opt(pool).await? else {
+            return Ok(Answer::Denied(format!(
+                "the GpuNodePool {pool} named by the label {POOL_LABEL} does not exist"
+            )));
+        };
+        let members = members(ctx, pool).await?;
+        let (st, answer) = decide(&current, &members, &who, &node, &ask, &crate::clock::now());
+        show_members(ctx, pool, &st);
+        let paused = |on: bool| i64::from(on);
+        let m = &ctx.metrics.pool_paused;
+        m.with_label_values(&[pool, "MemberFailed"])
+            .set(paused(st.failure.is_some()));
+        m.with_label_values(&[pool, "Paused"])
+            .set(paused(current.spec.paused));
+        if current.status.as_ref() == Some(&st) {
+            record(ctx, pool, &answer);
+            return Ok(answer);
+        }
+        let mut next = current.clone();
+        next.status = Some(st);
+        // The resourceVersion read above travels in the body: a write in between answers 409.
+        match pools
+            .replace_status(pool, &PostParams::default(), &next)
+            .await
+        {
+            Ok(_) => {
+                record(ctx, pool, &answer);
+                return Ok(answer);
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                ctx.metrics.pool_write_conflicts.inc();
+                // Spread the retries of many agents that lost to the same write.
+                let jitter = (std::process::id() as u64 * 37 + attempt as u64 * 53) % 200;
+                tokio::time::sleep(Duration::from_millis(20 + jitter)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Answer::Denied(format!(
+        "the pool's status changed under this agent {ATTEMPTS} times in a row; asking again shortly"
+    )))
+}
+
+/// `gpuplane_pool_members{pool,state}` from a status.
+fn show_members(ctx: &Ctx, pool: &str, st: &gpuplane_crds::GpuNodePoolStatus) {
+    for state in ["Updated", "Waiting", "Updating", "Degraded", "Pending"] {
+        let n = st.members.iter().filter(|m| m.state == state).count();
+        ctx.metrics
+            .pool_members
+            .with_label_values(&[pool, state])
+            .set(n as i64);
+    }
+}
+
+/// The metrics of an answer.
+fn record(ctx: &Ctx, pool: &str, answer: &Answer) {
+    match answer {
+        Answer::Granted => ctx
+            .metrics
+            .pool_slots
+            .with_label_values(&[pool, "granted"])
+            .inc(),
+        Answer::Denied(_) => ctx
+            .metrics
+            .pool_slots
+            .with_label_values(&[pool, "denied"])
+            .inc(),
+        _ => {}
+    }
+}
+
+/// The partitions labelled for `pool`, each with what its partition and its agent's Lease say.
+async fn members(ctx: &Ctx, pool: &str) -> Result<Vec<Member>, Error> {
+    let parts: Api<GpuPartition> = Api::all(ctx.client.clone());
+    let listed = parts
+        .list(&ListParams::default().labels(&format!("{POOL_LABEL}={pool}")))
+        .await?;
+    let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), &ctx.opts.lease_namespace);
+    let leases = leases
+        .list(&ListParams::default().labels(NODE_LABEL))
+        .await?;
+    let now = jiff::Timestamp::now();
+    let is = |p: &GpuPartition, t: &str| {
+        p.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == t && c.status == ConditionStatus::True.as_str())
+        })
+    };
+    Ok(listed
+        .items
+        .iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                || p.finalizers().iter().any(|f| f == super::FINALIZER)
+        })
+        .map(|p| {
+            let node = p.spec.node_name.clone();
+            let lease = leases
+                .items
+                .iter()
+                .find(|l| l.metadata.name.as_deref() == Some(lease_name(&node).as_str()));
+            Member {
+                name: p.name_any(),
+                ready: is(p, types::READY),
+                stalled: is(p, types::STALLED),
+                agent_gone: lease.is_some_and(|l| !is_live_claim(l, &node, now)),
+                node,
+            }
+        })
+        .collect())
+}

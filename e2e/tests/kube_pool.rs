@@ -1,0 +1,525 @@
+//! A pool's disruption budget on a real kube-apiserver + etcd (issue 26): N agent processes
+//! (`gpuplane run`), each on its own copy of the simulated reference host, their partitions
+//! labelled `gpuplane.dev/pool=fleet`, and one more agent whose partition has no pool label.
+//!
+//! 1. Rollout: `maxUnavailable: 2`, one `kubectl apply` that changes every member's server (as
+//!    a sync does). Every 250 ms the test counts the members whose server is not `Ready` (what a
+//!    user of the fleet loses): never more than 2; every member updated in the end. Prints the
+//!    timeline and the total time. The unlabelled partition's server, changed in the same apply,
+//!    converges at once, without waiting for a slot.
+//! 2. An agent killed while it holds a slot: the slot stays (its host is half-way), the budget
+//!    still holds; restarted, it finishes and gives the slot back.
+//! 3. A change that fails on member 7 (its simulated server crashes while loading): the pool
+//!    pauses itself in the reconcile that saw the crash, no further member takes a slot, the
+//!    status names member 7 and the failing step; once the spec is reverted and a person clears
+//!    the pause, the rollout completes.
+//!
+//! CI runs 8 members (about 3 minutes here); the issue's acceptance is 20:
+//!
+//!     cargo build --bin gpuplane && GPUPLANE_POOL_MEMBERS=20 \
+//!       cargo test -p gpuplane-e2e --test kube_pool -- --nocapture
+
+#[path = "support/gitops.rs"]
+mod gitops;
+
+use gitops::{argo_dir, flux_expr_for, flux_status, lua_health};
+use gpuplane_crds::kstatus::{self, Kstatus};
+use gpuplane_e2e::agent::{Agent, AgentOpts};
+use gpuplane_e2e::fleet::{agent_node, agent_server, partition, server};
+use gpuplane_e2e::kube::{cond3, ready_for_generation, Cluster};
+use gpuplane_e2e::paths::repo_root;
+use gpuplane_e2e::wait::wait_for;
+use serde_json::Value as Json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+const POOL: &str = "fleet";
+const POOL_LABEL: &str = "gpuplane.dev/pool";
+/// The node whose partition is in no pool.
+const SOLO: &str = "solo-000";
+const SOLO_SERVER: &str = "qwen-solo";
+
+fn members() -> usize {
+    std::env::var("GPUPLANE_POOL_MEMBERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8)
+        .max(8)
+}
+
+/// The reference partition for `node`, in the pool when `pooled`; its slice lets a server set
+/// the simulator's crash hook.
+fn member_partition(node: &str, pooled: bool) -> Json {
+    let mut p = partition(node, true);
+    if pooled {
+        p["metadata"]["labels"][POOL_LABEL] = POOL.into();
+    }
+    p["spec"]["slices"][0]["servers"]["allowedEnv"] = serde_json::json!(["CUDA_HOME", "SIM_*"]);
+    p
+}
+
+/// The servers of the members and the solo node, each with `served` as its served name; member
+/// `crash` (if any) also crashes while loading.
+fn servers(n: usize, served: &str, crash: Option<usize>) -> Json {
+    let mut items = vec![];
+    for i in 0..n {
+        let mut s = server(&agent_server(i), "default", &agent_node(i), true);
+        s["spec"]["model"]["servedName"] = served.into();
+        if crash == Some(i) {
+            s["spec"]["env"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({"name": "SIM_CRASH_AT", "value": "load"}));
+        }
+        items.push(s);
+    }
+    let mut s = server(SOLO_SERVER, "default", SOLO, true);
+    s["spec"]["model"]["servedName"] = served.into();
+    items.push(s);
+    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items})
+}
+
+/// One `kubectl apply` of every server (as a GitOps sync does).
+fn apply_servers(c: &Cluster, list: &Json) {
+    c.k_stdin(&["apply", "-f", "-"], &list.to_string());
+}
+
+fn pool_json(c: &Cluster) -> Json {
+    c.json(&["get", "gpunodepool", POOL])
+}
+
+/// Every server by name.
+fn all_servers(c: &Cluster) -> BTreeMap<String, Json> {
+    c.json(&["get", "inferenceservers", "-n", "default"])["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["metadata"]["name"].as_str().unwrap().to_string(),
+                s.clone(),
+            )
+        })
+        .collect()
+}
+
+/// One sample: members whose server is not Ready, members Ready for the new generation, slots,
+/// and the pool's and the unlabelled server's state.
+#[derive(Debug, Clone, PartialEq)]
+struct Sample {
+    at: f64,
+    disrupted: Vec<usize>,
+    updated: usize,
+    slots: Vec<String>,
+    /// The pool says `Updated=True`.
+    pool_updated: bool,
+    /// The unlabelled partition's server: Ready for its generation; its Ready reason.
+    solo_ready: bool,
+    solo_reason: String,
+}
+
+impl Sample {
+    fn all_updated(&self, n: usize) -> bool {
+        self.updated == n && self.pool_updated
+    }
+}
+
+/// One `kubectl get` of the servers and the pool (one call: samples stay near 250 ms apart).
+fn sample(c: &Cluster, n: usize, t0: Instant) -> Sample {
+    let both = c.json(&["get", "inferenceservers,gpunodepools", "-n", "default"]);
+    let items = both["items"].as_array().unwrap();
+    let all: BTreeMap<String, &Json> = items
+        .iter()
+        .filter(|o| o["kind"] == "InferenceServer")
+        .map(|s| (s["metadata"]["name"].as_str().unwrap().to_string(), s))
+        .collect();
+    let null = Json::Null;
+    let pool = items
+        .iter()
+        .find(|o| o["kind"] == "GpuNodePool" && o["metadata"]["name"] == POOL)
+        .unwrap_or(&null);
+    let mut disrupted = vec![];
+    let mut updated = 0;
+    for i in 0..n {
+        let s = all[&agent_server(i)];
+        if cond3(s, "Ready").0 != "True" {
+            disrupted.push(i);
+        }
+        if ready_for_generation(s).is_ok() {
+            updated += 1;
+        }
+    }
+    let slots = pool["status"]["slots"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| s["member"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    let solo = all[SOLO_SERVER];
+    Sample {
+        at: t0.elapsed().as_secs_f64(),
+        disrupted,
+        updated,
+        slots,
+        pool_updated: cond3(pool, "Updated").0 == "True",
+        solo_ready: ready_for_generation(solo).is_ok(),
+        solo_reason: cond3(solo, "Ready").1,
+    }
+}
+
+/// Samples every 250 ms until `done` or `timeout`; the samples.
+fn watch(
+    c: &Cluster,
+    n: usize,
+    t0: Instant,
+    timeout: Duration,
+    mut done: impl FnMut(&Sample) -> bool,
+) -> Vec<Sample> {
+    let mut out = vec![];
+    loop {
+        let s = sample(c, n, t0);
+        let finished = done(&s);
+        out.push(s);
+        if finished || t0.elapsed() > timeout {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The timeline as a table: a row whenever what is disrupted, updated or held changes.
+fn print_timeline(title: &str, samples: &[Sample], n: usize) {
+    println!("\n{title}\n");
+    println!("| t (s) | members disrupted (server not Ready) | which | updated | slots held by |");
+    println!("|---|---|---|---|---|");
+    let mut last: Option<&Sample> = None;
+    for s in samples {
+        let changed = last.is_none_or(|l| {
+            l.disrupted != s.disrupted || l.updated != s.updated || l.slots != s.slots
+        });
+        if changed {
+            let which: Vec<String> = s.disrupted.iter().map(|i| agent_node(*i)).collect();
+            println!(
+                "| {:.2} | {} | {} | {}/{n} | {} |",
+                s.at,
+                s.disrupted.len(),
+                which.join(" "),
+                s.updated,
+                s.slots.join(" ")
+            );
+        }
+        last = Some(s);
+    }
+    let max = samples.iter().map(|s| s.disrupted.len()).max().unwrap_or(0);
+    let max_slots = samples.iter().map(|s| s.slots.len()).max().unwrap_or(0);
+    println!(
+        "\n{} samples; max members disrupted at once: {max}; max slots held: {max_slots}; total {:.1} s\n",
+        samples.len(),
+        samples.last().map(|s| s.at).unwrap_or(0.0)
+    );
+}
+
+fn start_agent(c: &Cluster, i: Option<usize>) -> Agent {
+    let node = i.map(agent_node).unwrap_or_else(|| SOLO.to_string());
+    let host = c.cp.run.join(format!("host-{node}.yaml"));
+    if !host.exists() {
+        std::fs::copy(repo_root().join("examples/hosts/kpro6.yaml"), &host).unwrap();
+    }
+    let o = AgentOpts {
+        drift_interval: 30,
+        lease_duration: 6,
+    };
+    Agent::start_on(&c.cp, &format!("pool-{node}"), &node, &host, o, &[])
+}
+
+fn all_updated(c: &Cluster, n: usize) -> Result<(), String> {
+    let s = sample(c, n, Instant::now());
+    if s.all_updated(n) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} of {n} updated; pool Updated={}; slots {:?}",
+            s.updated, s.pool_updated, s.slots
+        ))
+    }
+}
+
+/// What a person does to resume a pool paused by a failure: removes `status.failure`, by a
+/// replace that carries the resourceVersion read (kubectl 1.20 has no `--subresource`; newer
+/// ones can `kubectl patch --subresource=status`). Retried when an agent wrote in between.
+fn clear_failure(c: &Cluster) {
+    wait_for("status.failure removed", Duration::from_secs(30), || {
+        let mut p = pool_json(c);
+        if let Some(st) = p["status"].as_object_mut() {
+            st.remove("failure");
+        }
+        let out =
+            c.cp.kubectl(&[
+                "replace",
+                "--raw",
+                &format!("/apis/gpuplane.dev/v1alpha1/gpunodepools/{POOL}/status"),
+                "-f",
+                "-",
+            ])
+            .stdin(&p.to_string())
+            .run();
+        if out.success {
+            Ok(())
+        } else {
+            Err(out.stderr)
+        }
+    });
+}
+
+/// The pool read by kstatus, Argo CD's `health.lua` and Flux's CEL from `examples/gitops/`: all
+/// three must say `want`; with `GPUPLANE_EXPORT_GITOPS=1` the object becomes the testdata
+/// `state` that `tests/gitops_health.rs` checks without an API server.
+fn check_gitops(state: &str, obj: &Json, want: Kstatus, argo: &str) {
+    let k = kstatus::compute(obj);
+    let (hs, msg) = lua_health(&argo_dir("GpuNodePool").join("health.lua"), obj);
+    let flux = flux_status(&flux_expr_for(obj), obj);
+    println!(
+        "GpuNodePool {state:<18} kstatus {}({}) argo {hs} flux {} {msg}",
+        k.status.as_str(),
+        k.reason,
+        flux.as_str()
+    );
+    assert_eq!(k.status, want, "pool {state} kstatus: {}", obj["status"]);
+    assert_eq!(hs, argo, "pool {state} Argo: {msg}");
+    assert_eq!(flux, want, "pool {state} Flux CEL: {}", obj["status"]);
+    if std::env::var_os("GPUPLANE_EXPORT_GITOPS").is_some() {
+        let mut o = obj.clone();
+        if let Some(m) = o["metadata"].as_object_mut() {
+            m.remove("managedFields");
+        }
+        let path = argo_dir("GpuNodePool")
+            .join("testdata")
+            .join(format!("{state}.yaml"));
+        std::fs::write(&path, serde_yaml::to_string(&o).unwrap()).unwrap();
+        eprintln!("[kube_pool] exported {}", path.display());
+    }
+}
+
+fn set_max_unavailable(c: &Cluster, v: &str) {
+    c.k(&[
+        "patch",
+        "gpunodepool",
+        POOL,
+        "--type",
+        "merge",
+        "-p",
+        &format!(r#"{{"spec":{{"maxUnavailable":{v}}}}}"#),
+    ]);
+}
+
+#[test]
+fn a_pool_rolls_out_within_its_budget_and_stops_at_the_first_failure() {
+    let t_all = Instant::now();
+    let n = members();
+    let c = Cluster::start("pool");
+    // The first convergence (the twin's old layout to the split) with room for everyone.
+    let pool = serde_json::json!({
+        "apiVersion": "gpuplane.dev/v1alpha1", "kind": "GpuNodePool",
+        "metadata": {"name": POOL}, "spec": {"maxUnavailable": n}
+    });
+    c.k_stdin(&["apply", "-f", "-"], &pool.to_string());
+    let mut objs: Vec<Json> = (0..n)
+        .map(|i| member_partition(&agent_node(i), true))
+        .collect();
+    objs.push(member_partition(SOLO, false));
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objs});
+    c.k_stdin(&["apply", "-f", "-"], &list.to_string());
+    apply_servers(&c, &servers(n, "qwen-v0", None));
+    let mut agents: Vec<Agent> = (0..n).map(|i| start_agent(&c, Some(i))).collect();
+    let _solo = start_agent(&c, None);
+    wait_for(
+        "the pool's first convergence",
+        Duration::from_secs(300),
+        || all_updated(&c, n),
+    );
+    eprintln!(
+        "[kube_pool] {n} members converged {:.1}s after the start",
+        t_all.elapsed().as_secs_f64()
+    );
+
+    check_gitops("converged", &pool_json(&c), Kstatus::Current, "Healthy");
+    // 1. The rollout under maxUnavailable 2.
+    set_max_unavailable(&c, "2");
+    // Nothing changed for the members: no agent writes, the status describes generation 1.
+    check_gitops(
+        "stale-generation",
+        &pool_json(&c),
+        Kstatus::InProgress,
+        "Progressing",
+    );
+    let t0 = Instant::now();
+    apply_servers(&c, &servers(n, "qwen-v1", None));
+    let mid = wait_for("a slot taken", Duration::from_secs(60), || {
+        let p = pool_json(&c);
+        if p["status"]["slots"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+            && p["status"]["observedGeneration"] == p["metadata"]["generation"]
+        {
+            Ok(p)
+        } else {
+            Err("no slot yet".to_string())
+        }
+    });
+    check_gitops("progressing", &mid, Kstatus::InProgress, "Progressing");
+    let mut solo_ready: Option<f64> = None;
+    let mut solo_waited = false;
+    let samples = watch(&c, n, t0, Duration::from_secs(600), |s| {
+        solo_waited |= s.solo_reason == "WaitingForDisruptionBudget";
+        if solo_ready.is_none() && s.solo_ready {
+            solo_ready = Some(s.at);
+        }
+        s.all_updated(n)
+    });
+    print_timeline(
+        &format!("rollout: {n} members, maxUnavailable 2, one apply of a changed spec"),
+        &samples,
+        n,
+    );
+    let max = samples.iter().map(|s| s.disrupted.len()).max().unwrap_or(0);
+    assert!(
+        max <= 2,
+        "more than maxUnavailable members disrupted: {max}"
+    );
+    assert!(
+        samples.iter().all(|s| s.slots.len() <= 2),
+        "more than 2 slots held"
+    );
+    all_updated(&c, n).expect("every member updated");
+    let solo_at = solo_ready.expect("the unlabelled partition's server updated");
+    eprintln!("[kube_pool] the unlabelled partition's server was Ready for its new spec after {solo_at:.1}s");
+    assert!(!solo_waited, "an unlabelled partition waited for a slot");
+    let part = c.json(&["get", "gpupartition", SOLO]);
+    assert!(
+        !part["status"].to_string().contains("DisruptionBudget"),
+        "{}",
+        part["status"]
+    );
+
+    // 2. An agent killed while it holds a slot.
+    let t1 = Instant::now();
+    apply_servers(&c, &servers(n, "qwen-v2", None));
+    let holder = wait_for("a slot holder", Duration::from_secs(60), || {
+        let s = sample(&c, n, t1);
+        s.slots.first().cloned().ok_or("no slot yet".to_string())
+    });
+    let idx: usize = holder.trim_start_matches("fleet-").parse().unwrap();
+    agents[idx].kill();
+    eprintln!("[kube_pool] killed the agent of {holder}, which held a slot");
+    let during = watch(&c, n, t1, Duration::from_secs(600), |s| {
+        // Everyone else done: only the dead member is left.
+        s.updated >= n - 1 && t1.elapsed() > Duration::from_secs(10)
+    });
+    print_timeline(
+        &format!("an agent killed while holding a slot ({holder})"),
+        &during,
+        n,
+    );
+    assert!(during
+        .iter()
+        .all(|s| s.disrupted.len() <= 2 && s.slots.len() <= 2));
+    assert!(
+        during.iter().all(|s| s.slots.contains(&holder)),
+        "the dead agent's slot was given away"
+    );
+    let pool = pool_json(&c);
+    assert!(
+        pool["status"]["slots"].to_string().contains(&holder),
+        "{}",
+        pool["status"]
+    );
+    agents[idx] = start_agent(&c, Some(idx));
+    wait_for(
+        "the restarted agent finishes",
+        Duration::from_secs(120),
+        || all_updated(&c, n),
+    );
+    let pool = pool_json(&c);
+    assert_eq!(
+        pool["status"]["slots"],
+        serde_json::json!([]),
+        "{}",
+        pool["status"]
+    );
+
+    // 3. A change that fails on member 7.
+    let t2 = Instant::now();
+    apply_servers(&c, &servers(n, "qwen-v3", Some(7)));
+    let paused = wait_for("the pool pauses", Duration::from_secs(300), || {
+        let p = pool_json(&c);
+        if p["status"]["failure"].is_object() {
+            Ok(p)
+        } else {
+            Err(format!("no failure yet: slots {}", p["status"]["slots"]))
+        }
+    });
+    let paused_at = t2.elapsed().as_secs_f64();
+    println!(
+        "\nthe pool at the pause ({paused_at:.1}s after the apply):\n{}\n",
+        serde_yaml::to_string(&paused["status"]).unwrap()
+    );
+    check_gitops("stalled", &paused, Kstatus::Failed, "Degraded");
+    let f = &paused["status"]["failure"];
+    assert_eq!(f["member"], agent_node(7), "{f}");
+    assert!(
+        f["step"].as_str().unwrap().contains(&agent_server(7)),
+        "{f}"
+    );
+    assert_eq!(cond3(&paused, "Paused").1, "MemberFailed");
+    assert_eq!(cond3(&paused, "Stalled").0, "True");
+    // The crashed server and the pause: the same reconcile wrote both.
+    let m7 = &all_servers(&c)[&agent_server(7)];
+    let (_, reason, _) = cond3(m7, "Ready");
+    assert_eq!(reason, "Crashed", "{}", m7["status"]);
+    // Stalled turns True when the crash is seen (Ready turned False at the restart already).
+    let crashed_at =
+        gpuplane_e2e::kube::condition(m7, "Stalled").unwrap()["lastTransitionTime"].clone();
+    println!(
+        "member 7's server Stalled=True (Crashed) at {crashed_at}; the pool paused at {}",
+        f["since"]
+    );
+    let holders_at_pause: BTreeSet<String> = paused["status"]["slots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["member"].as_str().unwrap().to_string())
+        .collect();
+    let updating_at_pause = sample(&c, n, t2);
+    // 15 s of samples from now (each `kubectl get` may take seconds on a busy machine).
+    let window = t2.elapsed() + Duration::from_secs(15);
+    let quiet = watch(&c, n, t2, window, |_| false);
+    print_timeline("a change that fails on member 7", &quiet, n);
+    for s in &quiet {
+        let new: Vec<&String> = s
+            .slots
+            .iter()
+            .filter(|m| !holders_at_pause.contains(*m))
+            .collect();
+        assert!(new.is_empty(), "a member started after the pause: {new:?}");
+    }
+    let last = quiet.last().unwrap();
+    assert!(
+        last.updated <= updating_at_pause.updated + holders_at_pause.len(),
+        "members went on updating after the pause"
+    );
+    assert!(
+        last.slots.contains(&agent_node(7)),
+        "member 7 keeps its slot"
+    );
+    // Revert member 7, clear the pause: the rollout completes.
+    let t3 = Instant::now();
+    apply_servers(&c, &servers(n, "qwen-v3", None));
+    clear_failure(&c);
+    let after = watch(&c, n, t3, Duration::from_secs(600), |s| s.all_updated(n));
+    print_timeline("member 7 reverted, the pause cleared", &after, n);
+    assert!(after.iter().all(|s| s.disrupted.len() <= 2));
+    all_updated(&c, n).expect("the rollout completes after the pause is cleared");
+    eprintln!("[kube_pool] done in {:.1}s", t_all.elapsed().as_secs_f64());
+}
