@@ -62,7 +62,17 @@ fn install_crds(cp: &ControlPlane) -> Vec<serde_yaml::Value> {
                 .to_string()
         })
         .collect();
-    assert_eq!(crd_names.len(), 2, "expected two CRDs, got {crd_names:?}");
+    let mut sorted = crd_names.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [
+            "gpunodepools.gpuplane.dev",
+            "gpupartitions.gpuplane.dev",
+            "inferenceservers.gpuplane.dev"
+        ],
+        "the CRD file holds exactly gpuplane's three kinds"
+    );
     let applied = cp
         .kubectl(&["apply", "-f", &repo_path("crds/gpuplane.dev_crds.yaml")])
         .run();
