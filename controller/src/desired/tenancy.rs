@@ -197,7 +197,7 @@ pub(super) fn check_server(
 }
 
 /// Whether the admin of `sl` lets the agent take over unit `full_name` (`x.service`).
-pub(super) fn adopted(sl: &ResolvedSlice, full_name: &str) -> bool {
+pub(crate) fn adopted(sl: &ResolvedSlice, full_name: &str) -> bool {
     sl.servers.as_ref().is_some_and(|p| {
         p.adopt_units
             .iter()

@@ -8,7 +8,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 impl Planner<'_> {
     /// For each LXC consumer: the minors it must have, or `None` when some are unknown yet
-    /// (the GPU is not bound to nvidia).
+    /// (the GPU is not bound to the host's GPU driver).
+    ///
+    /// The driver compared is the partition's host driver (`driver: nvidia` resolves to it:
+    /// `nvidia` on a real host, the stand-in's DRM driver in the qemu test host), never the
+    /// literal word, so a host whose NVIDIA driver has another module name still mounts its GPUs.
     pub(super) fn container_targets(
         &self,
         targets: &BTreeMap<String, GpuTarget>,
@@ -23,9 +27,10 @@ impl Planner<'_> {
                 .iter()
                 .map(|g| {
                     let d = self.h.pci_devices.get(g)?;
-                    let on_nvidia = d.driver.as_deref() == Some("nvidia")
-                        && targets.get(g).is_some_and(|t| t.driver == "nvidia");
-                    if on_nvidia {
+                    let host = self.d.partition.host_driver.as_str();
+                    let on_host_driver = d.driver.as_deref() == Some(host)
+                        && targets.get(g).is_some_and(|t| t.driver == host);
+                    if on_host_driver {
                         d.nvidia_minor
                     } else {
                         None

@@ -1,5 +1,14 @@
-//! Processes holding devices that must be rebound: our own consumers are stopped first; anything
-//! else (a VM, a foreign container, a host process) refuses the whole plan with `GpuInUse`.
+//! Processes holding devices that must be rebound: our own servers are stopped first (on the
+//! host, or inside a consumer container that stops); anything else (a VM, a foreign container,
+//! a host process, a tenant's process inside a consumer container) refuses the whole plan with
+//! `GpuInUse`.
+//!
+//! # Why a process inside our own consumer container still blocks
+//! Stopping the container would end it, and with it whatever a tenant runs there (a notebook, a
+//! training job) on a GPU it was given. The agent ends only what it runs: a server unit of this
+//! partition (or one its slice adopts). A holder is found through the host's `/proc` across
+//! the container's PID namespace; its cgroup names the container and, under the container's own
+//! systemd, its unit.
 
 use super::Planner;
 use crate::host::model::{Location, UnitRef};
@@ -27,7 +36,9 @@ impl Planner<'_> {
             }
             for holder in &dev.holders {
                 let ok = match (holder.container, holder.vm, &holder.unit) {
-                    (Some(c), _, _) => stop_containers.contains_key(&c),
+                    (Some(c), _, _) => {
+                        stop_containers.contains_key(&c) && self.is_our_server(holder)
+                    }
                     (None, None, Some(u)) => {
                         let r = UnitRef {
                             location: Location::Host,
@@ -49,7 +60,11 @@ impl Planner<'_> {
                     let fix = if let Some(v) = holder.vm {
                         format!("stop VM {v} first (the agent never stops VMs)")
                     } else if let Some(c) = holder.container {
-                        format!("container {c} is not a consumer in this partition; stop it or remove the GPU from it")
+                        if stop_containers.contains_key(&c) {
+                            format!("that process is not a server the agent runs; stop it inside container {c} first (the agent stops only its own servers, never a tenant's process)")
+                        } else {
+                            format!("container {c} is not a consumer in this partition; stop it or remove the GPU from it")
+                        }
                     } else {
                         "stop that process first".to_string()
                     };
@@ -59,6 +74,32 @@ impl Planner<'_> {
             }
         }
         stop_units
+    }
+
+    /// Whether `holder` runs in a server unit the agent may stop where it runs (the host's
+    /// systemd or its container's own): a server's unit, a unit the agent wrote, or one the
+    /// admin of the slice that consumes the container lets it adopt (`servers.adoptUnits`).
+    fn is_our_server(&self, holder: &crate::host::model::Holder) -> bool {
+        let Some(r) = holder.unit_ref() else {
+            return false;
+        };
+        let key = r.key();
+        if self.d.servers.iter().any(|s| s.unit.key() == key)
+            || self
+                .h
+                .units
+                .get(&key)
+                .is_some_and(|u| self.may_touch(&key, u))
+        {
+            return true;
+        }
+        let Location::Container(vmid) = r.location else {
+            return false;
+        };
+        self.d.partition.slices.iter().any(|s| {
+            matches!(s.consumer, Some(crate::desired::ResolvedConsumer::Lxc(v)) if v == vmid)
+                && crate::desired::tenancy::adopted(s, &r.name)
+        })
     }
 
     /// Whether the agent may stop or change unit `key`: it wrote the file (header), or a

@@ -131,6 +131,52 @@ fn held_gpu_blocks_everything() {
     assert!(p.blockers[0].message.contains("0000:91:00.0"));
 }
 
+/// Issue 28: a tenant's process inside the consumer container (LXC 129) that holds a GPU the
+/// split moves to the VM refuses the plan, naming the container and the process; the agent's own
+/// server there (unit sglang-qwen, adopted) holding the same GPU does not (the container's stop
+/// ends it, in the safe order).
+#[test]
+fn a_tenant_process_in_the_consumer_container_blocks_the_move() {
+    let mut h = twin();
+    let d = desired(&mut h, &manifests());
+    h.file.holders.push(crate::host::sim::SimHolder {
+        address: "0000:91:00.0".into(),
+        holder: Holder {
+            pid: 4321,
+            command: "python3".into(),
+            container: Some(129),
+            vm: None,
+            unit: None,
+        },
+    });
+    let st = h.observe().unwrap();
+    let own: Vec<_> = st.pci_devices["0000:91:00.0"]
+        .holders
+        .iter()
+        .filter(|x| x.unit.as_deref() == Some("sglang-qwen.service"))
+        .collect();
+    assert!(!own.is_empty(), "the running server holds it too: {st:?}");
+    let p = plan(&d, &st);
+    assert!(p.steps.is_empty(), "nothing is written: {:?}", kinds(&p));
+    assert_eq!(p.blockers.len(), 1, "{:?}", p.blockers);
+    let b = &p.blockers[0];
+    assert_eq!(b.reason, "GpuInUse");
+    assert!(
+        b.message
+            .contains("0000:91:00.0 must move from nvidia to vfio-pci")
+            && b.message.contains("pid 4321 (python3) in container 129")
+            && b.message.contains("stop it inside container 129 first"),
+        "{}",
+        b.message
+    );
+
+    // The same process in the server's own unit inside the container is the agent's to stop.
+    h.file.holders.last_mut().unwrap().holder.unit = Some("sglang-qwen.service".into());
+    let p = plan(&d, &h.observe().unwrap());
+    assert!(p.blockers.is_empty(), "{:?}", p.blockers);
+    assert!(kinds(&p).contains(&"stopContainer"), "{:?}", kinds(&p));
+}
+
 #[test]
 fn running_vm_blocks_return_to_nvidia() {
     // Start from the converged host, then give the NUMA-1 slice back to nvidia while VM 200 runs.
