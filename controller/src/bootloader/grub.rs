@@ -8,10 +8,11 @@
 //! `$(...)`), continues over a backslash-newline, or is followed by more than a comment is
 //! refused, never guessed at.
 //!
-//! # Caveat
-//! Drop-ins in `/etc/default/grub.d/*.cfg`, which `update-grub` sources after this file, are
-//! not read: a drop-in that sets the variables again overrides what is written here (the
-//! `RebootRequired` condition then keeps saying that the boot lacks the arguments).
+//! Drop-ins in `/etc/default/grub.d/*.cfg`, which `grub-mkconfig` sources after this file in
+//! name order, are read too ([`args_with_drop_ins`]): one may add to a variable
+//! (`GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX root=ZFS=rpool/ROOT/pve-1 boot=zfs"`, what Proxmox's
+//! ZFS install writes), and its words count; one that sets a variable anew would override every
+//! edit of this file, so it is refused with its name, never edited around.
 
 use super::cmdline;
 
@@ -117,10 +118,119 @@ fn render(a: &Assignment, v: &str) -> String {
     }
 }
 
+/// Where `grub-mkconfig` finds the drop-ins it sources after `/etc/default/grub`.
+pub const DROP_IN_DIR: &str = "/etc/default/grub.d";
+/// The most drop-ins read (a directory with more is a problem, not a guess).
+pub const MAX_DROP_INS: usize = 64;
+
+/// Stands for `$GRUB_CMDLINE_LINUX` / `${GRUB_CMDLINE_LINUX}` in a drop-in's value.
+const SELF_ALL: char = '\u{E000}';
+/// Stands for `$GRUB_CMDLINE_LINUX_DEFAULT` / `${GRUB_CMDLINE_LINUX_DEFAULT}`.
+const SELF_DEFAULT: char = '\u{E001}';
+
+/// A drop-in's words, by file: what it adds to the default entry's kernel arguments.
+pub type DropInWords = Vec<(String, Vec<String>)>;
+/// The default entry's arguments with the drop-ins applied, and each drop-in's words.
+pub type WithDropIns = (Vec<String>, DropInWords);
+
+/// The kernel arguments the default entry gets from `/etc/default/grub` (`main`) and then the
+/// drop-ins (`(path, text)` in the order `grub-mkconfig` sources them: `*.cfg` by name), and the
+/// words each drop-in adds. A drop-in assignment must keep the variable's value and add to it
+/// (`VAR="$VAR words"` or `${VAR}`, as a word of its own): one that sets it anew, refers to
+/// anything else or cannot be read with certainty is refused, naming the file.
+pub fn args_with_drop_ins(
+    main: &str,
+    drop_ins: &[(String, String)],
+) -> Result<WithDropIns, String> {
+    let mut all = var_words(main, ALL_VAR, "/etc/default/grub")?;
+    let mut default = var_words(main, DEFAULT_VAR, "/etc/default/grub")?;
+    let mut added = Vec::new();
+    for (path, text) in drop_ins {
+        let marked = mark_self_references(text);
+        let mut words = Vec::new();
+        for (var, mark, current) in [
+            (ALL_VAR, SELF_ALL, &mut all),
+            (DEFAULT_VAR, SELF_DEFAULT, &mut default),
+        ] {
+            for a in assignments(&marked, var, path)? {
+                let mut next = Vec::new();
+                let mut kept = false;
+                for (s, e) in cmdline::words(&a.value).map_err(|e| format!("{path}: {var}: {e}"))? {
+                    let w = &a.value[s..e];
+                    if w == mark.to_string() {
+                        next.extend(current.iter().cloned());
+                        kept = true;
+                    } else if w.contains([SELF_ALL, SELF_DEFAULT]) {
+                        return Err(format!("{path}: {var}: a variable inside a word; the agent reads only ${var} as a word of its own"));
+                    } else {
+                        words.push(w.to_string());
+                        next.push(w.to_string());
+                    }
+                }
+                if !kept {
+                    return Err(format!("{path} sets {var} anew, after /etc/default/grub (grub-mkconfig reads drop-ins last), so an edit of /etc/default/grub would not reach the boot; make it add to the value ({var}=\"${var} ...\") or move its words into /etc/default/grub"));
+                }
+                *current = next;
+            }
+        }
+        if !words.is_empty() {
+            added.push((path.clone(), words));
+        }
+    }
+    all.extend(default);
+    Ok((all, added))
+}
+
+/// `text` with `$VAR` and `${VAR}` of the two variables replaced by their marks (the longer
+/// name first; `$VAR` only where no name character follows).
+fn mark_self_references(text: &str) -> String {
+    let mut out = text.to_string();
+    for (var, mark) in [(DEFAULT_VAR, SELF_DEFAULT), (ALL_VAR, SELF_ALL)] {
+        out = out.replace(&format!("${{{var}}}"), &mark.to_string());
+        let pat = format!("${var}");
+        let mut s = String::with_capacity(out.len());
+        let mut rest = out.as_str();
+        while let Some(i) = rest.find(&pat) {
+            let after = &rest[i + pat.len()..];
+            let glued = after
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+            s.push_str(&rest[..i]);
+            if glued {
+                s.push_str(&pat);
+            } else {
+                s.push(mark);
+            }
+            rest = after;
+        }
+        s.push_str(rest);
+        out = s;
+    }
+    out
+}
+
+/// The words of the last assignment of `var` in `text` (none when it has none).
+fn var_words(text: &str, var: &str, file: &str) -> Result<Vec<String>, String> {
+    let Some(a) = assignments(text, var, file)?.pop() else {
+        return Ok(vec![]);
+    };
+    Ok(cmdline::words(&a.value)
+        .map_err(|e| format!("{var}: {e}"))?
+        .into_iter()
+        .map(|(s, e)| a.value[s..e].to_string())
+        .collect())
+}
+
 /// The last assignment of `var` (`VAR=...` or `export VAR=...` at the start of a line, after
 /// blanks); `None` when the file has none.
 fn last_assignment(text: &str, var: &str) -> Result<Option<Assignment>, String> {
-    let mut found = None;
+    Ok(assignments(text, var, "/etc/default/grub")?.pop())
+}
+
+/// Every assignment of `var` in `text`, in order; `file` names the file in messages.
+fn assignments(text: &str, var: &str, file: &str) -> Result<Vec<Assignment>, String> {
+    let mut found = Vec::new();
     let mut line_start = 0;
     let mut lineno = 0;
     while line_start < text.len() {
@@ -146,7 +256,7 @@ fn last_assignment(text: &str, var: &str) -> Result<Option<Assignment>, String> 
         {
             let start = rest_at + var.len() + 1;
             let a = value(text, start).map_err(|e| {
-                format!("/etc/default/grub line {lineno}: {var}: {e}; the agent edits only plain values")
+                format!("{file} line {lineno}: {var}: {e}; the agent edits only plain values")
             })?;
             // The value may not end the line early: only blanks and a comment may follow.
             let tail_end = text[a.span.1..]
@@ -157,11 +267,11 @@ fn last_assignment(text: &str, var: &str) -> Result<Option<Assignment>, String> 
             let t = tail.trim_start_matches([' ', '\t']);
             if !(t.is_empty() || (t.starts_with('#') && t.len() < tail.len())) {
                 return Err(format!(
-                    "/etc/default/grub line {lineno}: {var}: more follows its value ({:?}); the agent edits only plain values",
+                    "{file} line {lineno}: {var}: more follows its value ({:?}); the agent edits only plain values",
                     crate::text::sanitize(t, 40)
                 ));
             }
-            found = Some(a);
+            found.push(a);
             line_start = tail_end + 1;
             lineno += text[start..tail_end].matches('\n').count();
             continue;

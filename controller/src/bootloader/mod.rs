@@ -102,7 +102,8 @@ impl std::fmt::Display for Bootloader {
     }
 }
 
-fn bounded(text: &str) -> Result<(), String> {
+/// A config file's text is at most [`MAX_FILE_BYTES`].
+pub fn bounded(text: &str) -> Result<(), String> {
     if text.len() > MAX_FILE_BYTES {
         return Err(format!(
             "the file is larger than {MAX_FILE_BYTES} bytes; not a bootloader config the agent edits"

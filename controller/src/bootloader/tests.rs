@@ -276,3 +276,66 @@ fn proc_cmdline_stops_at_the_double_dash() {
         (v(&["vfio-pci.disable_idle_d3=1"]), v(&["iommu=pt"]))
     );
 }
+
+/// GRUB's drop-ins (`/etc/default/grub.d/*.cfg`): Proxmox's ZFS install appends to
+/// `GRUB_CMDLINE_LINUX`; both spellings of the self-reference count; a drop-in that sets a
+/// variable anew, glues the reference into a word or expands anything else is refused by name.
+#[test]
+fn grub_drop_ins_add_words_and_one_that_replaces_is_refused() {
+    let main = "GRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"\nGRUB_CMDLINE_LINUX=\"\"\n";
+    let zfs = (
+        "/etc/default/grub.d/zfs.cfg".to_string(),
+        "GRUB_CMDLINE_LINUX=\"$GRUB_CMDLINE_LINUX root=ZFS=rpool/ROOT/pve-1 boot=zfs\"\n"
+            .to_string(),
+    );
+    let iommu = (
+        "/etc/default/grub.d/iommu.cfg".to_string(),
+        "GRUB_DISTRIBUTOR=\"Proxmox VE\"\nGRUB_CMDLINE_LINUX_DEFAULT=\"${GRUB_CMDLINE_LINUX_DEFAULT} iommu=pt\"\n"
+            .to_string(),
+    );
+    let (args, added) = grub::args_with_drop_ins(main, &[iommu.clone(), zfs.clone()]).unwrap();
+    assert_eq!(
+        args,
+        v(&["root=ZFS=rpool/ROOT/pve-1", "boot=zfs", "quiet", "iommu=pt"])
+    );
+    assert_eq!(
+        added,
+        [
+            (iommu.0.clone(), v(&["iommu=pt"])),
+            (zfs.0.clone(), v(&["root=ZFS=rpool/ROOT/pve-1", "boot=zfs"]))
+        ]
+    );
+    // A drop-in that does not touch the variables changes nothing.
+    let other = (
+        "/etc/default/grub.d/a.cfg".to_string(),
+        "GRUB_TIMEOUT=3\n".to_string(),
+    );
+    assert_eq!(
+        grub::args_with_drop_ins(main, &[other]).unwrap(),
+        (v(&["quiet"]), vec![])
+    );
+
+    let refused = |text: &str| {
+        grub::args_with_drop_ins(main, &[("/etc/default/grub.d/x.cfg".into(), text.into())])
+            .unwrap_err()
+    };
+    let e = refused("GRUB_CMDLINE_LINUX_DEFAULT=\"quiet splash\"\n");
+    assert!(
+        e.contains("/etc/default/grub.d/x.cfg sets GRUB_CMDLINE_LINUX_DEFAULT anew"),
+        "{e}"
+    );
+    let e = refused("GRUB_CMDLINE_LINUX=\"x$GRUB_CMDLINE_LINUX\"\n");
+    assert!(e.contains("a variable inside a word"), "{e}");
+    let e = refused("GRUB_CMDLINE_LINUX=\"$OTHER $GRUB_CMDLINE_LINUX\"\n");
+    assert!(e.contains("/etc/default/grub.d/x.cfg line 1"), "{e}");
+    // $GRUB_CMDLINE_LINUX_DEFAULT is not $GRUB_CMDLINE_LINUX followed by text.
+    let (args, _) = grub::args_with_drop_ins(
+        main,
+        &[(
+            "/etc/default/grub.d/y.cfg".into(),
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"$GRUB_CMDLINE_LINUX_DEFAULT a=1\"\n".into(),
+        )],
+    )
+    .unwrap();
+    assert_eq!(args, v(&["quiet", "a=1"]));
+}

@@ -695,9 +695,14 @@ pub struct BootConfig {
     pub bootloader: crate::bootloader::Bootloader,
     /// Its path on the host.
     pub path: String,
-    /// The kernel arguments it gives the next boot (empty when `problem` is set).
+    /// The kernel arguments it gives the next boot (empty when `problem` is set); for GRUB with
+    /// the drop-ins' words.
     #[serde(default)]
     pub args: Vec<String>,
+    /// GRUB: the words each drop-in of `/etc/default/grub.d` adds (path, words); the agent edits
+    /// only `path`, so a word it must remove that comes from a drop-in is a person's to remove.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drop_ins: Vec<(String, Vec<String>)>,
     /// SHA-256 of the file's bytes.
     pub sha256: String,
     /// Why it cannot be read or edited with certainty (too large, a shell expansion, ...).

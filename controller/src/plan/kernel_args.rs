@@ -103,6 +103,12 @@ pub fn judge(d: &Desired, h: &HostState) -> Option<Judgement> {
                 j.standing = Standing::ConfigProblem(c.problem.clone().unwrap_or_default());
             }
         }
+        Some(c) if from_drop_in(c, &k.absent).is_some() => {
+            if differs {
+                j.standing =
+                    Standing::ConfigProblem(from_drop_in(c, &k.absent).unwrap_or_default());
+            }
+        }
         Some(c) => {
             (j.config_add, j.config_remove) = difference(&c.args, &k.present, &k.absent);
             let config_holds = j.config_add.is_empty() && j.config_remove.is_empty();
@@ -132,6 +138,15 @@ pub fn judge(d: &Desired, h: &HostState) -> Option<Judgement> {
         j.standing = Standing::Unknown;
     }
     Some(j)
+}
+
+/// A word of `absent` that a GRUB drop-in gives the boot: the agent edits only
+/// `/etc/default/grub`, so removing it is a person's edit of that drop-in.
+fn from_drop_in(c: &crate::host::model::BootConfig, absent: &[String]) -> Option<String> {
+    c.drop_ins.iter().find_map(|(path, words)| {
+        let w = absent.iter().find(|a| words.contains(a))?;
+        Some(format!("{w} must be absent, but {path} adds it (grub-mkconfig reads it after {}); the agent edits only {}: remove it from {path}", c.path, c.path))
+    })
 }
 
 /// What the planner does about the kernel arguments.

@@ -58,6 +58,34 @@ fn find(root: &Root) -> Option<Bootloader> {
         .find(|b| root.path(b.config_path()).is_file())
 }
 
+/// GRUB's drop-ins (`/etc/default/grub.d/*.cfg`, by name as the shell's glob sorts them in the
+/// C locale), each read bounded; more than [`bootloader::grub::MAX_DROP_INS`] is a problem.
+fn grub_drop_ins(root: &Root) -> Result<Vec<(String, String)>, String> {
+    let dir = bootloader::grub::DROP_IN_DIR;
+    let mut names: Vec<String> = root
+        .list(dir)
+        .into_iter()
+        .filter(|n| n.ends_with(".cfg"))
+        .collect();
+    names.sort();
+    if names.len() > bootloader::grub::MAX_DROP_INS {
+        return Err(format!(
+            "{dir} holds {} drop-ins, more than the {} the agent reads",
+            names.len(),
+            bootloader::grub::MAX_DROP_INS
+        ));
+    }
+    names
+        .into_iter()
+        .map(|n| {
+            let path = format!("{dir}/{n}");
+            let text = read_bounded(&root.path(&path))
+                .unwrap_or_else(|| Err(format!("{path} vanished while it was read")))?;
+            Ok((path, text))
+        })
+        .collect()
+}
+
 /// Everything about the kernel command line this host shows.
 pub fn observe(root: &Root, state_dir: &Path) -> BootFacts {
     let running = root
@@ -73,14 +101,22 @@ pub fn observe(root: &Root, state_dir: &Path) -> BootFacts {
             .unwrap_or_else(|| Err(format!("{path} vanished while it was read")));
         match read {
             Ok(text) => {
-                let (args, problem) = match b.args(&text) {
-                    Ok(a) => (a, None),
-                    Err(e) => (vec![], Some(crate::text::sanitize(&e, 300))),
+                let read = match b {
+                    Bootloader::Grub => grub_drop_ins(root).and_then(|d| {
+                        bootloader::bounded(&text)?;
+                        bootloader::grub::args_with_drop_ins(&text, &d)
+                    }),
+                    _ => b.args(&text).map(|a| (a, vec![])),
+                };
+                let (args, drop_ins, problem) = match read {
+                    Ok((a, d)) => (a, d, None),
+                    Err(e) => (vec![], vec![], Some(crate::text::sanitize(&e, 300))),
                 };
                 BootConfig {
                     bootloader: b,
                     path,
                     args,
+                    drop_ins,
                     sha256: crate::host::preflight::sha256(&text),
                     problem,
                 }
@@ -89,6 +125,7 @@ pub fn observe(root: &Root, state_dir: &Path) -> BootFacts {
                 bootloader: b,
                 path,
                 args: vec![],
+                drop_ins: vec![],
                 sha256: String::new(),
                 problem: Some(crate::text::sanitize(&e, 300)),
             },

@@ -25,6 +25,9 @@ pub struct SimBoot {
     /// `/etc/default/grub` (`None`: no such file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grub: Option<String>,
+    /// `/etc/default/grub.d/<name>` drop-ins by name (read after `grub`, in name order).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub grub_d: std::collections::BTreeMap<String, String>,
     /// The kernel arguments the boot entries hold (what the last refresh read); `None`: the
     /// entries were made before the description starts, with the running command line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -46,6 +49,23 @@ impl SimBoot {
         }
     }
 
+    /// The arguments the config of `b` gives the next boot (GRUB's with its drop-ins), and the
+    /// drop-ins' own words.
+    fn args(&self, b: Bootloader, text: &str) -> Result<bootloader::grub::WithDropIns, String> {
+        match b {
+            Bootloader::Grub => {
+                let d: Vec<(String, String)> = self
+                    .grub_d
+                    .iter()
+                    .filter(|(n, _)| n.ends_with(".cfg"))
+                    .map(|(n, t)| (format!("{}/{n}", bootloader::grub::DROP_IN_DIR), t.clone()))
+                    .collect();
+                bootloader::grub::args_with_drop_ins(text, &d)
+            }
+            _ => b.args(text).map(|a| (a, vec![])),
+        }
+    }
+
     fn file_mut(&mut self, b: Bootloader) -> Option<&mut String> {
         match b {
             Bootloader::ProxmoxBootTool => self.kernel_cmdline.as_mut(),
@@ -57,14 +77,15 @@ impl SimBoot {
     pub fn observed(&self) -> BootFacts {
         let config = Bootloader::ALL.into_iter().find_map(|b| {
             let text = self.file(b)?;
-            let (args, problem) = match b.args(text) {
-                Ok(a) => (a, None),
-                Err(e) => (vec![], Some(e)),
+            let (args, drop_ins, problem) = match self.args(b, text) {
+                Ok((a, d)) => (a, d, None),
+                Err(e) => (vec![], vec![], Some(e)),
             };
             Some(BootConfig {
                 bootloader: b,
                 path: b.config_path().into(),
                 args,
+                drop_ins,
                 sha256: crate::host::preflight::sha256(text),
                 problem,
             })
@@ -143,7 +164,7 @@ impl SimHost {
             .file(b)
             .ok_or_else(|| fail(step, format!("{} does not exist", b.config_path())))?
             .clone();
-        let args = b.args(&text).map_err(|e| fail(step, e))?;
+        let args = boot.args(b, &text).map_err(|e| fail(step, e))?.0;
         let entries = match b {
             // proxmox-boot-tool's entries carry the file's words as they are.
             Bootloader::ProxmoxBootTool => args,

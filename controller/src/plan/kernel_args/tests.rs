@@ -293,3 +293,51 @@ fn arguments_already_booted_need_nothing_and_no_kernel_args_means_no_condition()
     let st = crate::status::compute(&d, &r, &Default::default(), &crate::clock::now());
     assert!(st[&key(PART)].condition("RebootRequired").is_none());
 }
+
+/// A GRUB drop-in: its words count (a `present` word it already adds is not written again);
+/// an `absent` word it adds cannot be removed by an edit of /etc/default/grub, so the agent
+/// writes nothing and names the drop-in.
+#[test]
+fn a_grub_drop_in_counts_and_an_absent_word_there_is_named_not_edited_around() {
+    let (mut h, d) = host(Bootloader::Grub);
+    {
+        let b = h.file.boot.as_mut().unwrap();
+        b.grub = Some(GRUB.replace(" iommu=pt", "")); // main no longer has it
+        b.grub_d.insert(
+            "50-iommu.cfg".into(),
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"$GRUB_CMDLINE_LINUX_DEFAULT iommu=pt\"\n".into(),
+        );
+    }
+    let before = h.file.boot.clone().unwrap();
+    let r = run(&mut h, &d);
+    let kinds: Vec<&str> = r.applied.iter().map(|a| a.planned.step.kind()).collect();
+    assert!(
+        !kinds.contains(&"setKernelArgs") && !kinds.contains(&"refreshBootloader"),
+        "{kinds:?}"
+    );
+    assert_eq!(h.file.boot.as_ref().unwrap().grub, before.grub, "untouched");
+    let (status, _reason, message) = cond(&d, &r, "RebootRequired");
+    assert!(
+        message.contains("/etc/default/grub.d/50-iommu.cfg adds it")
+            && message.contains("iommu=pt must be absent"),
+        "{status}: {message}"
+    );
+
+    // Without the absent word there, a present word the drop-in already gives is not added.
+    let (mut h, d) = host(Bootloader::Grub);
+    {
+        let b = h.file.boot.as_mut().unwrap();
+        b.grub_d.insert(
+            "50-d3.cfg".into(),
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"${GRUB_CMDLINE_LINUX_DEFAULT} vfio-pci.disable_idle_d3=1\"\n"
+                .into(),
+        );
+    }
+    run(&mut h, &d);
+    let grub = h.file.boot.as_ref().unwrap().grub.clone().unwrap();
+    assert!(
+        grub.contains("GRUB_CMDLINE_LINUX_DEFAULT=\"quiet amd_iommu=on\"")
+            && !grub.contains("disable_idle_d3"),
+        "only iommu=pt removed; the drop-in's word is not written into the main file: {grub}"
+    );
+}
