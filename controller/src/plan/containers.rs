@@ -117,6 +117,23 @@ impl Planner<'_> {
                         why,
                     );
                 }
+                Some(want)
+                    if c.gpu_mounts
+                        .cgroup_allow_any_minor
+                        .contains(&crate::proxmox::lxc_conf::NVIDIA_MAJOR) =>
+                {
+                    // Least privilege: `c 195:* rwm` lets the container open every GPU of the
+                    // host through a node it makes itself. A write only: the running container
+                    // keeps its device cgroup until its next start, and is not restarted for this.
+                    let why = format!("container {vmid}'s device cgroup allows every GPU of the host (c 195:* rwm); narrowed to its slice's GPUs (from its next start)");
+                    self.push(
+                        Step::SetContainerGpus {
+                            vmid: *vmid,
+                            minors: want.clone(),
+                        },
+                        why,
+                    );
+                }
                 Some(_) => {}
             }
         }

@@ -177,6 +177,45 @@ fn a_tenant_process_in_the_consumer_container_blocks_the_move() {
     assert!(kinds(&p).contains(&"stopContainer"), "{:?}", kinds(&p));
 }
 
+/// Least privilege (issue 28's finding): the reference container's broad `c 195:* rwm` grant
+/// is narrowed to its slice's minors by the split; a broad grant written back later by hand is
+/// narrowed again by one write, without stopping the running container.
+#[test]
+fn a_broad_nvidia_cgroup_grant_is_narrowed_without_a_restart() {
+    let (mut h, d) = converged_twin();
+    let conf = h.file.containers[&129].config.clone();
+    assert!(!conf.contains("c 195:* rwm"), "{conf}");
+    let st = h.observe().unwrap();
+    for m in &st.containers[&129].gpu_mounts.minors {
+        assert!(
+            conf.contains(&format!("lxc.cgroup2.devices.allow: c 195:{m} rwm\n")),
+            "{conf}"
+        );
+    }
+    assert!(
+        conf.contains("lxc.cgroup2.devices.allow: c 195:255 rwm\n"),
+        "{conf}"
+    );
+
+    h.file.containers.get_mut(&129).unwrap().config =
+        format!("{conf}lxc.cgroup2.devices.allow: c 195:* rwm\n");
+    let p = plan(&d, &h.observe().unwrap());
+    assert_eq!(kinds(&p), ["setContainerGpus"], "{p:?}");
+    assert!(
+        p.steps[0].why.contains("allows every GPU of the host"),
+        "{}",
+        p.steps[0].why
+    );
+    let mut door = crate::door::Door::new(&mut h);
+    assert!(crate::converge::converge(&d, &mut door, &Default::default()).converged());
+    assert_eq!(h.file.containers[&129].config, conf, "narrowed back");
+    assert_eq!(
+        h.file.containers[&129].state,
+        RunState::Running,
+        "never stopped"
+    );
+}
+
 #[test]
 fn running_vm_blocks_return_to_nvidia() {
     // Start from the converged host, then give the NUMA-1 slice back to nvidia while VM 200 runs.

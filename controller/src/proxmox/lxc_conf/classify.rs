@@ -41,8 +41,8 @@ pub(super) enum GpuLine {
         style: MountStyle,
         options: Option<String>,
     },
-    /// `lxc.cgroup2.devices.allow: c M:* rwm` with any major.
-    Allow(u32),
+    /// `lxc.cgroup2.devices.allow: c M:* rwm` (`minor: None`) or `c M:N rwm`, any major.
+    Allow { major: u32, minor: Option<u32> },
 }
 
 /// Classifies one main-section line (without its `\n`) as a GPU line, following PVE's rule
@@ -68,8 +68,12 @@ pub(super) fn classify_gpu_line(line: &str) -> Option<GpuLine> {
             let toks: Vec<&str> = value.split(is_ws).filter(|t| !t.is_empty()).collect();
             match toks.as_slice() {
                 ["c", majmin, "rwm"] => {
-                    let major = majmin.strip_suffix(":*")?;
-                    parse_canonical_u32(major).map(GpuLine::Allow)
+                    let (major, minor) = majmin.split_once(':')?;
+                    let minor = match minor {
+                        "*" => None,
+                        n => Some(parse_canonical_u32(n)?),
+                    };
+                    parse_canonical_u32(major).map(|major| GpuLine::Allow { major, minor })
                 }
                 _ => None,
             }

@@ -8,7 +8,7 @@ use super::classify::{classify_gpu_line, dev_index, GpuDev, GpuLine};
 use super::pve_line::{parse_pve_line, PveLine};
 use super::{
     ControlDevice, DesiredGpuMounts, GpuMounts, LxcConfig, MountStyle, DEFAULT_DEVN_OPTIONS,
-    MAX_DEV_INDEX, NVIDIA_MAJOR,
+    MAX_DEV_INDEX, NVIDIACTL_MINOR, NVIDIA_MAJOR,
 };
 use crate::proxmox::lines::{content, first_line_ending, is_blank, is_ws, split_lines, terminate};
 
@@ -51,8 +51,11 @@ impl LxcConfig {
                         MountStyle::DevN => any_devn = true,
                     }
                 }
-                GpuLine::Allow(m) => {
-                    out.cgroup_allow_majors.insert(m);
+                GpuLine::Allow { major, minor } => {
+                    out.cgroup_allow_majors.insert(major);
+                    if minor.is_none() {
+                        out.cgroup_allow_any_minor.insert(major);
+                    }
                 }
             }
         }
@@ -78,9 +81,11 @@ impl LxcConfig {
     /// - Control devices: Ctl, Uvm, UvmTools always; Caps only in MountEntry style, because
     ///   `/dev/nvidia-caps` is a directory and PVE refuses a `devN` that is not a device node
     ///   (the container would fail to start). A `devN` line for `/dev/nvidia-caps` is removed.
-    /// - Allow lines (`c 195:* rwm`, `c <uvm_major>:* rwm`) are wanted iff the result still
-    ///   has a GPU `lxc.mount.entry` line; otherwise they are removed (stale broad grants).
-    ///   Allow lines for other majors are foreign and kept.
+    /// - Allow lines are wanted iff the result still has a GPU `lxc.mount.entry` line; otherwise
+    ///   they are removed (stale grants). The wanted ones: `c 195:N rwm` for each wanted minor,
+    ///   `c 195:255 rwm` (nvidiactl) and `c <uvm_major>:* rwm` (nvidia-uvm and -tools: one
+    ///   device for all GPUs). Any other allow line for those two majors (`c 195:* rwm`, a
+    ///   removed GPU's minor) is removed. Allow lines for other majors are foreign and kept.
     /// - Unwanted owned lines are removed (all of them, e.g. a removed GPU's lines); duplicate
     ///   wanted lines are kept.
     /// - New lines go right after the last owned line of the main section (at its position if
@@ -99,7 +104,7 @@ impl LxcConfig {
         let owned_majors: BTreeSet<u32> = [NVIDIA_MAJOR, desired.uvm_major].into();
         let is_owned = |l: &GpuLine| match l {
             GpuLine::Device { .. } => true,
-            GpuLine::Allow(m) => owned_majors.contains(m),
+            GpuLine::Allow { major, .. } => owned_majors.contains(major),
         };
 
         let current = self.gpu_mounts();
@@ -161,22 +166,38 @@ impl LxcConfig {
         }
 
         let want_allow = kept_entry_line || adds_entry_line;
-        let mut present_majors: BTreeSet<u32> = BTreeSet::new();
+        // (major, minor): None = every minor. Ordered: the GPUs' minors ascending, nvidiactl,
+        // then the uvm major.
+        let wanted_allow: Vec<(u32, Option<u32>)> = if want_allow {
+            desired
+                .minors
+                .iter()
+                .map(|&n| (NVIDIA_MAJOR, Some(n)))
+                .chain([
+                    (NVIDIA_MAJOR, Some(NVIDIACTL_MINOR)),
+                    (desired.uvm_major, None),
+                ])
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut present_allow: BTreeSet<(u32, Option<u32>)> = BTreeSet::new();
         for (idx, line) in &gpu_lines {
-            if let GpuLine::Allow(m) = line {
-                if !owned_majors.contains(m) {
+            if let GpuLine::Allow { major, minor } = line {
+                if !owned_majors.contains(major) {
                     continue;
                 }
-                if want_allow {
-                    present_majors.insert(*m);
+                if wanted_allow.contains(&(*major, *minor)) {
+                    present_allow.insert((*major, *minor));
                 } else {
                     remove.insert(*idx);
                 }
             }
         }
-        if want_allow {
-            for m in owned_majors.difference(&present_majors) {
-                new_lines.push(format!("lxc.cgroup2.devices.allow: c {m}:* rwm"));
+        for (major, minor) in &wanted_allow {
+            if !present_allow.contains(&(*major, *minor)) {
+                let minor = minor.map_or("*".to_string(), |n| n.to_string());
+                new_lines.push(format!("lxc.cgroup2.devices.allow: c {major}:{minor} rwm"));
             }
         }
         new_lines.extend(new_devs);

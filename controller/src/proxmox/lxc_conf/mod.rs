@@ -12,8 +12,12 @@
 //! Owned lines (main section only, i.e. before the first `[...]` header):
 //! - `lxc.mount.entry` (`:` or `=` separator) whose source is `/dev/nvidia<N>`,
 //!   `/dev/nvidiactl`, `/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools` or `/dev/nvidia-caps`;
-//! - `lxc.cgroup2.devices.allow: c 195:* rwm` and `c <uvm_major>:* rwm` (exactly those three
-//!   tokens, any whitespace);
+//! - `lxc.cgroup2.devices.allow: c 195:<N or *> rwm` and `c <uvm_major>:<N or *> rwm`
+//!   (exactly those three tokens, any whitespace). The agent writes one `c 195:N rwm` per GPU
+//!   of the container plus `c 195:255 rwm` (nvidiactl), and `c <uvm_major>:* rwm`: a broad
+//!   `c 195:* rwm` (the common recipe) would let the container open every GPU of the host
+//!   through a node it makes itself (LXC's common.conf allows mknod of any device), so it is
+//!   replaced; the qemu test (`e2e/tests/vm_lxc.rs`) shows the refusal from inside;
 //! - `devN:` lines whose path (bare first value or `path=`) is one of those device nodes.
 //!
 //! Everything else (cgroup v1 `lxc.cgroup.devices.allow`, other `devN`, all lines of
@@ -43,6 +47,8 @@ mod tests;
 
 /// Character device major of `/dev/nvidia<N>` and `/dev/nvidiactl` (fixed by the driver).
 pub const NVIDIA_MAJOR: u32 = 195;
+/// Minor of `/dev/nvidiactl` (major [`NVIDIA_MAJOR`]).
+pub const NVIDIACTL_MINOR: u32 = 255;
 
 /// Highest `devN` index PVE accepts (`$MAX_DEVICES` = 256).
 const MAX_DEV_INDEX: u32 = 255;
@@ -96,7 +102,7 @@ pub enum MountStyle {
     /// exact-minor cgroup rule itself, so no `lxc.cgroup2.devices.allow` lines are needed).
     DevN,
     /// `lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file` plus
-    /// `lxc.cgroup2.devices.allow: c 195:* rwm` (legacy raw LXC method).
+    /// `lxc.cgroup2.devices.allow: c 195:0 rwm` per GPU (legacy raw LXC method).
     MountEntry,
 }
 
@@ -110,8 +116,13 @@ pub struct GpuMounts {
     /// Style of the existing GPU device lines (`None` when there are none). A file that mixes
     /// both styles reports `MountEntry` (see [`LxcConfig::gpu_mounts`]).
     pub style: Option<MountStyle>,
-    /// Majors of `lxc.cgroup2.devices.allow: c M:* rwm` lines in the main section (any major).
+    /// Majors of `lxc.cgroup2.devices.allow: c M:* rwm` and `c M:N rwm` lines in the main
+    /// section (any major).
     pub cgroup_allow_majors: BTreeSet<u32>,
+    /// Majors of those lines that allow every minor (`c M:* rwm`): for the NVIDIA major, every
+    /// GPU of the host, not only the container's.
+    #[serde(default)]
+    pub cgroup_allow_any_minor: BTreeSet<u32>,
 }
 
 /// What the agent wants the container to have.

@@ -21,6 +21,27 @@ fn desired(minors: &[u32], uvm_major: u32, default_style: MountStyle) -> Desired
     }
 }
 
+/// The allow lines the agent writes in the mount style: one per GPU minor, nvidiactl, and the
+/// uvm major's `*`.
+fn allow_lines(minors: &[u32], uvm_major: u32) -> String {
+    let mut out: String = minors
+        .iter()
+        .map(|n| format!("lxc.cgroup2.devices.allow: c 195:{n} rwm\n"))
+        .collect();
+    out.push_str("lxc.cgroup2.devices.allow: c 195:255 rwm\n");
+    out.push_str(&format!("lxc.cgroup2.devices.allow: c {uvm_major}:* rwm\n"));
+    out
+}
+
+/// F8A with its broad `c 195:* rwm` grant narrowed to `minors` (the lines go after the last
+/// owned line, the file's last; the 509 line is kept).
+fn f8a_narrowed(minors: &[u32]) -> String {
+    let mut out = F8A.replace("lxc.cgroup2.devices.allow: c 195:* rwm\n", "");
+    let allow = allow_lines(minors, 509);
+    out.push_str(allow.trim_end_matches("lxc.cgroup2.devices.allow: c 509:* rwm\n"));
+    out
+}
+
 fn set(text: &str, d: &DesiredGpuMounts) -> (String, bool) {
     let mut c = LxcConfig::parse(text);
     let changed = c.set_gpu_mounts(d);
@@ -39,7 +60,7 @@ fn foreign_lines(text: &str, uvm_major: u32) -> Vec<&str> {
                 || match classify_gpu_line(l) {
                     None => true,
                     Some(GpuLine::Device { .. }) => false,
-                    Some(GpuLine::Allow(m)) => m != NVIDIA_MAJOR && m != uvm_major,
+                    Some(GpuLine::Allow { major: m, .. }) => m != NVIDIA_MAJOR && m != uvm_major,
                 }
         })
         .map(|(_, l)| l)
@@ -106,10 +127,12 @@ fn gpu_mounts_of_fixtures() {
 
 #[test]
 fn no_change_when_already_satisfied() {
-    assert_eq!(
-        set(F8A, &desired(&[0, 1, 2, 3], 509, MountStyle::DevN)),
-        (F8A.to_string(), false)
-    );
+    // The broad `c 195:* rwm` is narrowed to the container's GPUs once, then nothing changes.
+    let d = desired(&[0, 1, 2, 3], 509, MountStyle::DevN);
+    let narrowed = f8a_narrowed(&[0, 1, 2, 3]);
+    assert_eq!(set(F8A, &d), (narrowed.clone(), true));
+    assert_only_owned_changed(F8A, &narrowed, 509);
+    assert_eq!(set(&narrowed, &d), (narrowed.clone(), false));
     assert_eq!(
         set(F8B, &desired(&[0, 1], 511, MountStyle::MountEntry)),
         (F8B.to_string(), false)
@@ -121,7 +144,7 @@ fn mount_entry_remove_and_add_gpus() {
     let d = desired(&[0, 2], 509, MountStyle::DevN);
     let (out, changed) = set(F8A, &d);
     assert!(changed);
-    let expected = F8A
+    let expected = f8a_narrowed(&[0, 2])
         .replace(
             "lxc.mount.entry: /dev/nvidia1 dev/nvidia1 none bind,optional,create=file\n",
             "",
@@ -136,13 +159,16 @@ fn mount_entry_remove_and_add_gpus() {
     let d = desired(&[0, 1, 2, 3, 4], 509, MountStyle::DevN);
     let (out2, changed) = set(&out, &d);
     assert!(changed);
+    // After the last owned line (nvidiactl's allow line): the new GPUs' allow lines, then
+    // their mount entries.
     let expected = format!(
-        "{F8A}lxc.mount.entry: /dev/nvidia1 dev/nvidia1 none bind,optional,create=file\n\
+        "{out}lxc.cgroup2.devices.allow: c 195:1 rwm\n\
+         lxc.cgroup2.devices.allow: c 195:3 rwm\n\
+         lxc.cgroup2.devices.allow: c 195:4 rwm\n\
+         lxc.mount.entry: /dev/nvidia1 dev/nvidia1 none bind,optional,create=file\n\
          lxc.mount.entry: /dev/nvidia3 dev/nvidia3 none bind,optional,create=file\n\
          lxc.mount.entry: /dev/nvidia4 dev/nvidia4 none bind,optional,create=file\n"
-    )
-    .replace("lxc.mount.entry: /dev/nvidia1 dev/nvidia1 none bind,optional,create=file\nlxc.mount.entry: /dev/nvidia2", "lxc.mount.entry: /dev/nvidia2")
-    .replace("lxc.mount.entry: /dev/nvidia3 dev/nvidia3 none bind,optional,create=file\nlxc.mount.entry: /dev/nvidiactl", "lxc.mount.entry: /dev/nvidiactl");
+    );
     assert_eq!(out2, expected);
     assert_only_owned_changed(F8A, &out2, 509);
     let g = LxcConfig::parse(&out2).gpu_mounts();
@@ -153,13 +179,16 @@ fn mount_entry_remove_and_add_gpus() {
 #[test]
 fn mount_entry_new_uvm_major_and_removal_of_everything() {
     // uvm major changed (container moved to another host): a 511 allow line is added,
-    // the 509 one is no longer owned and stays.
+    // the 509 one is no longer owned and stays; the broad 195 grant is narrowed.
     let (out, changed) = set(F8A, &desired(&[0, 1, 2, 3], 511, MountStyle::DevN));
     assert!(changed);
-    assert!(out.ends_with("create=dir 0 0\nlxc.cgroup2.devices.allow: c 511:* rwm\n"));
     assert_eq!(
-        out.replace("lxc.cgroup2.devices.allow: c 511:* rwm\n", ""),
-        F8A
+        out,
+        format!(
+            "{}{}",
+            F8A.replace("lxc.cgroup2.devices.allow: c 195:* rwm\n", ""),
+            allow_lines(&[0, 1, 2, 3], 511)
+        )
     );
 
     let (out, changed) = set(F8A, &desired(&[], 509, MountStyle::DevN));
@@ -234,7 +263,8 @@ fn new_lines_go_to_end_of_main_section() {
     assert_eq!(
         out,
         "arch: amd64\nhostname: a\nlxc.apparmor.profile: unconfined\n\
-         lxc.cgroup2.devices.allow: c 195:* rwm\nlxc.cgroup2.devices.allow: c 510:* rwm\n\
+         lxc.cgroup2.devices.allow: c 195:0 rwm\nlxc.cgroup2.devices.allow: c 195:255 rwm\n\
+         lxc.cgroup2.devices.allow: c 510:* rwm\n\
          lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\n\
          lxc.mount.entry: /dev/nvidiactl dev/nvidiactl none bind,optional,create=file\n\
          lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file\n\
@@ -276,13 +306,14 @@ fn crlf_and_missing_final_newline() {
     assert!(!out.replace("\r\n", "").contains('\n'));
     assert_eq!(set(&out, &d), (out.clone(), false));
 
-    let text = "arch: amd64\nlxc.cgroup2.devices.allow: c 195:* rwm";
-    let (out, _) = set(text, &desired(&[0], 195, MountStyle::MountEntry));
+    let text = "arch: amd64\nlxc.cgroup2.devices.allow: c 195:0 rwm";
+    let (out, _) = set(text, &desired(&[0], 511, MountStyle::MountEntry));
     assert!(out.starts_with(
-        "arch: amd64\nlxc.cgroup2.devices.allow: c 195:* rwm\nlxc.mount.entry: /dev/nvidia0 "
+        "arch: amd64\nlxc.cgroup2.devices.allow: c 195:0 rwm\nlxc.cgroup2.devices.allow: c 195:255 rwm\n\
+         lxc.cgroup2.devices.allow: c 511:* rwm\nlxc.mount.entry: /dev/nvidia0 "
     ));
     assert!(out.ends_with("create=dir\n"));
-    let (out, _) = set(&out, &desired(&[], 195, MountStyle::MountEntry));
+    let (out, _) = set(&out, &desired(&[], 511, MountStyle::MountEntry));
     assert_eq!(out, "arch: amd64\n");
 }
 
