@@ -353,6 +353,8 @@ fn iommu_condition(
 
 /// A server's `Ready` and `Progressing`: ready, stalled, crashed, past its deadline, blocked, or
 /// starting (with its startup phase).
+///
+/// (Its messages name the server's [`endpoint`].)
 fn server_readiness(
     st: &mut ResourceStatus,
     s: &crate::desired::DesiredServer,
@@ -368,7 +370,7 @@ fn server_readiness(
     let ready = obs.is_some_and(|o| {
         o.http == HttpState::Healthy && o.models.iter().any(|m| m == &s.spec.model.served_name)
     });
-    let endpoint = format!("http://{}:{}", s.spec.listen.host, s.spec.listen.port);
+    let endpoint = endpoint(s, host);
     let wait = r.waits.get(&s.unit.key());
     let blocked = r
         .final_plan
@@ -683,3 +685,23 @@ mod tests;
 
 #[cfg(test)]
 mod kstatus_table;
+
+/// Where users reach the server: for a server in a container that listens on every address
+/// (`0.0.0.0`, `::`), the container's address as the agent reached it from the host side
+/// (`reached_at`: its config's static address, or its network namespace's); otherwise, and
+/// while the agent has not reached it, the address of `spec.listen` as written.
+pub fn endpoint(s: &crate::desired::DesiredServer, host: &HostState) -> String {
+    let listen = s.spec.listen.host.as_str();
+    let in_container = matches!(s.unit.location, crate::host::model::Location::Container(_));
+    let reached = host
+        .unit(&s.unit)
+        .and_then(|u| u.server.as_ref())
+        .and_then(|o| o.reached_at.as_deref())
+        .filter(|_| in_container && matches!(listen, "0.0.0.0" | "::"));
+    let addr = reached.unwrap_or(listen);
+    if addr.contains(':') && !addr.starts_with('[') {
+        format!("http://[{addr}]:{}", s.spec.listen.port)
+    } else {
+        format!("http://{addr}:{}", s.spec.listen.port)
+    }
+}

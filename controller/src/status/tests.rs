@@ -136,3 +136,42 @@ fn a_serving_server_whose_new_spec_is_blocked_reads_stalled_and_says_the_old_uni
     );
     assert_eq!(c("Reconciling").status, "False");
 }
+
+/// A server in a container listening on every address is reached at the container's address:
+/// that is its endpoint, not `0.0.0.0` (which no client can use); with DHCP (the reference
+/// container) the host side knows no address, and the listen address stays.
+#[test]
+fn a_container_servers_endpoint_is_the_containers_address() {
+    let mut host = crate::testutil::twin();
+    let desired = crate::testutil::desired(&mut host, &crate::testutil::manifests());
+    let s = &desired.servers[0];
+    assert_eq!(s.spec.listen.host, "0.0.0.0");
+    let converge = |host: &mut crate::host::sim::SimHost| {
+        let mut door = crate::door::Door::new(host);
+        assert!(crate::converge::converge(&desired, &mut door, &Default::default()).converged());
+    };
+    converge(&mut host);
+    use crate::host::Host;
+    assert_eq!(
+        endpoint(s, &host.observe().unwrap()),
+        "http://0.0.0.0:30000"
+    );
+
+    let c = host.file.containers.get_mut(&129).unwrap();
+    c.config = c.config.replace("ip=dhcp", "ip=10.20.0.129/24");
+    converge(&mut host);
+    let observed = host.observe().unwrap();
+    assert_eq!(endpoint(s, &observed), "http://10.20.0.129:30000");
+    let res = crate::resource_key::ResourceKey::server_id(&s.id);
+    let done = {
+        let mut door = crate::door::Door::new(&mut host);
+        crate::converge::converge(&desired, &mut door, &Default::default())
+    };
+    let st = compute(&desired, &done, &Default::default(), &crate::clock::now());
+    let ready = st[&res].condition("Ready").unwrap();
+    assert!(
+        ready.message.starts_with("http://10.20.0.129:30000 serves"),
+        "{}",
+        ready.message
+    );
+}
