@@ -62,6 +62,7 @@ Exit codes: 0 stopped by signal, 1 failure (crash, bind error, resolution error 
 
 import argparse
 import ast
+import errno
 import http.client
 import json
 import os
@@ -978,12 +979,24 @@ def main(argv=None):
     ns = build_parser(load_flag_table()).parse_args(argv)  # exits 2 with argparse's message on a bad command line
     args, arch, ctx, model_type = resolve(ns, argv)  # resolution errors end in a Python traceback, exit 1
     standin = Standin(args, arch, ctx, model_type, argv)
-    held = [open(p, "rb") for p in os.environ.get("STANDIN_HOLD_DEVICES", "").split(",") if p.strip()]  # noqa: SIM115
+    held = [hold_device(p.strip()) for p in os.environ.get("STANDIN_HOLD_DEVICES", "").split(",") if p.strip()]
     signal.signal(signal.SIGTERM, standin.stop)
     signal.signal(signal.SIGINT, standin.stop)
     standin.run()
-    for f in held:
-        f.close()
+    for fd in held:
+        os.close(fd)
+
+
+def hold_device(path):
+    """A descriptor on `path` kept for the server's life, as SGLang keeps /dev/nvidiaN open. A node
+    no driver answers (the qemu host's NVIDIA stand-in nodes: ENXIO) is held through O_PATH: the
+    descriptor names the node all the same, which is what a holder scan reads."""
+    try:
+        return os.open(path, os.O_RDONLY)
+    except OSError as e:
+        if e.errno != errno.ENXIO:
+            raise
+        return os.open(path, os.O_PATH)
 
 
 if __name__ == "__main__":

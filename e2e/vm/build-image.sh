@@ -50,12 +50,38 @@ LOG=$E2E_CACHE/build.log
 echo "build-image: building into $E2E_CACHE (kernel $E2E_KVER, log $LOG)" >&2
 
 if ! debootstrap --variant=minbase \
-    --include=systemd,systemd-sysv,dbus,kmod,udev,procps,psmisc,python3,iproute2,pciutils,util-linux \
+    --include=systemd,systemd-sysv,dbus,kmod,udev,procps,psmisc,python3,iproute2,pciutils,util-linux,lxc \
     bookworm "$R" "$MIRROR" >>"$LOG" 2>&1; then
   tail -30 "$LOG" >&2
   echo "build-image: debootstrap failed (log $LOG)" >&2
   exit 1
 fi
+
+# Debian's LXC is there for the container path (e2e/vm/pct, vm_lxc): nothing starts a container
+# at boot and LXC's own bridge (lxc-net, which wants dnsmasq) stays off.
+for u in lxc.service lxc-net.service lxc-monitord.service; do
+  ln -sf /dev/null "$R/etc/systemd/system/$u"
+done
+
+# The container's root filesystem (ct.img; run.sh VM_CT=1 attaches it as /dev/vdb): a copy of
+# this tree as debootstrap made it (systemd, python3, coreutils: what `pct exec` and the agent's
+# preflight run inside a container), without the guest kernel's modules or the check runner.
+CT=$B/ct
+cp -a "$R" "$CT"
+echo ct129 >"$CT/etc/hostname"
+printf '127.0.0.1 localhost\n127.0.1.1 ct129\n' >"$CT/etc/hosts"
+: >"$CT/etc/machine-id"
+mkdir -p "$CT/etc/systemd/journald.conf.d"
+printf '[Journal]\nStorage=volatile\n' >"$CT/etc/systemd/journald.conf.d/e2e.conf"
+for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer \
+         console-getty.service container-getty@.service systemd-timesyncd.service; do
+  ln -sf /dev/null "$CT/etc/systemd/system/$u"
+done
+rm -rf "$CT"/var/cache/apt/archives/*.deb "$CT"/var/lib/apt/lists/* "$CT"/usr/share/doc/* "$CT"/usr/share/man/*
+ct_mb=$(du -sm "$CT" | cut -f1)
+truncate -s "$(( ct_mb * 13 / 10 + 256 ))M" "$B/ct.img"
+mkfs.ext4 -q -L gpe2e-ct -d "$CT" "$B/ct.img" >>"$LOG" 2>&1
+rm -rf "$CT"
 
 # Kernel modules of the guest kernel (bochs DRM, vfio-pci, virtio, ...).
 mkdir -p "$R/lib/modules"
@@ -167,6 +193,7 @@ cp "/boot/initrd.img-$E2E_KVER" "$B/initrd.img"
 # Publish: image, kernel and initrd first, the stamp last (renames are atomic).
 rm -f "$E2E_CACHE/stamp"
 mv -f "$B/base.img" "$E2E_CACHE/base.img"
+mv -f "$B/ct.img" "$E2E_CACHE/ct.img"
 mv -f "$B/vmlinuz" "$E2E_CACHE/vmlinuz"
 mv -f "$B/initrd.img" "$E2E_CACHE/initrd.img"
 echo "$want" >"$E2E_CACHE/stamp"

@@ -4,6 +4,7 @@
 #   base.img     ext4 root filesystem (Debian bookworm, systemd as PID 1), raw, sparse
 #   vmlinuz      the guest kernel (a copy of the host's Debian linux-image-amd64 kernel)
 #   initrd.img   its initrd (Debian's initramfs-tools one: has virtio_blk and ext4)
+#   ct.img       the LXC container's root filesystem (ext4, raw): run.sh VM_CT=1 attaches it
 #   stamp        what the image was built from; run.sh refuses a stale image
 #   build.log    output of the last build
 

@@ -40,6 +40,9 @@
 #   VM_PCI_LAYOUT=renumbered  the same devices in the same slots at other addresses (the
 #                       NUMA nodes' bus ranges swapped, rp1b on pcie.0): see "The machine" below
 #                       and e2e/vm/README.md
+#   VM_CT=1             attach the container root filesystem (ct.img of build-image.sh) as a
+#                       second disk, /dev/vdb, in snapshot mode (what the guest writes to it is
+#                       dropped when the VM ends): the LXC container of e2e/vm/pct
 #   VM_IMAGE=kube-node  boot the single-node Kubernetes image of build-kube-image.sh instead of
 #                       the base image (give it VM_MEM=4096)
 #   GPUPLANE_E2E_CACHE  where build-image.sh put the image (default /var/cache/gpuplane-e2e)
@@ -153,6 +156,13 @@ if [ "${VM_NET:-}" = user ]; then
   kargs="$kargs gpuplane.net=1"
 fi
 
+ct=()
+if [ "${VM_CT:-}" = 1 ]; then
+  [ -f "$E2E_CACHE/ct.img" ] || { echo "run.sh: $E2E_CACHE/ct.img missing; $E2E_HINT" >&2; exit 2; }
+  ct=(-drive file="$E2E_CACHE/ct.img",if=none,id=ct,format=raw,snapshot=on
+      -device virtio-blk-pci,drive=ct,bus=pcie.0,addr=0x7)
+fi
+
 noreboot=-no-reboot
 [ "${VM_REBOOT:-}" = 1 ] && noreboot=""
 start=$(date +%s%N)
@@ -165,7 +175,7 @@ timeout --kill-after=10 "${VM_TIMEOUT:-300}" $QEMU \
   -device intel-iommu,intremap=on \
   "${pci_hp[@]}" "${dev[@]}" "${net[@]}" \
   -drive file="$W/disk.img",if=none,id=root,format=raw \
-  -device virtio-blk-pci,drive=root,bus=pcie.0,addr=0x3 \
+  -device virtio-blk-pci,drive=root,bus=pcie.0,addr=0x3 "${ct[@]}" \
   -chardev file,id=con,path="$W/console.log" -serial chardev:con \
   -chardev file,id=res,path="$W/result.log" -device isa-serial,chardev=res,index=1 \
   -kernel "$E2E_CACHE/vmlinuz" -initrd "$E2E_CACHE/initrd.img" \
