@@ -81,10 +81,12 @@ EOF
 }
 # inside P: what a CUDA process in the container would meet
 inside() {
-  local p=$1
-  echo "STATE $p $(pct status 129 | sed 's/^status: //')"
-  pct status 129 | grep -q running || return 0
-  pct exec 129 -- python3 -c '
+  local p=$1 st
+  st=$(pct status 129 | sed 's/^status: //')
+  echo "STATE $p $st"
+  [ "$st" = running ] || return 0
+  # One attach: the listing, then each node opened, then a node for 195:3 made and opened.
+  pct exec 129 -- sh -c 'ls -l /dev | grep nvidia | sed "s/^/LS /"; python3 -c "$0"' '
 import errno, glob, json, os, stat
 out = {}
 for p in sorted(glob.glob("/dev/nvidia*")):
@@ -95,22 +97,18 @@ for p in sorted(glob.glob("/dev/nvidia*")):
     except OSError as e:
         res = errno.errorcode.get(e.errno, str(e.errno))
     out[p] = {"type": kind, "dev": "%d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev)), "open": res}
-print(json.dumps(out, separators=(",", ":")))
-' | sed "s/^/DEVS $p /"
-  pct exec 129 -- ls -l /dev | grep nvidia | sed "s/^/LS $p /"
-  pct exec 129 -- python3 -c '
-import errno, os
+print("DEVS " + json.dumps(out, separators=(",", ":")))
 try:
     os.mknod("/tmp/n3", 0o20666, os.makedev(195, 3))
 except OSError as e:
-    print("mknod", errno.errorcode.get(e.errno)); raise SystemExit
-try:
-    os.close(os.open("/tmp/n3", os.O_RDWR)); print("open ok")
-except OSError as e:
-    print("open", errno.errorcode.get(e.errno))
-finally:
+    print("FOREIGN mknod", errno.errorcode.get(e.errno))
+else:
+    try:
+        os.close(os.open("/tmp/n3", os.O_RDWR)); print("FOREIGN open ok")
+    except OSError as e:
+        print("FOREIGN open", errno.errorcode.get(e.errno))
     os.unlink("/tmp/n3")
-' | sed "s/^/FOREIGN $p /"
+' | sed "s/^\([A-Z]*\) /\1 $p /"
 }
 show() { # show P: the host side of phase P
   sed "s/^/CONF $1 /" /etc/pve/lxc/129.conf
