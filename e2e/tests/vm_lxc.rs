@@ -125,17 +125,7 @@ fn check_style(style: &str) {
     let back = format!("{style}-back");
 
     // All five GPUs in the container.
-    assert_eq!(r.rc(&all), 0, "{:?}", r.get("STDERR", &all));
-    assert_eq!(r.get("STATE", &all)[0], "running");
-    print_phase(r, &all);
-    assert_eq!(
-        devs(r, &all),
-        expected(style, &[0, 1, 2, 3, 4]),
-        "{style}: all five"
-    );
-    for (a, (drv, _)) in r.drivers(&all) {
-        assert_eq!(drv, "bochs-drm", "{a} on the host driver");
-    }
+    all_five_in_the_container(r, style, &all);
 
     // A process inside the container holds 81:00.0's node: the split is refused, nothing moves.
     let holder = &r.get("HOLDER", &held)[0];
@@ -232,14 +222,22 @@ fn check_style(style: &str) {
     );
 
     // Back: all five again.
-    assert_eq!(r.rc(&back), 0, "{:?}", r.get("STDERR", &back));
+    all_five_in_the_container(r, style, &back);
+}
+
+/// Phase `p` converged with the five GPUs on the host driver and their nodes in the running
+/// container.
+fn all_five_in_the_container(r: &Report, style: &str, p: &str) {
+    assert_eq!(r.rc(p), 0, "{p}: {:?}", r.get("STDERR", p));
+    assert_eq!(r.get("STATE", p)[0], "running", "{p}");
+    print_phase(r, p);
     assert_eq!(
-        devs(r, &back),
+        devs(r, p),
         expected(style, &[0, 1, 2, 3, 4]),
-        "{style}: back"
+        "{p}: all five"
     );
-    for (a, (drv, _)) in r.drivers(&back) {
-        assert_eq!(drv, "bochs-drm", "{style}: {a} back on the host driver");
+    for (a, (drv, _)) in r.drivers(p) {
+        assert_eq!(drv, "bochs-drm", "{p}: {a} on the host driver");
     }
 }
 

@@ -52,17 +52,19 @@ EOF
 # server DIR [ENV] [STALL] [DEADLINE]: the stand-in SGLang server "e2e" on the host slice, unit
 # sglang-e2e, into $M/DIR/server.yaml. ENV: more env entries, one "    - {name: ..., value: ...}"
 # line each (see hold); STALL and DEADLINE: its startup bounds in seconds (default 60 and 180).
+# SRV_NAME, SRV_SLICE, SRV_UNIT, SRV_LOCATION and SRV_LISTEN change the name (e2e), the slice
+# (host), the unit (sglang-e2e), where it runs (Host) and the listen address (127.0.0.1).
 server() { cat > $M/$1/server.yaml <<EOF
 apiVersion: gpuplane.dev/v1alpha1
 kind: InferenceServer
-metadata: {name: e2e, namespace: default}
+metadata: {name: ${SRV_NAME:-e2e}, namespace: default}
 spec:
-  partitionRef: {name: vmhost, slice: host}
-  unit: {name: sglang-e2e, location: Host}
+  partitionRef: {name: vmhost, slice: ${SRV_SLICE:-host}}
+  unit: {name: ${SRV_UNIT:-sglang-e2e}, location: ${SRV_LOCATION:-Host}}
   python: /opt/sglang-venv/bin/python3
   model: {path: /srv/models/tiny, servedName: tiny}
   tensorParallelSize: 2
-  listen: {host: 127.0.0.1, port: 30000}
+  listen: {host: ${SRV_LISTEN:-127.0.0.1}, port: 30000}
   p2p: Disabled
   env:
     - {name: STANDIN_LOAD_SECONDS, value: "1"}

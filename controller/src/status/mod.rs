@@ -680,12 +680,6 @@ pub fn effective_config_drift(
     }
 }
 
-#[cfg(test)]
-mod tests;
-
-#[cfg(test)]
-mod kstatus_table;
-
 /// Where users reach the server: for a server in a container that listens on every address
 /// (`0.0.0.0`, `::`), the container's address as the agent reached it from the host side
 /// (`reached_at`: its config's static address, or its network namespace's); otherwise, and
@@ -705,3 +699,9 @@ pub fn endpoint(s: &crate::desired::DesiredServer, host: &HostState) -> String {
         format!("http://{addr}:{}", s.spec.listen.port)
     }
 }
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod kstatus_table;

@@ -204,24 +204,8 @@ for l in open(src).read().splitlines():
         out.append(policy)
 open(dst, "w").write("\n".join(out) + "\n")
 PY
-  cat > $M/$1/server.yaml <<EOF
-apiVersion: gpuplane.dev/v1alpha1
-kind: InferenceServer
-metadata: {name: ct, namespace: default}
-spec:
-  partitionRef: {name: vmhost, slice: ct}
-  unit: {name: sglang-ct, location: Container}
-  python: /opt/sglang-venv/bin/python3
-  model: {path: /srv/models/tiny, servedName: tiny}
-  tensorParallelSize: 2
-  listen: {host: 0.0.0.0, port: 30000}
-  p2p: Disabled
-  env:
-    - {name: STANDIN_LOAD_SECONDS, value: "1"}
-    - {name: STANDIN_GRAPH_SECONDS, value: "1"}
-    - {name: STANDIN_HOLD_DEVICES, value: "$3"}
-  startup: {stallAfterSeconds: 60, deadlineSeconds: 240}
-EOF
+  SRV_NAME=ct SRV_SLICE=ct SRV_UNIT=sglang-ct SRV_LOCATION=Container SRV_LISTEN=0.0.0.0 \
+    server "$1" "    - {name: STANDIN_HOLD_DEVICES, value: \"$3\"}" 60 240
 }
 srv() { # srv P: the server as the container, the host and the agent see it
   echo "SRV $1 $(pct exec 129 -- systemctl is-active sglang-ct.service 2>&1)"
