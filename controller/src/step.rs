@@ -81,6 +81,11 @@ pub enum Step {
     RefreshBootloader {
         bootloader: crate::bootloader::Bootloader,
     },
+    /// Reboot the host (`reboot: Auto`) to boot the kernel arguments the bootloader was
+    /// refreshed with, planned in boot `boot_id` and refused in any other: `systemctl reboot`,
+    /// then the agent's record says the reboot was asked from that boot (no run in it asks
+    /// again). The agent ends with the boot; it verifies the arguments when it runs again.
+    Reboot { boot_id: String },
     /// `systemctl start` (or `restart` when `restart`).
     StartUnit { unit: UnitRef, restart: bool },
     /// Wait until the server answers `/health_generate` 200 and lists its model, or stalls;
@@ -129,6 +134,7 @@ impl Step {
             Step::SetKernelArgs { bootloader, .. } | Step::RefreshBootloader { bootloader } => {
                 bootloader.config_path().into()
             }
+            Step::Reboot { boot_id } => boot_id.clone(),
         };
         crate::text::truncate(&format!("{}:{target}", self.kind()), 128)
     }
@@ -155,6 +161,7 @@ impl Step {
             Step::WriteLedger { .. } => "writeLedger",
             Step::SetKernelArgs { .. } => "setKernelArgs",
             Step::RefreshBootloader { .. } => "refreshBootloader",
+            Step::Reboot { .. } => "reboot",
             Step::StartUnit { .. } => "startUnit",
             Step::WaitReady { .. } => "waitReady",
         }
@@ -237,6 +244,7 @@ impl std::fmt::Display for Step {
             Step::RefreshBootloader { bootloader } => {
                 write!(f, "run {}", bootloader.refresh_command().join(" "))
             }
+            Step::Reboot { .. } => write!(f, "reboot the host (systemctl reboot)"),
             Step::StartUnit {
                 unit,
                 restart: false,

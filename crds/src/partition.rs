@@ -298,10 +298,47 @@ pub struct HostSpec {
     /// the bootloader, and reports `RebootRequired` until `/proc/cmdline` matches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_args: Option<KernelArgs>,
-    /// Who reboots the host to apply new kernel arguments: `Manual` (default: a person). `Auto`
-    /// is refused for now (it needs the fleet disruption budget).
+    /// Who reboots the host to apply new kernel arguments: `Manual` (default: a person) or
+    /// `Auto`: the agent reboots once, holding a disruption slot of the partition's pool (label
+    /// `gpuplane.dev/pool`) and inside `maintenanceWindow` when one is set; `Auto` needs one of
+    /// the two.
     #[serde(default)]
     pub reboot: RebootPolicy,
+    /// When `reboot: Auto` may reboot the host (UTC). Required for `Auto` without a pool (and
+    /// on hosts whose agent runs on manifest files, which cannot ask a pool); with a pool the
+    /// agent reboots only inside the window and holding a slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance_window: Option<MaintenanceWindow>,
+}
+
+/// A daily window of time in UTC, e.g. `{start: "02:00", end: "04:00", days: [Sat, Sun]}`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceWindow {
+    /// Opens at, `HH:MM` UTC.
+    #[schemars(regex(pattern = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"))]
+    pub start: String,
+    /// Closes at, `HH:MM` UTC; earlier than `start`: the window runs past midnight.
+    #[schemars(regex(pattern = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"))]
+    pub end: String,
+    /// The days (UTC) it opens on; empty: every day. A window past midnight belongs to the
+    /// day it opens on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub days: Vec<Weekday>,
+}
+
+/// A day of the week.
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+pub enum Weekday {
+    Mon,
+    Tue,
+    Wed,
+    Thu,
+    Fri,
+    Sat,
+    Sun,
 }
 
 /// Kernel arguments, each matched as a whole word of the command line (`iommu=pt` is not
@@ -337,7 +374,10 @@ pub enum RebootPolicy {
     /// A person reboots; the agent says when (`RebootRequired=True`) and never reboots.
     #[default]
     Manual,
-    /// Not available yet: refused by validation (it needs the fleet disruption budget).
+    /// The agent reboots, once per change of the arguments: with a slot of its pool and/or
+    /// inside `maintenanceWindow`, after stopping the partition's servers and containers; it
+    /// gives the slot back only when the new boot runs with exactly the arguments and the host
+    /// is whole. A boot without them stalls (`KernelArgsNotBooted`) and is not retried.
     Auto,
 }
 

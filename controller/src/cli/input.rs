@@ -95,8 +95,10 @@ fn desired_seeded(
     gpu_driver: &str,
 ) -> Result<(Desired, Option<HostState>), Failure> {
     let observed = host.observe()?;
-    let desired = crate::desired::select::for_host(manifests, &observed, gpu_vendor, gpu_driver)
-        .map_err(|e| Failure::input(e.to_string()))?;
+    let mut desired =
+        crate::desired::select::for_host(manifests, &observed, gpu_vendor, gpu_driver)
+            .map_err(|e| Failure::input(e.to_string()))?;
+    crate::desired::select::decide_reboot(&mut desired, manifests, jiff::Timestamp::now());
     let units: Vec<_> = desired.servers.iter().map(|s| s.unit.clone()).collect();
     let preflight = crate::desired::preflight::requests(&desired);
     let complete = units.is_empty() && preflight.is_empty() && desired.removed_units.is_empty();

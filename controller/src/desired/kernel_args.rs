@@ -6,23 +6,35 @@
 //! - each argument is one word the agent can write without quoting
 //!   ([`crate::bootloader::check_arg`]); at most [`KERNEL_ARGS_MAX`] in all;
 //! - no argument is listed twice, nor both `present` and `absent`;
-//! - `reboot: Auto` is refused: rebooting by itself needs the fleet disruption budget (issue
-//!   26), which does not exist yet. `Manual` (the default) needs nothing.
+//! - `reboot: Auto` needs a pool (the label `gpuplane.dev/pool`: the agent holds one of its
+//!   disruption slots while it reboots) or `maintenanceWindow` (or both); a window is two
+//!   `HH:MM` times that differ. `Manual` (the default) needs nothing; a window with `Manual`
+//!   is refused as meaningless (it would read as if the agent rebooted).
 
 use super::Problems;
-use gpuplane_crds::{GpuPartitionSpec, KernelArgs, RebootPolicy, KERNEL_ARGS_MAX};
+use gpuplane_crds::{GpuPartitionSpec, KernelArgs, RebootPolicy, KERNEL_ARGS_MAX, POOL_LABEL};
 use std::collections::BTreeSet;
 
-/// Records every problem of `spec.host`.
-pub(super) fn check(spec: &GpuPartitionSpec, problems: &mut Problems<'_>) {
+/// Records every problem of `spec.host`; `pool` is the partition's `gpuplane.dev/pool` label.
+pub(super) fn check(spec: &GpuPartitionSpec, pool: Option<&str>, problems: &mut Problems<'_>) {
     let Some(host) = &spec.host else {
         return;
     };
-    if host.reboot == RebootPolicy::Auto {
-        problems.add(
+    if let Some(w) = &host.maintenance_window {
+        if let Err(e) = super::reboot::parse_window(w) {
+            problems.add("spec.host.maintenanceWindow", e);
+        }
+    }
+    match host.reboot {
+        RebootPolicy::Auto if pool.is_none() && host.maintenance_window.is_none() => problems.add(
             "spec.host.reboot",
-            "Auto is not available yet: a reboot the agent starts by itself must take a slot of the fleet's disruption budget (issue 26), which this version does not have; use Manual (the default): the agent reports RebootRequired=True and a person reboots the host",
-        );
+            format!("Auto needs permission to disrupt the host: label the partition {POOL_LABEL}=<pool> (the agent then holds a disruption slot of that GpuNodePool while it reboots) or set spec.host.maintenanceWindow (e.g. {{start: \"02:00\", end: \"04:00\"}}, UTC); or use Manual (the default): the agent reports RebootRequired=True and a person reboots"),
+        ),
+        RebootPolicy::Manual if host.maintenance_window.is_some() => problems.add(
+            "spec.host.maintenanceWindow",
+            "is only read with reboot: Auto (with Manual a person decides when to reboot); remove it or set reboot: Auto",
+        ),
+        _ => {}
     }
     let Some(k) = &host.kernel_args else {
         return;

@@ -9,6 +9,7 @@ mod kernel_args;
 pub mod offline;
 mod partition;
 pub mod preflight;
+pub mod reboot;
 pub mod select;
 mod server;
 mod smoke_check;
@@ -55,6 +56,9 @@ pub struct DesiredPartition {
     /// `spec.host.kernelArgs`, validated; `None` when not set or empty (the agent then neither
     /// reads nor writes the bootloader's config, and reports no `RebootRequired`).
     pub kernel_args: Option<gpuplane_crds::KernelArgs>,
+    /// Whether the agent may reboot for the kernel arguments now (`reboot.rs`): `Manual`, or
+    /// `Auto` closed until a front door opens it ([`reboot::RebootGate::decide`]).
+    pub reboot: reboot::RebootGate,
 }
 
 /// A slice with its GPUs resolved to addresses.

@@ -100,6 +100,7 @@ fn stand_in_partition(s: &InferenceServer) -> DesiredPartition {
         host_driver: "nvidia".into(),
         kernel_args: None,
         layout: None,
+        reboot: Default::default(),
     }
 }
 

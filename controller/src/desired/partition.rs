@@ -44,7 +44,13 @@ pub fn resolve_partition(
         }
     }
     check.passthrough_and_snp(spec);
-    check.host(spec);
+    let pool = p
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(gpuplane_crds::POOL_LABEL))
+        .filter(|v| !v.is_empty());
+    check.host(spec, pool.map(String::as_str));
     check.problems.finish()?;
     Ok(DesiredPartition {
         name: p.metadata.name.clone().unwrap_or_default(),
@@ -54,6 +60,7 @@ pub fn resolve_partition(
         host_driver: gpu_driver.into(),
         layout: Some(terms),
         kernel_args: super::kernel_args::resolved(spec),
+        reboot: super::reboot::RebootGate::of(spec),
     })
 }
 
@@ -189,8 +196,8 @@ impl<'a> Check<'a> {
     }
 
     /// `spec.host`: kernel arguments and the reboot policy (`kernel_args.rs`).
-    fn host(&mut self, spec: &GpuPartitionSpec) {
-        super::kernel_args::check(spec, &mut self.problems);
+    fn host(&mut self, spec: &GpuPartitionSpec, pool: Option<&str>) {
+        super::kernel_args::check(spec, pool, &mut self.problems);
     }
 
     /// The partition names its node and has at least one slice.

@@ -210,6 +210,7 @@ fn count_selectors_take_what_explicit_selectors_leave() {
             iommu: IommuModeExpectation::Any,
             host_driver: "bochs-drm".into(),
             kernel_args: None,
+            reboot: Default::default(),
             layout: got.layout.clone(),
         }
     );
@@ -252,6 +253,7 @@ fn the_reference_partition_resolves() {
             iommu: IommuModeExpectation::Translated,
             host_driver: "nvidia".into(),
             kernel_args: None,
+            reboot: Default::default(),
             layout: got.layout.clone(),
         }
     );

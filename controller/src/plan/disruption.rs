@@ -2,7 +2,7 @@
 //! (`GpuNodePool`, ARCHITECTURE.md "Disruption budget").
 //!
 //! A step disrupts when it stops a server (a running unit stopped, removed or restarted), stops
-//! a running container, or takes a GPU from its driver while a process, a container's config or
+//! a running container, reboots the host, or takes a GPU from its driver while a process, a container's config or
 //! a VM uses it. Everything else (writing a unit file, starting what is stopped, binding a free
 //! GPU, a ledger or mapping write, a probe) does not.
 //!
@@ -38,6 +38,9 @@ pub fn disruption(step: &Step, host: &HostState) -> Option<String> {
             .map(|_| format!("stops container {vmid}")),
         Step::Unbind { address, .. } | Step::ReturnToHostDriver { address } => {
             gpu_in_use(host, address).map(|who| format!("takes GPU {address} from {who}"))
+        }
+        Step::Reboot { .. } => {
+            Some("reboots the host for spec.host.kernelArgs (reboot: Auto)".into())
         }
         _ => None,
     }

@@ -16,13 +16,24 @@
 //!   there): passthrough is what such arguments are for (`vfio-pci.disable_idle_d3`, the IOMMU's
 //!   mode). Everything else goes on: slices already in place, `nvidia` slices, their servers.
 //! - The host booted since the agent refreshed the bootloader with the arguments, and
-//!   `/proc/cmdline` still lacks them: `KernelArgsNotBooted`, with the difference. The agent
-//!   never reboots (there is no `Auto` yet); nothing is written again, the same slices wait.
+//!   `/proc/cmdline` still lacks them: `KernelArgsNotBooted`, with the difference. Nothing is
+//!   written again and the agent does not reboot again (not even with `reboot: Auto`); the same
+//!   slices wait.
+//! - `reboot: Auto` ([`crate::desired::reboot::RebootGate`]): once the config holds the words
+//!   and the agent itself refreshed the bootloader from exactly it (in this boot: an older
+//!   refresh is `NotBooted`), and the gate is open, the plan is only this: stop the partition's
+//!   running servers, then its running containers, then `Reboot` (the blocker's reason
+//!   `Rebooting`, a wait, not a stall). The agent's record holds the boot it asked from: in
+//!   that boot it never asks again, and plans nothing more (the boot is ending). A config that holds the words but that the agent did not
+//!   refresh is refreshed first (the agent reboots only into entries it made). The gate closed:
+//!   as `Manual`, with reason `WaitingForMaintenanceWindow` (a wait) and why. VMs are not
+//!   stopped by the agent: Proxmox's own shutdown (`pve-guests.service`) stops its guests.
 
 use super::{Blocker, PlannedStep, Step};
 use crate::bootloader::difference;
-use crate::desired::{Desired, ResolvedSlice};
-use crate::host::model::HostState;
+use crate::desired::reboot::RebootGate;
+use crate::desired::{Desired, ResolvedConsumer, ResolvedSlice};
+use crate::host::model::{HostState, RunState};
 use gpuplane_crds::GpuDriver;
 use std::collections::BTreeSet;
 
@@ -158,7 +169,15 @@ pub(super) struct Verdict {
     pub blockers: Vec<Blocker>,
     /// `vfio-pci` slices that wait for the reboot.
     pub frozen: BTreeSet<String>,
+    /// `reboot: Auto` reboots now: the whole plan (stops, then `Reboot`); empty once the reboot
+    /// was asked from this boot.
+    pub reboot: Option<Vec<PlannedStep>>,
 }
+
+/// The reasons of a partition blocked on a reboot that comes by itself (`reboot: Auto`): the
+/// status reads them as work in progress (`Reconciling`), not a stall.
+pub const REBOOTING: &str = "Rebooting";
+pub const WAITING_FOR_MAINTENANCE_WINDOW: &str = "WaitingForMaintenanceWindow";
 
 /// The kernel-argument steps and blockers for `d` on `h`.
 pub(super) fn check(d: &Desired, h: &HostState) -> Verdict {
@@ -179,13 +198,21 @@ pub(super) fn check(d: &Desired, h: &HostState) -> Verdict {
             why: format!("spec.host.kernelArgs: {} {}", c.path, config_gap(&j)),
         });
     }
+    let auto = d.partition.reboot.is_auto();
+    let unrefreshed = auto
+        && j.standing == Standing::RebootPending
+        && j.config_add.is_empty()
+        && j.config_remove.is_empty()
+        && !j.refreshed_by_agent;
     if let Some(c) = &h.boot.config {
-        if !v.steps.is_empty() || j.refresh_pending {
+        if !v.steps.is_empty() || j.refresh_pending || unrefreshed {
             v.steps.push(PlannedStep {
                 step: Step::RefreshBootloader {
                     bootloader: c.bootloader,
                 },
-                why: if j.refresh_pending {
+                why: if unrefreshed && !j.refresh_pending && v.steps.is_empty() {
+                    format!("{} holds the arguments, but the agent did not refresh the bootloader from it: reboot: Auto reboots only into boot entries the agent made", c.path)
+                } else if j.refresh_pending {
                     format!("{} was written by the agent and the bootloader is not yet refreshed from it (the refresh follows the write, or was interrupted): the next boot would not see it", c.path)
                 } else {
                     format!("the bootloader reads {} only when refreshed", c.path)
@@ -211,7 +238,10 @@ pub(super) fn check(d: &Desired, h: &HostState) -> Verdict {
             v.frozen.iter().cloned().collect::<Vec<_>>().join(", ")
         )
     };
-    let (reason, message) = blocker_text(&j, h);
+    if v.steps.is_empty() {
+        v.reboot = reboot_now(d, h, &j);
+    }
+    let (reason, message) = blocker_text(d, &j, h);
     v.blockers.push(Blocker {
         resource: crate::resource_key::ResourceKey::partition(d.partition.name.as_str()),
         reason: reason.into(),
@@ -232,8 +262,80 @@ fn config_gap(j: &Judgement) -> String {
     parts.join("; ")
 }
 
+/// `reboot: Auto` with its gate open and the arguments written and refreshed by the agent in
+/// this boot: stop the servers, the containers, reboot; nothing at all once the reboot was
+/// asked from this boot.
+fn reboot_now(d: &Desired, h: &HostState, j: &Judgement) -> Option<Vec<PlannedStep>> {
+    let RebootGate::Now(by) = &d.partition.reboot else {
+        return None;
+    };
+    let boot_id = h.boot.boot_id.as_ref()?;
+    if j.standing != Standing::RebootPending || !j.refreshed_by_agent {
+        return None;
+    }
+    if asked_in_this_boot(h) {
+        // The host is on its way down: nothing more starts in this boot.
+        return Some(vec![]);
+    }
+    let why = |what: &str| format!("reboot: Auto ({by}) stops {what} before the reboot");
+    let mut steps: Vec<PlannedStep> = d
+        .servers
+        .iter()
+        .filter(|s| h.unit(&s.unit).is_some_and(|u| u.is_active()))
+        .map(|s| PlannedStep {
+            step: Step::StopUnit {
+                unit: s.unit.clone(),
+            },
+            why: why("the partition's servers"),
+        })
+        .collect();
+    for s in &d.partition.slices {
+        if let Some(ResolvedConsumer::Lxc(vmid)) = s.consumer {
+            if h.containers
+                .get(&vmid)
+                .is_some_and(|c| c.state == RunState::Running)
+            {
+                steps.push(PlannedStep {
+                    step: Step::StopContainer { vmid },
+                    why: why("the partition's containers, after their servers,"),
+                });
+            }
+        }
+    }
+    steps.push(PlannedStep {
+        step: Step::Reboot {
+            boot_id: boot_id.clone(),
+        },
+        why: format!(
+            "the running kernel {} (/proc/cmdline); the bootloader was refreshed with them; reboot: Auto, {by}",
+            j.difference()
+        ),
+    });
+    Some(steps)
+}
+
+/// The agent asked for a reboot from the boot that runs now (it is on its way).
+fn asked_in_this_boot(h: &HostState) -> bool {
+    let b = &h.boot;
+    b.boot_id.is_some()
+        && b.record.as_ref().and_then(|r| r.reboot_from.as_ref()) == b.boot_id.as_ref()
+}
+
+/// What `reboot:` does about a pending reboot: the reason (when not `RebootRequired`) and the
+/// end of the message.
+fn policy_text(d: &Desired, j: &Judgement, h: &HostState) -> (Option<&'static str>, String) {
+    match &d.partition.reboot {
+        RebootGate::Manual => (None, "reboot the host to boot with them (reboot: Manual: the agent never reboots)".into()),
+        g if g.is_auto() && asked_in_this_boot(h) => (Some(REBOOTING), "reboot: Auto: the agent asked for the reboot (systemctl reboot) from this boot and does not ask again in it; it verifies /proc/cmdline when the host is back".into()),
+        RebootGate::Now(by) if j.refreshed_by_agent => (Some(REBOOTING), format!("reboot: Auto: the agent stops the partition's servers and containers and reboots the host, {by}")),
+        RebootGate::Now(by) => (Some(REBOOTING), format!("reboot: Auto: the agent refreshes the bootloader, then reboots the host, {by}")),
+        RebootGate::Later(why) => (Some(WAITING_FOR_MAINTENANCE_WINDOW), format!("reboot: Auto: not now: {why}")),
+        RebootGate::Cannot(why) => (None, format!("reboot: Auto cannot reboot: {why}; or reboot the host by hand")),
+    }
+}
+
 /// The blocker's reason and message for a standing other than `Booted`.
-pub fn blocker_text(j: &Judgement, h: &HostState) -> (&'static str, String) {
+pub fn blocker_text(d: &Desired, j: &Judgement, h: &HostState) -> (&'static str, String) {
     let cfg = h.boot.config.as_ref();
     let path = cfg
         .map(|c| c.path.as_str())
@@ -251,8 +353,9 @@ pub fn blocker_text(j: &Judgement, h: &HostState) -> (&'static str, String) {
             } else {
                 format!("the agent writes them to {path} and runs {refresh}")
             };
-            ("RebootRequired", format!(
-                "the running kernel {} (/proc/cmdline); {config}: reboot the host to boot with them (reboot: Manual: the agent never reboots)",
+            let (reason, policy) = policy_text(d, j, h);
+            (reason.unwrap_or("RebootRequired"), format!(
+                "the running kernel {} (/proc/cmdline); {config}: {policy}",
                 j.difference()
             ))
         }

@@ -19,6 +19,7 @@ use super::kube_io::{
 use super::write_status::{merge, refuse, write, Refusal};
 use super::{Ctx, Error, FINALIZER};
 use crate::converge::{Report, Stop};
+use crate::desired::reboot::RebootGate;
 use crate::desired::{
     check_servers_together, in_claim_order, resolve_partition, resolve_server, Desired,
     DesiredPartition, DesiredServer, SpecError,
@@ -129,6 +130,8 @@ pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action,
         Ok(dp) => dp,
         Err(errs) => return report_invalid_partition(&ctx, &p, &g.servers, &errs).await,
     };
+    let mut dp = dp;
+    dp.reboot = RebootGate::for_partition(&p, true, jiff::Timestamp::now());
     let r = resolve(dp, &g.servers, &g.deleting);
     // A pool member disrupts its host only while it holds a slot of its pool.
     let pool = super::budget::pool_of(&p);

@@ -147,7 +147,10 @@ fn round(
             );
             let observed = host.observe().map_err(|e| e.to_string())?;
             select::for_host(&m, &observed, &opts.gpu_vendor, &opts.gpu_driver)
-                .map(|d| (d, observed))
+                .map(|mut d| {
+                    select::decide_reboot(&mut d, &m, jiff::Timestamp::now());
+                    (d, observed)
+                })
                 .map_err(|e| {
                     // Each resource the refusal names reads it in its own status file too.
                     if let select::SelectError::Invalid(errs) = &e {

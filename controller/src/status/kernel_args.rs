@@ -32,18 +32,21 @@ pub fn condition(st: &mut ResourceStatus, d: &Desired, h: &HostState, g: Option<
             ),
         ),
         Standing::NotBooted => {
-            let (r, m) = blocker_text(&j, h);
+            let (r, m) = blocker_text(d, &j, h);
             ("False", r, m)
         }
         Standing::Unknown => {
-            let (r, m) = blocker_text(&j, h);
+            let (r, m) = blocker_text(d, &j, h);
             ("Unknown", r, m)
         }
         _ => {
-            let (r, m) = blocker_text(&j, h);
+            let (r, m) = blocker_text(d, &j, h);
             (
                 "True",
-                if r == "RebootRequired" {
+                if r == "RebootRequired"
+                    || r == crate::plan::kernel_args::REBOOTING
+                    || r == crate::plan::kernel_args::WAITING_FOR_MAINTENANCE_WINDOW
+                {
                     "KernelArgsPending"
                 } else {
                     r

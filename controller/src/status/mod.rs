@@ -163,15 +163,36 @@ fn partition_status(
     if let Some(b) = part_blockers.first() {
         let all: Vec<String> = part_blockers.iter().map(|b| b.message.clone()).collect();
         ps.set(types::READY, false, &b.reason, all.join("; "), now, g);
+        // A reboot that comes by itself (reboot: Auto) is work in progress, not a stall.
+        let waits = part_blockers.iter().all(|b| {
+            b.reason == crate::plan::kernel_args::REBOOTING
+                || b.reason == crate::plan::kernel_args::WAITING_FOR_MAINTENANCE_WINDOW
+        });
         ps.set(
             types::PROGRESSING,
-            false,
+            waits,
             &b.reason,
-            format!("blocked; {}", nothing_changed(r)),
+            if waits {
+                format!(
+                    "waiting for the reboot (reboot: Auto); {} host writes",
+                    r.writes
+                )
+            } else {
+                format!("blocked; {}", nothing_changed(r))
+            },
             now,
             g,
         );
-        ps.progress(Standing::Stuck(b.reason.clone(), all.join("; ")), now, g);
+        let text = all.join("; ");
+        ps.progress(
+            if waits {
+                Standing::Working(b.reason.clone(), text)
+            } else {
+                Standing::Stuck(b.reason.clone(), text)
+            },
+            now,
+            g,
+        );
     } else if let Some((step, error)) = r.stop.as_ref().and_then(Stop::failure) {
         ps.set(
             types::READY,

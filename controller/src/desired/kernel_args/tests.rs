@@ -1,7 +1,7 @@
 use crate::desired::resolve_partition;
 use crate::host::Host;
 use crate::testutil::{manifests, twin};
-use gpuplane_crds::{HostSpec, KernelArgs, RebootPolicy};
+use gpuplane_crds::{HostSpec, KernelArgs, MaintenanceWindow, RebootPolicy};
 
 /// The reference partition with `host`, resolved on the twin: the errors as (field, message).
 fn check(host: HostSpec) -> Result<Option<KernelArgs>, Vec<(String, String)>> {
@@ -20,6 +20,7 @@ fn args(present: &[&str], absent: &[&str]) -> HostSpec {
             absent: absent.iter().map(|s| s.to_string()).collect(),
         }),
         reboot: RebootPolicy::Manual,
+        maintenance_window: None,
     }
 }
 
@@ -37,19 +38,67 @@ fn valid_arguments_resolve() {
     assert_eq!(check(HostSpec::default()).unwrap(), None);
 }
 
+/// `check` with the reference partition labelled for pool `fleet`.
+fn check_in_pool(host: HostSpec) -> Result<Option<KernelArgs>, Vec<(String, String)>> {
+    let mut m = manifests();
+    m.partitions[0].spec.host = Some(host);
+    m.partitions[0]
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(gpuplane_crds::POOL_LABEL.into(), "fleet".into());
+    let st = twin().observe().unwrap();
+    resolve_partition(&m.partitions[0], &st, "10de", "nvidia")
+        .map(|d| d.kernel_args)
+        .map_err(|e| e.into_iter().map(|e| (e.field, e.message)).collect())
+}
+
+fn window(start: &str, end: &str) -> Option<MaintenanceWindow> {
+    Some(MaintenanceWindow {
+        start: start.into(),
+        end: end.into(),
+        days: vec![],
+    })
+}
+
 #[test]
-fn auto_reboot_is_refused_until_the_fleet_budget_exists() {
-    let e = check(HostSpec {
+fn auto_reboot_needs_a_pool_or_a_maintenance_window() {
+    let auto = HostSpec {
         reboot: RebootPolicy::Auto,
         ..args(&["a=1"], &[])
-    })
-    .unwrap_err();
+    };
+    let e = check(auto.clone()).unwrap_err();
     assert_eq!(e[0].0, "spec.host.reboot");
     assert!(
-        e[0].1.starts_with("Auto is not available yet") && e[0].1.contains("use Manual"),
+        e[0].1
+            .starts_with("Auto needs permission to disrupt the host")
+            && e[0].1.contains("gpuplane.dev/pool")
+            && e[0].1.contains("maintenanceWindow")
+            && e[0].1.contains("or use Manual"),
         "{}",
         e[0].1
     );
+    assert!(check_in_pool(auto.clone()).is_ok(), "a pool member");
+    assert!(check(HostSpec {
+        maintenance_window: window("02:00", "04:00"),
+        ..auto.clone()
+    })
+    .is_ok());
+    // A window that is no window, and a window Manual would ignore.
+    let e = check(HostSpec {
+        maintenance_window: window("2am", "04:00"),
+        ..auto
+    })
+    .unwrap_err();
+    assert_eq!(e[0].0, "spec.host.maintenanceWindow");
+    assert!(e[0].1.contains("HH:MM"), "{}", e[0].1);
+    let e = check(HostSpec {
+        maintenance_window: window("02:00", "04:00"),
+        ..args(&["a=1"], &[])
+    })
+    .unwrap_err();
+    assert_eq!(e[0].0, "spec.host.maintenanceWindow");
+    assert!(e[0].1.contains("only read with reboot: Auto"), "{}", e[0].1);
 }
 
 #[test]

@@ -183,7 +183,8 @@ impl LocalHost {
             written: crate::host::preflight::sha256(&new),
             // Still true of the old content, and harmless for the new one (another hash).
             refreshed: old.as_ref().and_then(|r| r.refreshed.clone()),
-            boot_id: old.and_then(|r| r.boot_id),
+            boot_id: old.as_ref().and_then(|r| r.boot_id.clone()),
+            reboot_from: old.and_then(|r| r.reboot_from),
         };
         let mut left = store_record(&self.state_dir, &record)?;
         if new != text {
@@ -232,12 +233,43 @@ impl LocalHost {
                 String::new()
             },
             refreshed: Some(hash),
-            boot_id: self
-                .root
-                .read("/proc/sys/kernel/random/boot_id")
-                .map(|t| crate::text::sanitize(t.trim(), 64)),
+            boot_id: self.boot_id(),
+            reboot_from: old.reboot_from,
         };
         store_record(&self.state_dir, &record)
+    }
+
+    /// This boot's id, as observing reads it.
+    fn boot_id(&self) -> Option<String> {
+        self.root
+            .read("/proc/sys/kernel/random/boot_id")
+            .map(|t| crate::text::sanitize(t.trim(), 64))
+    }
+
+    /// `Step::Reboot`: only from the boot the plan was made in; `systemctl reboot`, then the
+    /// record says the reboot was asked from this boot (so the agent does not ask twice while
+    /// the shutdown runs). A kill between the two leaves no record: the host is shutting down
+    /// anyway, and a failed `systemctl reboot` leaves none either, so the next run asks again.
+    pub(super) fn reboot(&self, boot_id: &str) -> Result<Vec<super::files::Leftover>, LocalError> {
+        let now = self.boot_id();
+        if now.as_deref() != Some(boot_id) {
+            return Err(LocalError::Edit(format!(
+                "the reboot was planned in boot {boot_id}, this is boot {}: not rebooting",
+                now.as_deref().unwrap_or("(unknown)")
+            )));
+        }
+        let argv = [self.tools.systemctl.as_str(), "reboot"];
+        let o = self.cmd(&argv)?;
+        if !o.ok() {
+            return Err(LocalError::failed(
+                argv.join(" "),
+                &crate::text::sanitize(&o.stderr, 1000),
+            ));
+        }
+        let mut record = load_record(&self.state_dir).unwrap_or_default();
+        record.reboot_from = Some(boot_id.into());
+        let left = store_record(&self.state_dir, &record)?;
+        Ok(left)
     }
 }
 

@@ -549,6 +549,7 @@ impl LocalHost {
             Step::RefreshBootloader { bootloader } => {
                 leftovers = self.refresh_bootloader(*bootloader)?
             }
+            Step::Reboot { boot_id } => leftovers = self.reboot(boot_id)?,
             Step::WaitReady { .. } => {}
         }
         Ok(StepOutcome {

@@ -36,6 +36,7 @@ impl SimHost {
                 absent,
             } => self.set_kernel_args(step, *bootloader, present, absent)?,
             Step::RefreshBootloader { bootloader } => self.refresh_bootloader(step, *bootloader)?,
+            Step::Reboot { boot_id } => self.ask_reboot(step, boot_id)?,
             // containers
             Step::StopContainer { vmid } => self.stop_container(step, *vmid)?,
             Step::StartContainer { vmid } => self.start_container(step, *vmid)?,

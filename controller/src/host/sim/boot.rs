@@ -38,6 +38,13 @@ pub struct SimBoot {
     /// Each refresh command run, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refreshes: Vec<String>,
+    /// How many times the agent asked for a reboot (`systemctl reboot`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reboots_asked: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl SimBoot {
@@ -145,7 +152,8 @@ impl SimHost {
             path: b.config_path().into(),
             written: crate::host::preflight::sha256(&new),
             refreshed: old.as_ref().and_then(|r| r.refreshed.clone()),
-            boot_id: old.and_then(|r| r.boot_id),
+            boot_id: old.as_ref().and_then(|r| r.boot_id.clone()),
+            reboot_from: old.and_then(|r| r.reboot_from),
         });
         if let Some(f) = boot.file_mut(b) {
             *f = new;
@@ -189,7 +197,43 @@ impl SimHost {
             },
             refreshed: Some(crate::host::preflight::sha256(&text)),
             boot_id: Some(boot.boot_id.clone()),
+            reboot_from: old.reboot_from,
         });
         Ok(())
+    }
+
+    /// `Step::Reboot`: as the real backend, only from the boot the plan was made in; records
+    /// the ask and counts it. The reboot itself is [`SimHost::reboot_host`], which a test calls
+    /// (the agent ends with the boot: nothing after the ask runs in this one).
+    pub(super) fn ask_reboot(&mut self, step: &Step, boot_id: &str) -> Result<(), HostError> {
+        let boot = self.boot_mut(step)?;
+        if boot.boot_id != boot_id {
+            return Err(fail(
+                step,
+                format!(
+                    "the reboot was planned in boot {boot_id}, this is boot {}: not rebooting",
+                    boot.boot_id
+                ),
+            ));
+        }
+        boot.record.get_or_insert_with(Default::default).reboot_from = Some(boot_id.into());
+        boot.reboots_asked += 1;
+        Ok(())
+    }
+
+    /// The host reboots: the kernel comes up with the boot entries' arguments and a new boot
+    /// id ([`SimBoot::reboot`]), every unit and container is stopped (the simulated host has no
+    /// autostart: the agent starts what the spec wants). GPU bindings are kept, as early
+    /// binding (`gpuplane-early-bind`) does at boot on a real host.
+    pub fn reboot_host(&mut self) {
+        if let Some(b) = self.file.boot.as_mut() {
+            b.reboot();
+        }
+        for u in self.file.units.values_mut() {
+            u.stop();
+        }
+        for c in self.file.containers.values_mut() {
+            c.state = crate::host::model::RunState::Stopped;
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::bootloader::Bootloader;
 use crate::converge::{converge, Report, Stop};
+use crate::desired::reboot::RebootGate;
 use crate::desired::Desired;
 use crate::host::sim::{SimBoot, SimHost};
 use crate::host::Host;
@@ -339,5 +340,194 @@ fn a_grub_drop_in_counts_and_an_absent_word_there_is_named_not_edited_around() {
         grub.contains("GRUB_CMDLINE_LINUX_DEFAULT=\"quiet amd_iommu=on\"")
             && !grub.contains("disable_idle_d3"),
         "only iommu=pt removed; the drop-in's word is not written into the main file: {grub}"
+    );
+}
+
+/// `host`, with `reboot: Auto` and its gate as a front door decided it.
+fn auto(b: Bootloader, gate: RebootGate) -> (SimHost, Desired) {
+    let (h, mut d) = host(b);
+    d.partition.reboot = gate;
+    (h, d)
+}
+
+fn reboots(h: &SimHost) -> u32 {
+    h.file.boot.as_ref().unwrap().reboots_asked
+}
+
+#[test]
+fn auto_stops_the_servers_then_the_container_reboots_once_and_verifies_after_the_boot() {
+    let (mut h, d) = auto(
+        Bootloader::ProxmoxBootTool,
+        RebootGate::Now("inside spec.host.maintenanceWindow 02:00-04:00 UTC".into()),
+    );
+    let r = run(&mut h, &d);
+    let kinds: Vec<&str> = r.applied.iter().map(|a| a.planned.step.kind()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "writeLedger",
+            "setKernelArgs",
+            "refreshBootloader",
+            "stopUnit",
+            "stopContainer",
+            "reboot"
+        ],
+        "written, refreshed, then the safe order: the server, its container, the reboot"
+    );
+    assert_eq!(reboots(&h), 1);
+    let st = h.observe().unwrap();
+    assert!(
+        st.units.values().all(|u| !u.is_active()),
+        "no server runs into the reboot"
+    );
+    assert_eq!(
+        st.containers[&129].state,
+        crate::host::model::RunState::Stopped
+    );
+    assert_eq!(
+        st.boot.record.as_ref().unwrap().reboot_from.as_deref(),
+        Some("boot-1")
+    );
+    // While the host goes down: work in progress, not a stall (a pool keeps no failure).
+    let (s, reason, msg) = cond(&d, &r, "Reconciling");
+    assert_eq!(
+        (s.as_str(), reason.as_str()),
+        ("True", "Rebooting"),
+        "{msg}"
+    );
+    assert!(msg.contains("asked for the reboot"), "{msg}");
+    assert_eq!(cond(&d, &r, "Stalled").0, "False");
+    assert_eq!(cond(&d, &r, "RebootRequired").0, "True");
+    // Another run in the same boot asks nothing again.
+    let again = run(&mut h, &d);
+    assert_eq!(again.writes, 0, "{:?}", again.applied);
+    assert_eq!(reboots(&h), 1);
+
+    // The boot: the kernel runs the entries' arguments; the agent verifies and goes on.
+    h.reboot_host();
+    let after = run(&mut h, &d);
+    assert!(after.converged(), "{:?}", after.stop);
+    let (s, reason, _) = cond(&d, &after, "RebootRequired");
+    assert_eq!((s.as_str(), reason.as_str()), ("False", "KernelArgsBooted"));
+    assert_eq!(cond(&d, &after, "Ready").0, "True");
+    assert_eq!(drivers(&mut h, &VM_GPUS), ["vfio-pci"; 4]);
+    assert!(
+        h.observe().unwrap().units.values().any(|u| u.is_active()),
+        "the server runs again"
+    );
+    assert_eq!(reboots(&h), 1, "one reboot for one change");
+    assert_eq!(run(&mut h, &d).writes, 0);
+}
+
+#[test]
+fn auto_reboot_plan_is_a_disruption_a_pool_member_needs_a_slot_for() {
+    let (mut h, d) = auto(
+        Bootloader::ProxmoxBootTool,
+        RebootGate::Now("holding a disruption slot of pool fleet".into()),
+    );
+    // Written and refreshed (with Manual: no stop, no reboot), then Auto looks.
+    let mut manual = d.clone();
+    manual.partition.reboot = RebootGate::Manual;
+    run(&mut h, &manual);
+    let st = h.observe().unwrap();
+    let p = crate::plan::plan(&d, &st);
+    let kinds: Vec<&str> = p.steps.iter().map(|s| s.step.kind()).collect();
+    assert_eq!(kinds, ["stopUnit", "stopContainer", "reboot"]);
+    assert!(p.steps[2]
+        .why
+        .contains("holding a disruption slot of pool fleet"));
+    let (step, why) = crate::plan::disruption::first_disruption(&p, &st).expect("disruptive");
+    assert!(step.starts_with("stop unit"), "{step}: {why}");
+    // Even with nothing running, the reboot alone is a disruption.
+    assert!(crate::plan::disruption::disruption(&p.steps[2].step, &st)
+        .unwrap()
+        .contains("reboots the host"));
+}
+
+#[test]
+fn auto_outside_its_window_waits_as_work_in_progress_and_says_why() {
+    let (mut h, d) = auto(
+        Bootloader::ProxmoxBootTool,
+        RebootGate::Later(
+            "outside spec.host.maintenanceWindow 02:00-04:00 UTC (now Fri 12:34 UTC)".into(),
+        ),
+    );
+    let r = run(&mut h, &d);
+    assert_eq!(reboots(&h), 0);
+    assert!(
+        !r.applied.iter().any(|a| a.planned.step.kind() == "reboot"),
+        "{:?}",
+        r.applied
+    );
+    let (s, reason, msg) = cond(&d, &r, "Reconciling");
+    assert_eq!(
+        (s.as_str(), reason.as_str()),
+        ("True", "WaitingForMaintenanceWindow")
+    );
+    assert!(
+        msg.contains("not now: outside spec.host.maintenanceWindow 02:00-04:00 UTC"),
+        "{msg}"
+    );
+    assert_eq!(cond(&d, &r, "Stalled").0, "False");
+    // A gate that can never open (a file agent in a pool, no window) is a stall a person fixes.
+    let mut cannot = d.clone();
+    cannot.partition.reboot = RebootGate::Cannot("set spec.host.maintenanceWindow".into());
+    let r = run(&mut h, &cannot);
+    let (s, reason, msg) = cond(&cannot, &r, "Stalled");
+    assert_eq!(
+        (s.as_str(), reason.as_str()),
+        ("True", "RebootRequired"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("reboot: Auto cannot reboot: set spec.host.maintenanceWindow"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn auto_after_a_boot_without_the_arguments_stalls_and_does_not_reboot_again() {
+    let (mut h, d) = auto(
+        Bootloader::ProxmoxBootTool,
+        RebootGate::Now("inside spec.host.maintenanceWindow 02:00-04:00 UTC".into()),
+    );
+    run(&mut h, &d);
+    assert_eq!(reboots(&h), 1);
+    // The bootloader booted an old entry: a new boot, the same command line.
+    h.reboot_host();
+    h.file.boot.as_mut().unwrap().cmdline =
+        "BOOT_IMAGE=/boot/vmlinuz-6.8.12-4-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet amd_iommu=on iommu=pt".into();
+    let r = run(&mut h, &d);
+    assert_eq!(reboots(&h), 1, "no second reboot");
+    let (st, why, msg) = cond(&d, &r, "Stalled");
+    assert_eq!(
+        (st.as_str(), why.as_str()),
+        ("True", "KernelArgsNotBooted"),
+        "{msg}"
+    );
+    assert!(msg.contains("does not reboot again"), "{msg}");
+}
+
+#[test]
+fn auto_refreshes_a_config_a_person_wrote_before_it_reboots_into_it() {
+    let (mut h, d) = auto(
+        Bootloader::ProxmoxBootTool,
+        RebootGate::Now("inside spec.host.maintenanceWindow 02:00-04:00 UTC".into()),
+    );
+    // A person wrote the words (no record of the agent's).
+    h.file.boot.as_mut().unwrap().kernel_cmdline = Some(
+        "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet amd_iommu=on vfio-pci.disable_idle_d3=1\n".into(),
+    );
+    let r = run(&mut h, &d);
+    let kinds: Vec<&str> = r.applied.iter().map(|a| a.planned.step.kind()).collect();
+    let refresh = kinds
+        .iter()
+        .position(|k| *k == "refreshBootloader")
+        .expect("refreshed");
+    let reboot = kinds.iter().position(|k| *k == "reboot").expect("rebooted");
+    assert!(refresh < reboot, "{kinds:?}");
+    assert!(
+        !kinds.contains(&"setKernelArgs"),
+        "the file already holds them: {kinds:?}"
     );
 }

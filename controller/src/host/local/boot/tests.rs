@@ -212,3 +212,46 @@ fn the_captured_h200_command_line() {
         "no IOMMU options on that kernel"
     );
 }
+
+#[test]
+fn reboot_runs_systemctl_reboot_only_from_its_own_boot_and_records_it() {
+    let (t, mut h) = root(&[("/etc/kernel/cmdline", "root=/dev/vda rw quiet\n")]);
+    let log = t.path().join("reboot.log");
+    let systemctl = t.path().join("bin/systemctl");
+    std::fs::write(
+        &systemctl,
+        format!("#!/bin/sh\necho \"systemctl $*\" >> {}\n", log.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &systemctl,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    h.tools.systemctl = systemctl.display().to_string();
+    // A plan of another boot is refused: nothing runs.
+    let e = h
+        .apply(&Step::Reboot {
+            boot_id: "an-older-boot".into(),
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("not rebooting"), "{e}");
+    assert!(!log.exists());
+    let this = "4b1c6d8e-0000-4000-8000-000000000001";
+    h.apply(&Step::Reboot {
+        boot_id: this.into(),
+    })
+    .unwrap();
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "systemctl reboot\n");
+    let rec = observe(&h.root, &h.state_dir).record.unwrap();
+    assert_eq!(rec.reboot_from.as_deref(), Some(this));
+    // A refused reboot is an error and records nothing.
+    std::fs::remove_file(h.state_dir.join(RECORD)).unwrap();
+    h.tools.systemctl = "/bin/false".into();
+    assert!(h
+        .apply(&Step::Reboot {
+            boot_id: this.into()
+        })
+        .is_err());
+    assert!(observe(&h.root, &h.state_dir).record.is_none());
+}
