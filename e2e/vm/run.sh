@@ -40,6 +40,10 @@
 #                       VM); check.sh runs again at every boot and can tell them apart by a file
 #                       it leaves on the disk. The output is everything from the first boot's
 #                       @@BEGIN@@ to the last @@END@@ (the later boots' @@BEGIN@@ lines included).
+#   VM_REBOOT=entry     the same, and each next boot runs the kernel command line of the boot
+#                       entry the bootloader stand-ins (scenario-lib.sh boot_standins) recorded
+#                       in /var/lib/standin-boot/entry, as a bootloader would; at most
+#                       VM_MAX_BOOTS boots (default 3). The real bootloader is not run.
 #   VM_PCI_LAYOUT=renumbered  the same devices in the same slots at other addresses (the
 #                       NUMA nodes' bus ranges swapped, rp1b on pcie.0): see "The machine" below
 #                       and e2e/vm/README.md
@@ -194,7 +198,7 @@ launch() {
     -chardev file,id=con,path="$W/console.log" -serial chardev:con \
     -chardev file,id=res,path="$W/result.log" -device isa-serial,chardev=res,index=1 \
     -kernel "$E2E_CACHE/vmlinuz" -initrd "$E2E_CACHE/initrd.img" \
-    -append "$kargs ${KARGS:-}" \
+    -append "$kargs $bootargs" \
     ${VM_QEMU_ARGS:-} >"$W/qemu.log" 2>&1 &
   qpid=$!
   ( while kill -0 "$qpid" 2>/dev/null; do
@@ -212,22 +216,53 @@ launch() {
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
   secs=$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))
 }
-# One more boot, from a fresh copy of the image, when the first hung in the emulator; the test
-# still has to pass whole on that boot, and stderr says that it was needed.
-launch
+# boots: boots the machine until the script has ended: once, or with VM_REBOOT=entry across the
+# guest's own reboots, each next boot with the kernel command line of the boot entry that the
+# bootloader stand-ins recorded on the guest's disk (ENTRY, read with debugfs once the guest is
+# down): the harness plays the bootloader. The script's output of every boot is kept in order.
+ENTRY=/var/lib/standin-boot/entry
+boots() {
+  local n=1 entry
+  bootargs=${KARGS:-}
+  : >"$W/result.all"
+  while :; do
+    launch
+    [ -e "$W/hung" ] && return 0
+    cat "$W/result.log" >>"$W/result.all" 2>/dev/null || true
+    [ "${VM_REBOOT:-}" = entry ] || return 0
+    # Ended: the last @@BEGIN@@ has its @@END@@.
+    if tr -d '\r' <"$W/result.all" | awk '/^@@BEGIN@@$/ {o = 1} /^@@END@@ rc=[0-9]*$/ {o = 0} END {exit o}'; then
+      return 0
+    fi
+    n=$((n + 1))
+    if [ $n -gt "${VM_MAX_BOOTS:-3}" ]; then
+      echo "run.sh: the guest rebooted again after ${VM_MAX_BOOTS:-3} boots; not booting it once more" >&2
+      return 0
+    fi
+    entry=$(debugfs -R "cat $ENTRY" "$W/disk.img" 2>/dev/null | tr -d '\r' | tr '\n' ' ' | sed 's/ *$//')
+    if [ -z "$entry" ]; then
+      echo "run.sh: the guest went down before its script ended, and $ENTRY is empty: no boot entry to boot" >&2
+      return 0
+    fi
+    echo "run.sh: the guest rebooted; boot $n runs the entry the bootloader stand-in recorded: $entry" >&2
+    bootargs=$entry
+  done
+}
+# One more try, from a fresh copy of the image, when a boot hung in the emulator; the test
+# still has to pass whole on that try, and stderr says that it was needed.
+boots
 if [ -e "$W/hung" ]; then
   echo "run.sh: the guest kernel hung in the emulator after ${secs}s (a CPU stuck for ${HANG_SECS}s or more; not the script):" >&2
   grep -m 4 'soft lockup\|self-detected stall' "$W/console.log" | tr -d '\r' >&2 || true
   echo "run.sh: booting once more from a fresh copy of the image" >&2
   cp "$W/console.log" "$W/console.hung.log"
   prepare_disk "$@"
-  launch
+  boots
 fi
 echo "$secs" >"$W/wall_seconds"
 [ "${VM_QUIET:-}" = 1 ] || echo "run.sh: VM ran ${secs}s (boot, script, power-off)" >&2
 
-touch "$W/result.log"
-sed 's/\r$//' "$W/result.log" >"$W/result.txt"
+sed 's/\r$//' "$W/result.all" >"$W/result.txt"
 end_line=$(grep -n '^@@END@@ rc=[0-9]*$' "$W/result.txt" | tail -1 || true)
 if grep -q '^@@BEGIN@@$' "$W/result.txt" && [ -n "$end_line" ]; then
   begin=$(grep -n '^@@BEGIN@@$' "$W/result.txt" | head -1 | cut -d: -f1)

@@ -122,3 +122,31 @@ reset_host() {
   mkdir -p $M
   journalctl --rotate >/dev/null 2>&1; journalctl --vacuum-time=1s >/dev/null 2>&1
 }
+# boot_standins: stand-ins of the two bootloader refresh commands, used by the agent through
+# GPUPLANE_PROXMOX_BOOT_TOOL/GPUPLANE_UPDATE_GRUB (exported here). THE REAL BOOTLOADER IS NOT RUN
+# IN THESE TESTS: each stand-in only records that it ran (/var/lib/standin-boot/ran) and the
+# kernel command line the real tool would put into the boot entry (/var/lib/standin-boot/entry)
+# -- proxmox-boot-tool: the text of /etc/kernel/cmdline; update-grub (grub-mkconfig sources
+# /etc/default/grub): the entry's own root and rw, then $GRUB_CMDLINE_LINUX
+# $GRUB_CMDLINE_LINUX_DEFAULT. The harness plays the bootloader: it boots that entry next
+# (run.sh VM_REBOOT=entry, or a second boot with KARGS set from it).
+export GPUPLANE_PROXMOX_BOOT_TOOL=/usr/local/sbin/proxmox-boot-tool GPUPLANE_UPDATE_GRUB=/usr/local/sbin/update-grub
+boot_standins() {
+  mkdir -p /usr/local/sbin /var/lib/standin-boot
+  cat > /usr/local/sbin/proxmox-boot-tool <<'SH'
+#!/bin/sh
+# STAND-IN: records the run and the entry's command line; the real proxmox-boot-tool is not run.
+[ "$1" = refresh ] || { echo "stand-in: only refresh" >&2; exit 2; }
+echo "proxmox-boot-tool $*" >> /var/lib/standin-boot/ran
+tr -s ' \t\n' '   ' < /etc/kernel/cmdline | sed 's/ *$//' > /var/lib/standin-boot/entry
+SH
+  cat > /usr/local/sbin/update-grub <<'SH'
+#!/bin/sh
+# STAND-IN: records the run and the default entry's command line as grub-mkconfig builds it
+# (it sources /etc/default/grub); the real update-grub is not run.
+echo "update-grub${1:+ $*}" >> /var/lib/standin-boot/ran
+. /etc/default/grub
+echo "root=/dev/vda rw $GRUB_CMDLINE_LINUX $GRUB_CMDLINE_LINUX_DEFAULT" | tr -s ' ' | sed 's/ *$//' > /var/lib/standin-boot/entry
+SH
+  chmod 755 /usr/local/sbin/proxmox-boot-tool /usr/local/sbin/update-grub
+}

@@ -25,33 +25,12 @@
 # it), STATE (base64 tar.gz of the agent's state, /etc/pve and the bootloader files).
 set -u
 . /usr/local/bin/scenario-lib.sh
-export GPUPLANE_PROXMOX_BOOT_TOOL=/usr/local/sbin/proxmox-boot-tool GPUPLANE_UPDATE_GRUB=/usr/local/sbin/update-grub
 B=/var/lib/standin-boot
 
 drv() { for d in /sys/bus/pci/devices/*; do
   [ "$(cat $d/vendor)" = 0x1234 ] || continue
   echo "DRV $1 ${d##*/} $(basename "$(readlink $d/driver)" 2>/dev/null || echo none) $(cat $d/driver_override)"; done; }
 quoted() { python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()))' "$1"; }
-# standins: the recording stand-ins of the two refresh commands (see the top)
-standins() {
-  mkdir -p /usr/local/sbin $B
-  cat > /usr/local/sbin/proxmox-boot-tool <<'SH'
-#!/bin/sh
-# STAND-IN: records the run and the entry's command line; the real proxmox-boot-tool is not run.
-[ "$1" = refresh ] || { echo "stand-in: only refresh" >&2; exit 2; }
-echo "proxmox-boot-tool $*" >> /var/lib/standin-boot/ran
-tr -s ' \t\n' '   ' < /etc/kernel/cmdline | sed 's/ *$//' > /var/lib/standin-boot/entry
-SH
-  cat > /usr/local/sbin/update-grub <<'SH'
-#!/bin/sh
-# STAND-IN: records the run and the default entry's command line as grub-mkconfig builds it
-# (it sources /etc/default/grub); the real update-grub is not run.
-echo "update-grub${1:+ $*}" >> /var/lib/standin-boot/ran
-. /etc/default/grub
-echo "root=/dev/vda rw $GRUB_CMDLINE_LINUX $GRUB_CMDLINE_LINUX_DEFAULT" | tr -s ' ' | sed 's/ *$//' > /var/lib/standin-boot/entry
-SH
-  chmod 755 /usr/local/sbin/proxmox-boot-tool /usr/local/sbin/update-grub
-}
 pve() {
   mkdir -p /etc/pve/lxc /etc/pve/qemu-server /etc/pve/mapping
   printf 'name: guest\nhostpci0: mapping=emu-vm,pcie=1\n' > /etc/pve/qemu-server/300.conf
@@ -107,7 +86,7 @@ if [ ! -f "$(state_file cmdline)" ]; then
   echo "== boot 1: the host booted with iommu=pt"
   for s in cmdline grub; do
     echo "== $s: converge, then the state the reboot keeps"
-    rm -rf $B; standins; pve; spec $s; bootfile $s
+    rm -rf $B; boot_standins; pve; spec $s; bootfile $s
     echo "FILE $s-before $(quoted "$(file_of $s)")"
     converge $s
     report $s $s
@@ -124,7 +103,7 @@ for s in cmdline grub; do
   rm -rf /var/lib/gpuplane /etc/pve $B /etc/kernel/cmdline /etc/default/grub
   base64 -d "$(state_file $s)" | tar xzf - -C /
   : > $B/ran
-  standins; spec $s
+  boot_standins; spec $s
   converge $s
   report $s $s-after
   cp -r $M/$s $M/$s-again; converge $s-again
