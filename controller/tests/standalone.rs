@@ -110,3 +110,67 @@ fn converges_from_files_writes_status_files_and_refuses_invalid_ones() {
     );
     assert!(format!("{srv:?}").contains("spec.listen.host"), "{srv:?}");
 }
+
+/// The units of the simulated host file: key → (has a file, active).
+fn units(d: &Path) -> Vec<(String, bool, bool)> {
+    let h: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(d.join("host.yaml")).unwrap()).unwrap();
+    h["units"]
+        .as_mapping()
+        .map(|m| {
+            m.iter()
+                .map(|(k, u)| {
+                    (
+                        k.as_str().unwrap_or_default().to_string(),
+                        !u["file"].is_null(),
+                        !u["startedAt"].is_null() || !u["running"].is_null(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_server_removed_from_the_manifests_has_its_unit_stopped_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("m")).unwrap();
+    for f in ["partition.yaml", "server.yaml"] {
+        std::fs::copy(repo().join("examples/kpro6").join(f), d.join("m").join(f)).unwrap();
+    }
+    std::fs::copy(
+        repo().join("examples/hosts/kpro6.yaml"),
+        d.join("host.yaml"),
+    )
+    .unwrap();
+    run(d);
+    let file = "InferenceServer-default_qwen35-122b.yaml";
+    let srv = status(d, file);
+    assert_eq!(srv["unit"], "lxc-129/sglang-qwen.service", "{srv:?}");
+    let before = units(d);
+    assert!(
+        before
+            .iter()
+            .any(|(k, file, _)| k.contains("sglang-qwen") && *file),
+        "{before:?}"
+    );
+
+    // The server's manifest removed (a GitOps commit deleting it): the agent stops and removes
+    // the unit it wrote, then forgets the server's status file.
+    std::fs::remove_file(d.join("m/server.yaml")).unwrap();
+    let err = run(d);
+    let after = units(d);
+    assert!(
+        !after
+            .iter()
+            .any(|(k, file, active)| k.contains("sglang-qwen") && (*file || *active)),
+        "{after:?}\n{err}"
+    );
+    assert!(!d.join("status").join(file).exists(), "{err}");
+    assert_eq!(ready(&status(d, "GpuPartition-kpro6.yaml")).0, "True");
+    // Nothing left to do: another run changes nothing.
+    let host = std::fs::read(d.join("host.yaml")).unwrap();
+    run(d);
+    assert_eq!(std::fs::read(d.join("host.yaml")).unwrap(), host);
+}

@@ -27,6 +27,7 @@ use crate::desired::select;
 use crate::door::Door;
 use crate::host::Host;
 use crate::manifests::Manifests;
+use crate::resource_key::ResourceKey;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -159,7 +160,7 @@ fn round(
                     e.to_string()
                 })
         });
-    let (desired, observed) = match desired {
+    let (mut desired, observed) = match desired {
         Ok(d) => d,
         Err(f) => {
             tracing::warn!(
@@ -173,8 +174,26 @@ fn round(
             return None;
         }
     };
+    // Servers gone from the manifests: their units are stopped and removed (what a deleted
+    // InferenceServer's finalizer does in Kubernetes), found by the unit their status file names.
+    let live: Vec<ResourceKey> = desired
+        .servers
+        .iter()
+        .map(|s| ResourceKey::server_id(&s.id))
+        .collect();
+    let removed = status_files::removed_servers(&opts.status_dir, &live);
+    for r in &removed {
+        if !desired.removed_units.contains(&r.unit) {
+            desired.removed_units.push(r.unit.clone());
+        }
+    }
     let now_watched = (
-        desired.servers.iter().map(|s| s.unit.clone()).collect(),
+        desired
+            .servers
+            .iter()
+            .map(|s| s.unit.clone())
+            .chain(desired.removed_units.iter().cloned())
+            .collect(),
         crate::desired::preflight::requests(&desired),
     );
     // The observation that selected the GPUs starts the converge loop when it watched the same
@@ -197,7 +216,20 @@ fn round(
     }
     let status =
         crate::status::compute(&desired, &report, &Default::default(), &crate::clock::now());
-    status_files::write(&opts.status_dir, &status);
+    let units = desired
+        .servers
+        .iter()
+        .map(|s| (ResourceKey::server_id(&s.id), s.unit.clone()))
+        .collect();
+    status_files::write(&opts.status_dir, &status, &units);
+    for (key, st) in &status {
+        let (ns, name) = match key {
+            ResourceKey::Partition { name } => ("", name.as_str()),
+            ResourceKey::Server { namespace, name } => (namespace.as_str(), name.as_str()),
+        };
+        metrics.set_conditions(key.kind(), ns, name, &st.conditions);
+    }
+    forget_removed(opts, metrics, &desired, &removed, host_state(&report));
     let node = crate::discovery::select::Node {
         name: &desired.partition.node_name,
         address: opts.sd_node_address.as_deref(),
@@ -216,6 +248,32 @@ fn round(
         return Some(vec![]);
     }
     report.waiting_units(&desired)
+}
+
+/// The removed servers whose unit is gone (stopped, no file; or never there) lose their status
+/// file and their condition series; the others are tried again at the next pass.
+fn forget_removed(
+    opts: &StandaloneOptions,
+    metrics: &crate::metrics::Metrics,
+    desired: &crate::desired::Desired,
+    removed: &[status_files::Removed],
+    host: &crate::host::model::HostState,
+) {
+    for r in removed {
+        let reused = desired.servers.iter().any(|s| s.unit == r.unit);
+        let gone = reused
+            || host
+                .unit(&r.unit)
+                .is_none_or(|o| o.file.is_none() && !o.is_active());
+        if !gone {
+            continue;
+        }
+        tracing::info!(resource = %r.resource, "the server left the manifests; its unit {} is stopped and removed", r.unit);
+        status_files::forget(&opts.status_dir, &r.file);
+        if let ResourceKey::Server { namespace, name } = &r.resource {
+            metrics.forget("InferenceServer", namespace, name);
+        }
+    }
 }
 
 /// The host as the pass left it (empty when it could not be observed).

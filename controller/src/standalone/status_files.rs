@@ -2,30 +2,108 @@
 //! (`GpuPartition-kpro6.yaml`, `InferenceServer-default_qwen35-122b.yaml`), the conditions in the
 //! Kubernetes shape, replaced atomically; `_invalid.yaml` while the manifests are invalid.
 
+use crate::host::model::UnitRef;
 use crate::status::ResourceStatus;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Writes each resource's conditions; removes `_invalid.yaml`.
-pub fn write(dir: &Path, status: &BTreeMap<crate::resource_key::ResourceKey, ResourceStatus>) {
+/// Writes each resource's conditions (a server's with its unit: what the agent stops and
+/// removes when the server leaves the manifests, [`removed_servers`]); removes `_invalid.yaml`.
+pub fn write(
+    dir: &Path,
+    status: &BTreeMap<crate::resource_key::ResourceKey, ResourceStatus>,
+    units: &BTreeMap<crate::resource_key::ResourceKey, UnitRef>,
+) {
     for (resource, st) in status {
         for c in &st.conditions {
             tracing::info!(resource = %resource, "{}={} ({}): {}", c.type_, c.status, c.reason, c.message);
         }
-        put_conditions(dir, &resource.to_string(), st);
+        put_conditions(dir, &resource.to_string(), st, units.get(resource));
     }
     let _ = std::fs::remove_file(dir.join("_invalid.yaml"));
 }
 
+/// A server that has a status file but is no longer in the manifests: its file and the unit the
+/// agent ran it as.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Removed {
+    pub resource: crate::resource_key::ResourceKey,
+    pub file: String,
+    pub unit: UnitRef,
+}
+
+/// The servers whose status file names a unit and which `live` (the manifests' servers) no
+/// longer lists. A file without a unit (written by an older agent, or a refusal) names none.
+pub fn removed_servers(dir: &Path, live: &[crate::resource_key::ResourceKey]) -> Vec<Removed> {
+    #[derive(serde::Deserialize)]
+    struct File {
+        resource: String,
+        /// [`UnitRef::key`]: `host/NAME` or `lxc-VMID/NAME`.
+        #[serde(default)]
+        unit: Option<String>,
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return vec![];
+    };
+    let mut out = vec![];
+    // Bounded: at most this many files are read per pass (a status directory is the agent's).
+    for e in entries.flatten().take(4096) {
+        let name = e.file_name().to_string_lossy().to_string();
+        if !name.starts_with("InferenceServer-") || !name.ends_with(".yaml") {
+            continue;
+        }
+        let Some(f) = read_small(&e.path()).and_then(|t| serde_yaml::from_str::<File>(&t).ok())
+        else {
+            continue;
+        };
+        let (Ok(resource), Some(unit)) = (
+            f.resource.parse(),
+            f.unit.as_deref().and_then(UnitRef::from_key),
+        ) else {
+            continue;
+        };
+        if !live.contains(&resource) && file_name(&f.resource) == name {
+            out.push(Removed {
+                resource,
+                file: name,
+                unit,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.file.cmp(&b.file));
+    out
+}
+
+/// A file's text, at most 1 MiB of it (a status file is a few KiB).
+fn read_small(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(1 << 20)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
+}
+
+/// Removes the status file of a server that is gone.
+pub fn forget(dir: &Path, file: &str) {
+    let _ = std::fs::remove_file(dir.join(file));
+}
+
 /// Writes `resource`'s file with its conditions merged into what it held (lastTransitionTime
-/// survives unless a condition's status flips, as in the API), and a partition's GPU table.
-fn put_conditions(dir: &Path, resource: &str, st: &ResourceStatus) {
+/// survives unless a condition's status flips, as in the API), a partition's GPU table and a
+/// server's unit.
+fn put_conditions(dir: &Path, resource: &str, st: &ResourceStatus, unit: Option<&UnitRef>) {
     let name = file_name(resource);
     let conditions = gpuplane_crds::condition::merge(&previous(dir, &name), &st.conditions);
     let mut doc = serde_json::json!({
         "resource": resource,
         "conditions": conditions,
     });
+    if let Some(u) = unit {
+        doc["unit"] = serde_json::json!(u.key());
+    }
     if !st.gpus.is_empty() {
         doc["gpus"] = serde_json::json!(st.gpus);
         doc["layoutHash"] = serde_json::json!(st.layout_hash);
@@ -61,7 +139,7 @@ pub fn write_refusals(dir: &Path, errs: &[crate::desired::SpecError]) {
     for (resource, msgs) in by {
         let now = crate::clock::now();
         let st = crate::status::refusal::invalid(&msgs, None, &now);
-        put_conditions(dir, &resource.to_string(), &st);
+        put_conditions(dir, &resource.to_string(), &st, None);
     }
 }
 
