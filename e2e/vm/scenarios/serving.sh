@@ -7,12 +7,15 @@
 # (the host's Debian binary, installed into the VM as /usr/local/bin/prometheus) finds it only
 # through the agent: `http_sd_configs` at /sd/servers (job sglang) and `file_sd_configs` on the
 # agent's file (job sglang-file), scrapes the agent itself (job gpuplane-agent: the
-# gpuplane_gpu_owner join) and loads the chart's serving rules. For each spelling of SGLang's
+# gpuplane_gpu_owner join), a stand-in of NVIDIA's dcgm-exporter (job dcgm: dcgm-exporter needs
+# NVIDIA's DCGM and GPUs, so a small server of this script emits its three gauges the dashboard
+# reads, in dcgm-exporter's shape, for the host slice's stand-in GPUs) and loads the chart's
+# serving rules. For each spelling of SGLang's
 # metric names (colon, underscore: a fresh Prometheus each) the script sends requests and
 # evaluates every query of the serving dashboard. Then the server's manifest is removed: the
 # agent stops and removes its unit and both jobs lose the target.
 # Lines: TARGETS SPELLING JSON (sglang's and sglang-file's active targets), PANEL SPELLING
-# ROWS TITLE (ROWS: series the panel's first query returned; DCGM panels: -1, evaluated only),
+# ROWS TITLE (ROWS: series the panel's first query returned),
 # VALUE SPELLING TITLE VALUE, GONE SECONDS JOB, AGENT-SD JSON, ERROR ...
 set -u
 . /usr/local/bin/scenario-lib.sh
@@ -29,6 +32,37 @@ spec() {
   server live "    - {name: STANDIN_METRICS_NAMES, value: $1}"
   sed -i 's/^  p2p: Disabled$/  p2p: Disabled\n  enableMetrics: true/' $M/live/server.yaml
 }
+# dcgm_standin: NOT dcgm-exporter: on 127.0.0.1:9400, the gauges DCGM_FI_DEV_GPU_UTIL,
+# DCGM_FI_DEV_FB_USED and DCGM_FI_DEV_POWER_USAGE of each stand-in GPU on NUMA node 0 (the host
+# slice), labelled as dcgm-exporter labels its series (gpu, UUID, pci_bus_id as NVML spells it:
+# an 8-digit domain and upper-case hex, device, modelName, Hostname, DCGM_FI_DRIVER_VERSION).
+dcgm_standin() { python3 - <<'PY' > /var/log/dcgm-standin.log 2>&1 &
+import http.server, os
+D = "/sys/bus/pci/devices/"
+gpus = [a for a in sorted(os.listdir(D))
+        if open(D + a + "/vendor").read().strip() == "0x1234" and open(D + a + "/numa_node").read().strip() == "0"]
+text = ""
+for name, doc, value in (("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "37"),
+                         ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "20480"),
+                         ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "312.5")):
+    text += "# HELP %s %s\n# TYPE %s gauge\n" % (name, doc, name)
+    for i, a in enumerate(gpus):
+        dom, rest = a.split(":", 1)
+        bus = (dom.rjust(8, "0") + ":" + rest).upper()
+        text += ('%s{gpu="%d",UUID="GPU-standin-%d",pci_bus_id="%s",device="nvidia%d",modelName="stand-in",'
+                 'Hostname="vmhost",DCGM_FI_DRIVER_VERSION="590.44.01"} %s\n') % (name, i, i, bus, i, value)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = text.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+http.server.HTTPServer(("127.0.0.1", 9400), H).serve_forever()
+PY
+}
+dcgm_standin
 spec colon
 cat > /etc/systemd/system/gpuplane-e2e.service <<UNIT
 [Unit]
@@ -50,6 +84,8 @@ scrape_configs:
     http_sd_configs: [{url: 'http://127.0.0.1:9464/sd/servers', refresh_interval: 1s}]
   - job_name: sglang-file
     file_sd_configs: [{files: ['$FILE_SD'], refresh_interval: 1s}]
+  - job_name: dcgm
+    static_configs: [{targets: ['127.0.0.1:9400']}]
 EOF
   $B/prometheus --config.file=$P/prometheus.yml --storage.tsdb.path=$P/data \
     --web.listen-address=127.0.0.1:9090 > $P/log 2>&1 &
@@ -88,14 +124,10 @@ def query(expr):
 for p in json.load(open("/usr/local/bin/serving-dashboard.json"))["panels"]:
     title, rows = p["title"], None
     for t in p["targets"]:
-        if "DCGM_FI_" in t["expr"]:
-            query(t["expr"])  # evaluates (an error raises): no dcgm-exporter is scraped here
-            rows = -1 if rows is None else rows
-            continue
         r = wait("data for panel " + title, lambda: query(t["expr"]), 90)
-        if rows in (None, -1):
+        if rows is None:
             rows = len(r)
-            print("VALUE", spelling, title, "=", r[0]["value"][1])
+            print("VALUE", spelling, title, "=", r[0]["value"][1], json.dumps(r[0]["metric"], separators=(",", ":")))
     print("PANEL", spelling, rows, title)
 PY
 }
