@@ -35,6 +35,22 @@ fn run(dir: &Path) -> String {
     err
 }
 
+/// A directory with the reference manifests in `m/` and the reference host in `host.yaml`.
+fn reference() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("m")).unwrap();
+    for f in ["partition.yaml", "server.yaml"] {
+        std::fs::copy(repo().join("examples/kpro6").join(f), d.join("m").join(f)).unwrap();
+    }
+    std::fs::copy(
+        repo().join("examples/hosts/kpro6.yaml"),
+        d.join("host.yaml"),
+    )
+    .unwrap();
+    dir
+}
+
 fn status(dir: &Path, file: &str) -> serde_yaml::Value {
     let text = std::fs::read_to_string(dir.join("status").join(file))
         .unwrap_or_else(|e| panic!("status/{file}: {e}"));
@@ -54,17 +70,8 @@ fn ready(v: &serde_yaml::Value) -> (String, String, String) {
 
 #[test]
 fn converges_from_files_writes_status_files_and_refuses_invalid_ones() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = reference();
     let d = dir.path();
-    std::fs::create_dir_all(d.join("m")).unwrap();
-    for f in ["partition.yaml", "server.yaml"] {
-        std::fs::copy(repo().join("examples/kpro6").join(f), d.join("m").join(f)).unwrap();
-    }
-    std::fs::copy(
-        repo().join("examples/hosts/kpro6.yaml"),
-        d.join("host.yaml"),
-    )
-    .unwrap();
 
     run(d);
     let (s, r, t0) = ready(&status(d, "GpuPartition-kpro6.yaml"));
@@ -133,17 +140,8 @@ fn units(d: &Path) -> Vec<(String, bool, bool)> {
 
 #[test]
 fn a_server_removed_from_the_manifests_has_its_unit_stopped_and_removed() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = reference();
     let d = dir.path();
-    std::fs::create_dir_all(d.join("m")).unwrap();
-    for f in ["partition.yaml", "server.yaml"] {
-        std::fs::copy(repo().join("examples/kpro6").join(f), d.join("m").join(f)).unwrap();
-    }
-    std::fs::copy(
-        repo().join("examples/hosts/kpro6.yaml"),
-        d.join("host.yaml"),
-    )
-    .unwrap();
     run(d);
     let file = "InferenceServer-default_qwen35-122b.yaml";
     let srv = status(d, file);

@@ -225,6 +225,13 @@ pub fn standin_tar(name: &str) -> (PathBuf, PathBuf) {
     (dir, tar)
 }
 
+/// The lines of `out` that start with `tag ` (the tag taken off), in order.
+pub fn tagged<'a>(out: &'a str, tag: &str) -> Vec<&'a str> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix(tag).and_then(|r| r.strip_prefix(' ')))
+        .collect()
+}
+
 /// The `TAG name rest...` lines a scenario printed, by (tag, name).
 pub struct Report(BTreeMap<(String, String), Vec<String>>);
 

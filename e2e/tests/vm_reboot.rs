@@ -13,14 +13,7 @@
 //!     cargo test --workspace --test vm_reboot -- --nocapture   (two boots, ~4 min)
 
 use gpuplane_e2e::paths::repo_root;
-use gpuplane_e2e::vm::{gpuplane_for_vm, preflight, run, standin_tar};
-
-/// The lines of `out` that start with `tag ` (the tag taken off).
-fn lines<'a>(out: &'a str, tag: &str) -> Vec<&'a str> {
-    out.lines()
-        .filter_map(|l| l.strip_prefix(tag).and_then(|r| r.strip_prefix(' ')))
-        .collect()
-}
+use gpuplane_e2e::vm::{gpuplane_for_vm, preflight, run, standin_tar, tagged as lines};
 
 #[test]
 fn auto_reboots_once_into_the_written_arguments_and_verifies_them() {

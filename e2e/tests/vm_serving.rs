@@ -13,15 +13,8 @@
 //!     cargo build --bin gpuplane && cargo test --workspace --test vm_serving -- --nocapture
 
 use gpuplane_e2e::paths::repo_root;
-use gpuplane_e2e::vm::{gpuplane_for_vm, preflight, run, standin_tar};
+use gpuplane_e2e::vm::{gpuplane_for_vm, preflight, run, standin_tar, tagged as lines};
 use serde_json::Value as Json;
-
-/// The lines of `out` that start with `tag ` (the tag taken off).
-fn lines<'a>(out: &'a str, tag: &str) -> Vec<&'a str> {
-    out.lines()
-        .filter_map(|l| l.strip_prefix(tag).and_then(|r| r.strip_prefix(' ')))
-        .collect()
-}
 
 #[test]
 fn prometheus_finds_the_standalone_agents_servers_on_the_real_host() {
