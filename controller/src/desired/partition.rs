@@ -44,13 +44,7 @@ pub fn resolve_partition(
         }
     }
     check.passthrough_and_snp(spec);
-    let pool = p
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(gpuplane_crds::POOL_LABEL))
-        .filter(|v| !v.is_empty());
-    check.host(spec, pool.map(String::as_str));
+    check.host(spec, crate::pool::pool_of(p));
     check.problems.finish()?;
     Ok(DesiredPartition {
         name: p.metadata.name.clone().unwrap_or_default(),

@@ -11,9 +11,7 @@
 //!   denied slot means no host write at all. An agent on manifest files cannot ask a pool:
 //!   there the window alone decides, and without one it never reboots (and says why).
 
-use gpuplane_crds::{
-    GpuPartition, GpuPartitionSpec, MaintenanceWindow, RebootPolicy, Weekday, POOL_LABEL,
-};
+use gpuplane_crds::{GpuPartition, GpuPartitionSpec, MaintenanceWindow, RebootPolicy, Weekday};
 
 /// What the planner may do about a pending reboot.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -51,13 +49,7 @@ impl RebootGate {
     /// The gate at `now` for partition `p` (its pool is its `gpuplane.dev/pool` label); `api`:
     /// the agent can ask the pool.
     pub fn for_partition(p: &GpuPartition, api: bool, now: jiff::Timestamp) -> RebootGate {
-        let pool = p
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(POOL_LABEL))
-            .filter(|v| !v.is_empty());
-        RebootGate::decide(&p.spec, pool.map(String::as_str), api, now)
+        RebootGate::decide(&p.spec, crate::pool::pool_of(p), api, now)
     }
 
     /// The gate at `now` for a partition whose pool label is `pool`; `api`: the agent can ask

@@ -727,8 +727,8 @@ pub struct KernelArgsRecord {
     /// The boot during which that refresh ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
-    /// `reboot: Auto`: the boot the agent asked the reboot from (written before `systemctl
-    /// reboot`). In that boot no second reboot is asked; a later boot knows it was the agent's.
+    /// `reboot: Auto`: the boot the agent asked the reboot from (written once `systemctl
+    /// reboot` succeeded). In that boot no second reboot is asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reboot_from: Option<String>,
 }

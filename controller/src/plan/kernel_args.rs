@@ -179,6 +179,11 @@ pub(super) struct Verdict {
 pub const REBOOTING: &str = "Rebooting";
 pub const WAITING_FOR_MAINTENANCE_WINDOW: &str = "WaitingForMaintenanceWindow";
 
+/// Whether a blocker's `reason` is one of those waits.
+pub fn is_reboot_wait(reason: &str) -> bool {
+    reason == REBOOTING || reason == WAITING_FOR_MAINTENANCE_WINDOW
+}
+
 /// The kernel-argument steps and blockers for `d` on `h`.
 pub(super) fn check(d: &Desired, h: &HostState) -> Verdict {
     let mut v = Verdict::default();

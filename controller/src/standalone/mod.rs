@@ -25,9 +25,11 @@ mod watch;
 use crate::converge::{converge_seeded, Options};
 use crate::desired::select;
 use crate::door::Door;
+use crate::host::model::UnitRef;
 use crate::host::Host;
 use crate::manifests::Manifests;
 use crate::resource_key::ResourceKey;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -176,12 +178,12 @@ fn round(
     };
     // Servers gone from the manifests: their units are stopped and removed (what a deleted
     // InferenceServer's finalizer does in Kubernetes), found by the unit their status file names.
-    let live: Vec<ResourceKey> = desired
+    let units: BTreeMap<ResourceKey, UnitRef> = desired
         .servers
         .iter()
-        .map(|s| ResourceKey::server_id(&s.id))
+        .map(|s| (ResourceKey::server_id(&s.id), s.unit.clone()))
         .collect();
-    let removed = status_files::removed_servers(&opts.status_dir, &live);
+    let removed = status_files::removed_servers(&opts.status_dir, &units);
     for r in &removed {
         if !desired.removed_units.contains(&r.unit) {
             desired.removed_units.push(r.unit.clone());
@@ -216,11 +218,6 @@ fn round(
     }
     let status =
         crate::status::compute(&desired, &report, &Default::default(), &crate::clock::now());
-    let units = desired
-        .servers
-        .iter()
-        .map(|s| (ResourceKey::server_id(&s.id), s.unit.clone()))
-        .collect();
     status_files::write(&opts.status_dir, &status, &units);
     for (key, st) in &status {
         let (ns, name) = match key {

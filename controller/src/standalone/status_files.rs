@@ -32,9 +32,13 @@ pub struct Removed {
     pub unit: UnitRef,
 }
 
-/// The servers whose status file names a unit and which `live` (the manifests' servers) no
-/// longer lists. A file without a unit (written by an older agent, or a refusal) names none.
-pub fn removed_servers(dir: &Path, live: &[crate::resource_key::ResourceKey]) -> Vec<Removed> {
+/// The servers whose status file names a unit and which `live` (the manifests' servers, with
+/// their units) no longer lists. A file without a unit (written by an older agent, or a
+/// refusal) names none.
+pub fn removed_servers(
+    dir: &Path,
+    live: &BTreeMap<crate::resource_key::ResourceKey, UnitRef>,
+) -> Vec<Removed> {
     #[derive(serde::Deserialize)]
     struct File {
         resource: String,
@@ -62,7 +66,7 @@ pub fn removed_servers(dir: &Path, live: &[crate::resource_key::ResourceKey]) ->
         ) else {
             continue;
         };
-        if !live.contains(&resource) && file_name(&f.resource) == name {
+        if !live.contains_key(&resource) && file_name(&f.resource) == name {
             out.push(Removed {
                 resource,
                 file: name,
@@ -119,8 +123,7 @@ fn previous(dir: &Path, name: &str) -> Vec<gpuplane_crds::condition::Condition> 
         #[serde(default)]
         conditions: Vec<gpuplane_crds::condition::Condition>,
     }
-    std::fs::read_to_string(dir.join(name))
-        .ok()
+    read_small(&dir.join(name))
         .and_then(|t| serde_yaml::from_str::<File>(&t).ok())
         .map(|f| f.conditions)
         .unwrap_or_default()

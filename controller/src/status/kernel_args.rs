@@ -43,10 +43,7 @@ pub fn condition(st: &mut ResourceStatus, d: &Desired, h: &HostState, g: Option<
             let (r, m) = blocker_text(d, &j, h);
             (
                 "True",
-                if r == "RebootRequired"
-                    || r == crate::plan::kernel_args::REBOOTING
-                    || r == crate::plan::kernel_args::WAITING_FOR_MAINTENANCE_WINDOW
-                {
+                if r == "RebootRequired" || crate::plan::kernel_args::is_reboot_wait(r) {
                     "KernelArgsPending"
                 } else {
                     r

@@ -164,10 +164,9 @@ fn partition_status(
         let all: Vec<String> = part_blockers.iter().map(|b| b.message.clone()).collect();
         ps.set(types::READY, false, &b.reason, all.join("; "), now, g);
         // A reboot that comes by itself (reboot: Auto) is work in progress, not a stall.
-        let waits = part_blockers.iter().all(|b| {
-            b.reason == crate::plan::kernel_args::REBOOTING
-                || b.reason == crate::plan::kernel_args::WAITING_FOR_MAINTENANCE_WINDOW
-        });
+        let waits = part_blockers
+            .iter()
+            .all(|b| crate::plan::kernel_args::is_reboot_wait(&b.reason));
         ps.set(
             types::PROGRESSING,
             waits,

@@ -268,8 +268,7 @@ impl LocalHost {
         }
         let mut record = load_record(&self.state_dir).unwrap_or_default();
         record.reboot_from = Some(boot_id.into());
-        let left = store_record(&self.state_dir, &record)?;
-        Ok(left)
+        store_record(&self.state_dir, &record)
     }
 }
 
