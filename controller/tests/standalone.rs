@@ -6,9 +6,8 @@
 use std::path::Path;
 use std::process::Command;
 
-fn repo() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+mod common;
+use common::repo;
 
 /// Runs the agent until settled (at most 40 rounds); returns stderr.
 fn run(dir: &Path) -> String {
@@ -35,22 +34,6 @@ fn run(dir: &Path) -> String {
     err
 }
 
-/// A directory with the reference manifests in `m/` and the reference host in `host.yaml`.
-fn reference() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    std::fs::create_dir_all(d.join("m")).unwrap();
-    for f in ["partition.yaml", "server.yaml"] {
-        std::fs::copy(repo().join("examples/kpro6").join(f), d.join("m").join(f)).unwrap();
-    }
-    std::fs::copy(
-        repo().join("examples/hosts/kpro6.yaml"),
-        d.join("host.yaml"),
-    )
-    .unwrap();
-    dir
-}
-
 fn status(dir: &Path, file: &str) -> serde_yaml::Value {
     let text = std::fs::read_to_string(dir.join("status").join(file))
         .unwrap_or_else(|e| panic!("status/{file}: {e}"));
@@ -70,7 +53,7 @@ fn ready(v: &serde_yaml::Value) -> (String, String, String) {
 
 #[test]
 fn converges_from_files_writes_status_files_and_refuses_invalid_ones() {
-    let dir = reference();
+    let dir = common::reference_dir();
     let d = dir.path();
 
     run(d);
@@ -140,7 +123,7 @@ fn units(d: &Path) -> Vec<(String, bool, bool)> {
 
 #[test]
 fn a_server_removed_from_the_manifests_has_its_unit_stopped_and_removed() {
-    let dir = reference();
+    let dir = common::reference_dir();
     let d = dir.path();
     run(d);
     let file = "InferenceServer-default_qwen35-122b.yaml";

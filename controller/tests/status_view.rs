@@ -5,12 +5,11 @@
 //! directory a real standalone agent wrote on the simulated reference host, its GPU rows.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+mod common;
+use common::repo;
 
 /// Ages are counted to this instant (`--now`), so the output never depends on the clock.
 const NOW: &str = "2026-12-03T15:00:00Z";
@@ -327,17 +326,8 @@ fn watch_prints_the_transition_and_only_it() {
 /// simulated host (`--max-rounds` ends it once settled), then `gpuplane status` reads it.
 #[test]
 fn the_simulated_hosts_status_shows_its_eight_gpus() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::reference_dir();
     let d = dir.path();
-    std::fs::create_dir_all(d.join("m")).unwrap();
-    for f in ["partition.yaml", "server.yaml"] {
-        std::fs::copy(repo().join("examples/kpro6").join(f), d.join("m").join(f)).unwrap();
-    }
-    std::fs::copy(
-        repo().join("examples/hosts/kpro6.yaml"),
-        d.join("host.yaml"),
-    )
-    .unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_gpuplane"))
         .args(["run", "--manifests"])
         .arg(d.join("m"))

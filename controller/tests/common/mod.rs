@@ -1,5 +1,5 @@
-//! Helpers shared by the tests that run `gpuplane converge` on a simulated host file
-//! (`crash_points.rs`, `faults.rs`).
+//! Helpers shared by the tests that run the agent on a simulated host file
+//! (`crash_points.rs`, `faults.rs`, `standalone.rs`, `status_view.rs`).
 #![allow(dead_code)]
 
 use gpuplane::host::sim::SimHostFile;
@@ -27,6 +27,22 @@ pub fn repo() -> PathBuf {
         .parent()
         .unwrap()
         .to_path_buf()
+}
+
+/// A directory with the reference manifests in `m/` and the reference host in `host.yaml`.
+pub fn reference_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("m")).unwrap();
+    for f in ["partition.yaml", "server.yaml"] {
+        std::fs::copy(repo().join("examples/kpro6").join(f), d.join("m").join(f)).unwrap();
+    }
+    std::fs::copy(
+        repo().join("examples/hosts/kpro6.yaml"),
+        d.join("host.yaml"),
+    )
+    .unwrap();
+    dir
 }
 
 /// `gpuplane converge -f MANIFESTS --host sim-rw:HOST --output json`, killed after write `kill`.
