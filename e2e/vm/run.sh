@@ -175,7 +175,8 @@ fi
 
 noreboot=-no-reboot
 [ "${VM_REBOOT:-}" = 1 ] && noreboot=""
-# launch: boots the machine once on $W/disk.img; sets qrc (qemu's exit, 124 on timeout) and secs.
+# launch: boots the machine once on $W/disk.img; sets qrc (qemu's exit, 124 on timeout) and secs
+# (this boot's wall time), and adds it to total_ms (every boot of the run).
 # A watcher reads the guest's console while it runs: a guest kernel that reports a CPU stuck for
 # HANG_SECS or more (its soft-lockup watchdog, both vCPUs spinning with interrupts on) has hung
 # inside the emulator — seen once in CI, under TCG on a loaded two-core host, in early boot before
@@ -215,6 +216,7 @@ launch() {
   kill "$wpid" 2>/dev/null || true; wait "$wpid" 2>/dev/null || true
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
   secs=$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))
+  total_ms=$(( ${total_ms:-0} + ms ))
 }
 # boots: boots the machine until the script has ended: once, or with VM_REBOOT=entry across the
 # guest's own reboots, each next boot with the kernel command line of the boot entry that the
@@ -259,8 +261,9 @@ if [ -e "$W/hung" ]; then
   prepare_disk "$@"
   boots
 fi
+secs=$(printf '%d.%03d' $((total_ms / 1000)) $((total_ms % 1000)))
 echo "$secs" >"$W/wall_seconds"
-[ "${VM_QUIET:-}" = 1 ] || echo "run.sh: VM ran ${secs}s (boot, script, power-off)" >&2
+[ "${VM_QUIET:-}" = 1 ] || echo "run.sh: VM ran ${secs}s (every boot, script, power-off)" >&2
 
 sed 's/\r$//' "$W/result.all" >"$W/result.txt"
 end_line=$(grep -n '^@@END@@ rc=[0-9]*$' "$W/result.txt" | tail -1 || true)

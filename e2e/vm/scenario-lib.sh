@@ -76,6 +76,11 @@ EOF
 # hold CARD: the env entry that makes the stand-in hold /dev/dri/CARD open, as a CUDA process
 # holds its GPU.
 hold() { echo "    - {name: STANDIN_HOLD_DEVICES, value: \"/dev/dri/$1\"}"; }
+# drv TAG: "DRV TAG ADDRESS DRIVER DRIVER_OVERRIDE" for each stand-in GPU (vendor 1234), in
+# address order, whatever its address
+drv() { for d in /sys/bus/pci/devices/*; do
+  [ "$(cat $d/vendor)" = 0x1234 ] || continue
+  echo "DRV $1 ${d##*/} $(basename "$(readlink $d/driver)" 2>/dev/null || echo none) $(cat $d/driver_override)"; done; }
 # The vm slice's consumer: VM 300 through the PCI mapping emu-vm.
 VMC='      consumer: {vm: {vmid: 300, pciMapping: emu-vm}}'
 # host_digest: what a scenario may leave behind, on one line: the observed host (gpuplane observe

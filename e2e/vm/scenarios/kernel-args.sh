@@ -27,9 +27,6 @@ set -u
 . /usr/local/bin/scenario-lib.sh
 B=/var/lib/standin-boot
 
-drv() { for d in /sys/bus/pci/devices/*; do
-  [ "$(cat $d/vendor)" = 0x1234 ] || continue
-  echo "DRV $1 ${d##*/} $(basename "$(readlink $d/driver)" 2>/dev/null || echo none) $(cat $d/driver_override)"; done; }
 quoted() { python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()))' "$1"; }
 pve() {
   mkdir -p /etc/pve/lxc /etc/pve/qemu-server /etc/pve/mapping

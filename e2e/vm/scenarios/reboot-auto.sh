@@ -23,9 +23,6 @@ S=/var/lib/gpuplane/status
 LOG=/var/log/gpuplane-e2e.log
 echo "CMDLINE $(cat /proc/cmdline)"
 echo "BOOT-ID $(cat /proc/sys/kernel/random/boot_id)"
-drv() { for d in /sys/bus/pci/devices/*; do
-  [ "$(cat $d/vendor)" = 0x1234 ] || continue
-  echo "DRV $1 ${d##*/} $(basename "$(readlink $d/driver)" 2>/dev/null || echo none)"; done; }
 # conds FILE: "STATUS type status reason" per condition of a status file (the agent's YAML:
 # list items with sorted keys; no YAML library in the image), and "MESSAGE type text" for some
 conds() { python3 - "$1" <<'PY'

@@ -31,9 +31,6 @@ for a, d in sorted(json.load(sys.stdin)["pciDevices"].items()):
           d.get("driverOverride", "-"), i.get("path", "-"))
 ' "$1"; }
 # drv STORY: driver and driver_override of every stand-in GPU
-drv() { for d in /sys/bus/pci/devices/*; do
-  [ "$(cat $d/vendor)" = 0x1234 ] || continue
-  echo "DRV $1 ${d##*/} $(basename "$(readlink $d/driver)" 2>/dev/null || echo none) $(cat $d/driver_override)"; done; }
 pcicfg() { sed "s/^/PCICFG $1 /" /etc/pve/mapping/pci.cfg; }
 ledger() { echo "LEDGER $1 $(json < /var/lib/gpuplane/gpus.json)"; }
 # pve: VM 300 and a mapping kept by hand, as host-agent.sh writes them
