@@ -13,6 +13,18 @@ use serde::{Deserialize, Serialize};
 /// The label that makes a `GpuPartition` a member of a pool: `gpuplane.dev/pool=<pool name>`.
 pub const POOL_LABEL: &str = "gpuplane.dev/pool";
 
+/// The pool a partition is a member of: its [`POOL_LABEL`], when set and not empty. Read here,
+/// beside the label, so that every layer of the agent (validation, the reboot gate, the budget)
+/// reads membership the same way.
+pub fn pool_of(p: &crate::GpuPartition) -> Option<&str> {
+    p.metadata
+        .labels
+        .as_ref()?
+        .get(POOL_LABEL)
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+}
+
 /// A pool of hosts and the budget of their disruptions.
 ///
 /// A member's agent takes a slot before the first step that stops a server, restarts a unit,

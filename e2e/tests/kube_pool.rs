@@ -302,8 +302,10 @@ fn check_gitops(state: &str, obj: &Json, want: Kstatus, argo: &str) {
     }
 }
 
-fn set_max_unavailable(c: &Cluster, v: &str) {
-    c.k(&[
+/// Patches the pool's `maxUnavailable`; the pool as the API server answered the patch (the new
+/// generation, the status as it was: no agent can have written in between).
+fn set_max_unavailable(c: &Cluster, v: &str) -> Json {
+    c.json(&[
         "patch",
         "gpunodepool",
         POOL,
@@ -311,7 +313,7 @@ fn set_max_unavailable(c: &Cluster, v: &str) {
         "merge",
         "-p",
         &format!(r#"{{"spec":{{"maxUnavailable":{v}}}}}"#),
-    ]);
+    ])
 }
 
 #[test]
@@ -346,11 +348,12 @@ fn a_pool_rolls_out_within_its_budget_and_stops_at_the_first_failure() {
 
     check_gitops("converged", &pool_json(&c), Kstatus::Current, "Healthy");
     // 1. The rollout under maxUnavailable 2.
-    set_max_unavailable(&c, "2");
-    // Nothing changed for the members: no agent writes, the status describes generation 1.
+    let patched = set_max_unavailable(&c, "2");
+    // The patch's own answer: the status still describes generation 1 (a `get` a moment later
+    // may already show an agent's next report, which describes generation 2).
     check_gitops(
         "stale-generation",
-        &pool_json(&c),
+        &patched,
         Kstatus::InProgress,
         "Progressing",
     );

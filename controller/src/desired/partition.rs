@@ -44,7 +44,7 @@ pub fn resolve_partition(
         }
     }
     check.passthrough_and_snp(spec);
-    check.host(spec, crate::pool::pool_of(p));
+    check.host(spec, gpuplane_crds::pool_of(p));
     check.problems.finish()?;
     Ok(DesiredPartition {
         name: p.metadata.name.clone().unwrap_or_default(),

@@ -49,7 +49,7 @@ impl RebootGate {
     /// The gate at `now` for partition `p` (its pool is its `gpuplane.dev/pool` label); `api`:
     /// the agent can ask the pool.
     pub fn for_partition(p: &GpuPartition, api: bool, now: jiff::Timestamp) -> RebootGate {
-        RebootGate::decide(&p.spec, crate::pool::pool_of(p), api, now)
+        RebootGate::decide(&p.spec, gpuplane_crds::pool_of(p), api, now)
     }
 
     /// The gate at `now` for a partition whose pool label is `pool`; `api`: the agent can ask

@@ -25,16 +25,6 @@ use gpuplane_crds::{
     set_condition, GpuNodePool, GpuNodePoolStatus, MemberStatus, PoolFailure, SlotHolder,
 };
 
-/// The pool a partition is a member of: its `gpuplane.dev/pool` label, when set and not empty.
-pub fn pool_of(p: &gpuplane_crds::GpuPartition) -> Option<&str> {
-    p.metadata
-        .labels
-        .as_ref()?
-        .get(gpuplane_crds::POOL_LABEL)
-        .map(String::as_str)
-        .filter(|v| !v.is_empty())
-}
-
 /// Condition types of a pool.
 pub mod types {
     pub const UPDATING: &str = "Updating";

@@ -26,9 +26,9 @@ use std::time::Duration;
 /// Attempts of one ask before it gives up on a busy pool (each after a 409).
 const ATTEMPTS: u32 = 12;
 
-/// The pool a partition is a member of ([`crate::pool::pool_of`]), owned.
+/// The pool a partition is a member of ([`gpuplane_crds::pool_of`]), owned.
 pub fn pool_of(p: &GpuPartition) -> Option<String> {
-    crate::pool::pool_of(p).map(str::to_string)
+    gpuplane_crds::pool_of(p).map(str::to_string)
 }
 
 /// The lock name a converge run without a slot stops at (`converge::Options::hold_disruptions`).
