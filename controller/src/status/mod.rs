@@ -472,6 +472,11 @@ fn server_readiness(
                 ("DeadlineExceeded", format!("not ready {after_seconds} s after start, in phase {phase}"))
             }
             (_, Some(b)) if b.resource == res => (b.reason.as_str(), b.message.clone()),
+            // The partition's host reboots by itself (reboot: Auto): the server waits for it,
+            // as work in progress (a pool must not read the member as failed).
+            (_, Some(b)) if crate::plan::kernel_args::is_reboot_wait(&b.reason) => {
+                (b.reason.as_str(), format!("the server starts after the host's reboot: {}", b.message))
+            }
             (_, Some(b)) => ("WaitingForGpus", format!("the partition is blocked: {}", b.message)),
             _ => match lock_wait(r) {
                 Some(w) => (lock_reason(r), format!("the host change it needs waits for a lock: {w}")),
@@ -486,7 +491,8 @@ fn server_readiness(
         // Starting, or waiting for a lock that expires by itself: work in progress, not stuck.
         let working = reason == "Starting"
             || reason == "WaitingForLock"
-            || reason == WAITING_FOR_DISRUPTION_BUDGET;
+            || reason == WAITING_FOR_DISRUPTION_BUDGET
+            || crate::plan::kernel_args::is_reboot_wait(reason);
         st.set(
             types::PROGRESSING,
             working,
@@ -495,7 +501,10 @@ fn server_readiness(
             now,
             g,
         );
-        let p = if reason == "WaitingForLock" || reason == WAITING_FOR_DISRUPTION_BUDGET {
+        let p = if reason == "WaitingForLock"
+            || reason == WAITING_FOR_DISRUPTION_BUDGET
+            || crate::plan::kernel_args::is_reboot_wait(reason)
+        {
             Standing::Working(reason.to_string(), msg)
         } else if working {
             Standing::Working(phase.to_string(), format!("the server is starting: {msg}"))

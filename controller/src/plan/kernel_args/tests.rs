@@ -402,6 +402,19 @@ fn auto_stops_the_servers_then_the_container_reboots_once_and_verifies_after_the
     let again = run(&mut h, &d);
     assert_eq!(again.writes, 0, "{:?}", again.applied);
     assert_eq!(reboots(&h), 1);
+    // Its servers wait for the boot as work in progress too: a pool reads a Stalled server as a
+    // failed member and pauses itself (found by e2e/tests/kube_reboot.rs).
+    for report in [&r, &again] {
+        let st = crate::status::compute(&d, report, &Default::default(), &crate::clock::now());
+        let servers: Vec<_> = st.keys().filter(|k| **k != key(PART)).collect();
+        assert!(!servers.is_empty());
+        for k in servers {
+            let c = |t: &str| st[k].condition(t).cloned().unwrap();
+            assert_eq!(c("Stalled").status, "False", "{k}: {:?}", c("Stalled"));
+            assert_eq!(c("Reconciling").status, "True", "{k}");
+            assert_eq!(c("Ready").reason, "Rebooting", "{k}: {:?}", c("Ready"));
+        }
+    }
 
     // The boot: the kernel runs the entries' arguments; the agent verifies and goes on.
     h.reboot_host();
