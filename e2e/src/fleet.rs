@@ -76,6 +76,28 @@ pub fn agent_server(i: usize) -> String {
     format!("qwen-fleet-{i:03}")
 }
 
+/// `node`'s own simulated host file in the control plane's RUN directory (`host-NODE.yaml`):
+/// a copy of the reference host made the first time, the host as the agents left it after.
+pub fn node_host_file(cp: &ControlPlane, node: &str) -> std::path::PathBuf {
+    let host = cp.run.join(format!("host-{node}.yaml"));
+    if !host.exists() {
+        std::fs::copy(repo_root().join("examples/hosts/kpro6.yaml"), &host).unwrap();
+    }
+    host
+}
+
+/// The members holding a disruption slot of a `GpuNodePool` (its `status.slots`), in order.
+pub fn slot_holders(pool: &Json) -> Vec<String> {
+    pool["status"]["slots"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| s["member"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn example(rel: &str) -> Json {
     let text = std::fs::read_to_string(repo_root().join(rel)).unwrap();
     serde_yaml::from_str(&text).unwrap()

@@ -25,9 +25,10 @@ mod gitops;
 use gitops::{argo_dir, flux_expr_for, flux_status, lua_health};
 use gpuplane_crds::kstatus::{self, Kstatus};
 use gpuplane_e2e::agent::{Agent, AgentOpts};
-use gpuplane_e2e::fleet::{agent_node, agent_server, partition, server};
+use gpuplane_e2e::fleet::{
+    agent_node, agent_server, node_host_file, partition, server, slot_holders,
+};
 use gpuplane_e2e::kube::{cond3, ready_for_generation, Cluster};
-use gpuplane_e2e::paths::repo_root;
 use gpuplane_e2e::wait::wait_for;
 use serde_json::Value as Json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -149,14 +150,7 @@ fn sample(c: &Cluster, n: usize, t0: Instant) -> Sample {
             updated += 1;
         }
     }
-    let slots = pool["status"]["slots"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|s| s["member"].as_str().unwrap_or("").to_string())
-                .collect()
-        })
-        .unwrap_or_default();
+    let slots = slot_holders(pool);
     let solo = all[SOLO_SERVER];
     Sample {
         at: t0.elapsed().as_secs_f64(),
@@ -223,10 +217,7 @@ fn print_timeline(title: &str, samples: &[Sample], n: usize) {
 
 fn start_agent(c: &Cluster, i: Option<usize>) -> Agent {
     let node = i.map(agent_node).unwrap_or_else(|| SOLO.to_string());
-    let host = c.cp.run.join(format!("host-{node}.yaml"));
-    if !host.exists() {
-        std::fs::copy(repo_root().join("examples/hosts/kpro6.yaml"), &host).unwrap();
-    }
+    let host = node_host_file(&c.cp, &node);
     let o = AgentOpts {
         drift_interval: 30,
         lease_duration: 6,

@@ -20,9 +20,10 @@
 //!     cargo build --bin gpuplane && cargo test -p gpuplane-e2e --test kube_reboot -- --nocapture
 
 use gpuplane_e2e::agent::{Agent, AgentOpts};
-use gpuplane_e2e::fleet::{agent_node, agent_server, partition, server};
+use gpuplane_e2e::fleet::{
+    agent_node, agent_server, node_host_file, partition, server, slot_holders,
+};
 use gpuplane_e2e::kube::{cond3, ready_for_generation, Cluster};
-use gpuplane_e2e::paths::repo_root;
 use gpuplane_e2e::sim_host::{edit_host, read_host};
 use gpuplane_e2e::wait::wait_for;
 use serde_json::Value as Json;
@@ -37,14 +38,11 @@ const MEMBERS: usize = 2;
 const LEASE: u64 = 6;
 
 fn host_file(c: &Cluster, i: usize) -> PathBuf {
-    c.cp.run.join(format!("host-{}.yaml", agent_node(i)))
+    node_host_file(&c.cp, &agent_node(i))
 }
 
 fn start_agent(c: &Cluster, i: usize, boot: u32) -> Agent {
     let host = host_file(c, i);
-    if !host.exists() {
-        std::fs::copy(repo_root().join("examples/hosts/kpro6.yaml"), &host).unwrap();
-    }
     let o = AgentOpts {
         drift_interval: 30,
         lease_duration: LEASE,
@@ -93,14 +91,7 @@ fn boot_host(path: &Path) {
 }
 
 fn slots(c: &Cluster) -> Vec<String> {
-    c.json(&["get", "gpunodepool", POOL])["status"]["slots"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|s| s["member"].as_str().unwrap_or("").to_string())
-                .collect()
-        })
-        .unwrap_or_default()
+    slot_holders(&c.json(&["get", "gpunodepool", POOL]))
 }
 
 /// (status, reason, message) of condition `t` of member `i`'s partition.

@@ -488,11 +488,12 @@ fn server_readiness(
             .and_then(|o| o.phase)
             .map(|p| p.reason())
             .unwrap_or("NotStarted");
-        // Starting, or waiting for a lock that expires by itself: work in progress, not stuck.
-        let working = reason == "Starting"
-            || reason == "WaitingForLock"
+        // A wait that ends by itself (a lock, a disruption slot, the host's reboot), named by
+        // its reason; with Starting, work in progress, not stuck.
+        let waits = reason == "WaitingForLock"
             || reason == WAITING_FOR_DISRUPTION_BUDGET
             || crate::plan::kernel_args::is_reboot_wait(reason);
+        let working = reason == "Starting" || waits;
         st.set(
             types::PROGRESSING,
             working,
@@ -501,10 +502,7 @@ fn server_readiness(
             now,
             g,
         );
-        let p = if reason == "WaitingForLock"
-            || reason == WAITING_FOR_DISRUPTION_BUDGET
-            || crate::plan::kernel_args::is_reboot_wait(reason)
-        {
+        let p = if waits {
             Standing::Working(reason.to_string(), msg)
         } else if working {
             Standing::Working(phase.to_string(), format!("the server is starting: {msg}"))
