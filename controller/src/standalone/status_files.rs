@@ -78,9 +78,14 @@ pub fn removed_servers(
     out
 }
 
-/// A file's text, at most 1 MiB of it (a status file is a few KiB).
+/// A regular file's text, at most 1 MiB of it (a status file is a few KiB). Anything else under
+/// a status file's name (a FIFO would block the open forever, a device never ends) is not read,
+/// as `manifests` and `gpuplane status` refuse it.
 fn read_small(path: &Path) -> Option<String> {
     use std::io::Read;
+    if !std::fs::metadata(path).ok()?.is_file() {
+        return None;
+    }
     let mut text = String::new();
     std::fs::File::open(path)
         .ok()?
@@ -189,7 +194,30 @@ fn put(dir: &Path, name: &str, text: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::file_name;
+    use super::{file_name, removed_servers};
+
+    /// A FIFO or a device under a server's status-file name is skipped, not opened (opening a
+    /// FIFO blocks until a writer comes: the agent's pass would never end).
+    #[test]
+    fn only_regular_files_are_read() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("InferenceServer-default_a.yaml");
+        let ok = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        std::os::unix::fs::symlink("/dev/zero", d.path().join("InferenceServer-default_b.yaml"))
+            .unwrap();
+        std::fs::write(
+            d.path().join("InferenceServer-default_c.yaml"),
+            "resource: InferenceServer/default/c\nunit: host/sglang-c.service\n",
+        )
+        .unwrap();
+        let removed = removed_servers(d.path(), &Default::default());
+        let files: Vec<&str> = removed.iter().map(|r| r.file.as_str()).collect();
+        assert_eq!(files, ["InferenceServer-default_c.yaml"]);
+    }
 
     /// Issue 23: `a-b/c` and `a/b-c` wrote one file.
     #[test]
