@@ -75,6 +75,7 @@ pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<()
     let mut rounds = 0u64;
     loop {
         let started = Instant::now();
+        watch.until_quiet();
         watch.mark_seen();
         let waiting = round(&opts, host.as_mut(), &metrics, &mut progress, &mut watched);
         metrics

@@ -7,6 +7,15 @@
 //! events only make the agent look sooner, the fingerprint decides whether anything changed.
 //! After an event the agent waits until the directory is quiet for [`SETTLE`] (at most
 //! [`SETTLE_MAX`]), so a `git pull` that writes several files is read once, whole.
+//!
+//! Before each read, [`Watch::until_quiet`] also waits until no file in the directory was
+//! modified in the last [`QUIET`] (at most [`QUIET_MAX`]), by the files' own modification
+//! times: a file is written in steps (`cat > f`, `git checkout`: truncated, then filled), and a
+//! read between the steps sees it empty — a server's manifest read empty is a server removed,
+//! whose unit the agent stops. Events alone do not cover it: the writer may pause longer than
+//! [`SETTLE`] between the steps (a busy host), and a change made during a pass is found by the
+//! fingerprint, with no event to settle on. Caveat: a writer that holds a file truncated for
+//! longer than [`QUIET`] is still read half-written; write such files by rename.
 
 use crate::host::PROBE_EVERY;
 use notify::Watcher as _;
@@ -18,6 +27,10 @@ use std::time::{Duration, Instant, SystemTime};
 pub const SETTLE: Duration = Duration::from_millis(20);
 /// Longest wait for quiet after the first event.
 pub const SETTLE_MAX: Duration = Duration::from_secs(1);
+/// How long the directory's files must be unmodified before they are read.
+pub const QUIET: Duration = Duration::from_millis(500);
+/// Longest wait for [`QUIET`] (a file whose time is in the future, a writer that never stops).
+pub const QUIET_MAX: Duration = Duration::from_secs(3);
 /// How often the fingerprint is polled when no event comes.
 const POLL: Duration = Duration::from_secs(1);
 
@@ -42,6 +55,16 @@ pub fn fingerprint(dir: &Path) -> Fingerprint {
     }
     v.sort();
     Fingerprint(v)
+}
+
+/// How long ago the most recently modified file was modified (zero for a time in the future);
+/// `None` for no file with a time.
+fn youngest_age(f: &Fingerprint) -> Option<Duration> {
+    let now = SystemTime::now();
+    f.0.iter()
+        .filter_map(|(_, _, t)| *t)
+        .map(|t| now.duration_since(t).unwrap_or(Duration::ZERO))
+        .min()
 }
 
 /// Why [`Watch::wait`] returned.
@@ -104,6 +127,30 @@ impl Watch {
     /// while they are applied is seen afterwards).
     pub fn mark_seen(&mut self) {
         self.seen = fingerprint(&self.dir);
+    }
+
+    /// Sleeps until no file of the manifests was modified in the last [`QUIET`], at most
+    /// [`QUIET_MAX`] (then it logs why and returns: the read goes ahead).
+    pub fn until_quiet(&self) {
+        let end = Instant::now() + QUIET_MAX;
+        loop {
+            let Some(age) = youngest_age(&fingerprint(&self.dir)) else {
+                return;
+            };
+            if age >= QUIET {
+                return;
+            }
+            let now = Instant::now();
+            if now >= end {
+                tracing::warn!(
+                    "{} keeps changing (a file modified {}ms ago); reading it anyway",
+                    self.dir.display(),
+                    age.as_millis()
+                );
+                return;
+            }
+            std::thread::sleep((QUIET - age).min(end - now));
+        }
     }
 
     /// Sleeps until the manifests change, `probe` (asked every [`PROBE_EVERY`], when given)
@@ -190,6 +237,38 @@ mod tests {
             Wake::Ready
         );
         assert_eq!(asked, 3);
+    }
+
+    #[test]
+    fn a_file_written_in_two_steps_is_read_whole() {
+        // As `cat > f` writes: truncated first, filled a little later.
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("server.yaml");
+        std::fs::write(&f, "").unwrap();
+        let w = Watch::new(d.path());
+        let g = f.clone();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            std::fs::write(g, "kind: InferenceServer\n").unwrap();
+        });
+        w.until_quiet();
+        assert_eq!(
+            std::fs::read_to_string(&f).unwrap(),
+            "kind: InferenceServer\n"
+        );
+        writer.join().unwrap();
+    }
+
+    #[test]
+    fn a_file_modified_in_the_future_does_not_hold_the_read_forever() {
+        let d = tempfile::tempdir().unwrap();
+        let f = std::fs::File::create(d.path().join("a.yaml")).unwrap();
+        f.set_modified(SystemTime::now() + Duration::from_secs(3600))
+            .unwrap();
+        let w = Watch::new(d.path());
+        let t = Instant::now();
+        w.until_quiet();
+        assert!(t.elapsed() >= QUIET_MAX, "{:?}", t.elapsed());
     }
 
     #[test]
