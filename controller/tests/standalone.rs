@@ -155,3 +155,65 @@ fn a_server_removed_from_the_manifests_has_its_unit_stopped_and_removed() {
     run(d);
     assert_eq!(std::fs::read(d.join("host.yaml")).unwrap(), host);
 }
+
+/// The agent as systemd runs it (no `--max-rounds`), stopped with SIGTERM as `systemctl stop`
+/// (or the shutdown of a `reboot: Auto`) stops it: it ends its pass and exits 0, saying so.
+/// With the signal's default action it would die by the signal, in whatever pass it was in.
+#[test]
+fn sigterm_stops_the_agent_between_passes_with_exit_0() {
+    let dir = common::reference_dir();
+    let d = dir.path();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuplane"))
+        .args(["run", "--manifests"])
+        .arg(d.join("m"))
+        .arg("--host")
+        .arg(format!("sim-rw:{}", d.join("host.yaml").display()))
+        .arg("--status-dir")
+        .arg(d.join("status"))
+        .args(["--sim-speed", "50", "--poll-interval", "1"])
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .env("GPUPLANE_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run gpuplane");
+    let mut stderr = child.stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
+        err
+    });
+    let partition = d.join("status").join("GpuPartition-kpro6.yaml");
+    let t = std::time::Instant::now();
+    while !partition.exists() && t.elapsed().as_secs() < 120 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(partition.exists(), "no status after 120 s");
+    // SAFETY: kill(2) on the child we spawned and have not waited for (its pid is not reused).
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let t = std::time::Instant::now();
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed().as_secs() > 120 {
+            let _ = child.kill();
+            panic!("the agent did not stop within 120 s of SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let err = log.join().unwrap();
+    assert!(exit.success(), "{exit:?}\n{err}");
+    assert!(
+        err.contains("SIGTERM: stopping once the pass in progress is done"),
+        "{err}"
+    );
+    assert!(err.contains("stopped after a whole pass"), "{err}");
+    assert_eq!(
+        ready(&status(d, "GpuPartition-kpro6.yaml")).0,
+        "True",
+        "{err}"
+    );
+}

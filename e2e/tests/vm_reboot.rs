@@ -114,6 +114,15 @@ fn auto_reboots_once_into_the_written_arguments_and_verifies_them() {
         "{first:#?}"
     );
     assert!(first[stopped].contains("sglang-e2e"), "{}", first[stopped]);
+    // The shutdown the agent asked for stops the agent too (SIGTERM): it finishes the pass
+    // that asked, so the status says Rebooting before the host goes down, then it exits.
+    let rebooting = at(first, "Reconciling=True (Rebooting)");
+    let term = at(first, "SIGTERM: stopping once the pass in progress is done");
+    let ended = at(first, "stopped after a whole pass");
+    assert!(
+        reboot < rebooting && reboot < term && rebooting < ended && term < ended,
+        "{first:#?}"
+    );
     assert!(
         !second.iter().any(|l| l.contains("reboot the host")),
         "no second reboot: {second:#?}"

@@ -7,7 +7,8 @@
 //! (the journal). It looks again as soon as DIR changes (inotify, and a poll every second), when
 //! a starting server answers `/health_generate` (asked every 250 ms), and on the drift interval, and serves the same `/metrics`, `/healthz`, `/readyz` as the Kubernetes agent.
 //! It tells systemd it is ready (`sd_notify READY=1`) after the first converge, so units
-//! ordered after `gpuplane.service` start with the GPUs already bound.
+//! ordered after `gpuplane.service` start with the GPUs already bound. SIGTERM or SIGINT stop
+//! it between passes: the pass in progress finishes, status included (`signals.rs`).
 //!
 //! # Guarantees
 //! - An invalid manifest changes nothing on the host: its problems go into
@@ -19,6 +20,7 @@
 
 mod file_sd;
 mod notify;
+mod signals;
 mod status_files;
 mod watch;
 
@@ -71,6 +73,7 @@ pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<()
     ));
     let mut progress = Default::default();
     let mut watch = watch::Watch::new(&opts.manifests);
+    rt.spawn(signals::stop_on_signal(watch.stopper()));
     let mut watched = Default::default();
     let mut rounds = 0u64;
     loop {
@@ -93,9 +96,17 @@ pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<()
         {
             return Ok(());
         }
+        if watch.stopped() {
+            break;
+        }
         let woke = until_next(&opts, host.as_mut(), &progress, &mut watch, waiting);
         tracing::debug!("woke: {woke:?}");
+        if woke == watch::Wake::Stopped {
+            break;
+        }
     }
+    tracing::info!("stopped after a whole pass");
+    Ok(())
 }
 
 /// Waits for the next pass. Settled: until the drift interval, or as soon as the manifests

@@ -20,7 +20,9 @@
 use crate::host::PROBE_EVERY;
 use notify::Watcher as _;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Quiet time after a change event before the directory is read.
@@ -76,14 +78,38 @@ pub enum Wake {
     Ready,
     /// `wait` passed.
     Timeout,
+    /// [`Stopper::stop`] was called.
+    Stopped,
 }
 
 /// The manifests' directory, watched.
 pub struct Watch {
     dir: PathBuf,
     seen: Fingerprint,
-    /// Change events; `None` when inotify is not available (then the poll alone).
-    events: Option<(notify::RecommendedWatcher, Receiver<()>)>,
+    /// The inotify watcher, kept alive; `None` when inotify is not available (then the poll
+    /// alone).
+    _watcher: Option<notify::RecommendedWatcher>,
+    /// Wake-ups: the watcher's change events and [`Stopper::stop`]'s.
+    wakes: Receiver<()>,
+    /// Kept so that `wakes` never disconnects.
+    tx: Sender<()>,
+    stop: Arc<AtomicBool>,
+}
+
+/// Asks a [`Watch`] (and the loop that waits on it) to stop; `Send`, for a signal handler.
+#[derive(Clone)]
+pub struct Stopper {
+    stop: Arc<AtomicBool>,
+    tx: Sender<()>,
+}
+
+impl Stopper {
+    /// From now on [`Watch::stopped`] is true, and a [`Watch::wait`] in progress returns
+    /// [`Wake::Stopped`] at once.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.tx.send(());
+    }
 }
 
 impl Watch {
@@ -98,16 +124,17 @@ impl Watch {
                 .unwrap_or(Path::new("."))
                 .to_path_buf()
         };
-        let (tx, rx) = channel();
-        let events = notify::recommended_watcher(move |_: notify::Result<notify::Event>| {
-            let _ = tx.send(());
+        let (tx, wakes) = channel();
+        let events = tx.clone();
+        let watcher = notify::recommended_watcher(move |_: notify::Result<notify::Event>| {
+            let _ = events.send(());
         })
         .and_then(|mut w| {
             w.watch(&target, notify::RecursiveMode::NonRecursive)?;
             Ok(w)
         });
-        let events = match events {
-            Ok(w) => Some((w, rx)),
+        let watcher = match watcher {
+            Ok(w) => Some(w),
             Err(e) => {
                 tracing::warn!(
                     "no change events for {} ({e}); polling it every second",
@@ -119,8 +146,24 @@ impl Watch {
         Watch {
             dir: dir.to_path_buf(),
             seen: fingerprint(dir),
-            events,
+            _watcher: watcher,
+            wakes,
+            tx,
+            stop: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// What stops this watch (from another thread: a signal handler).
+    pub fn stopper(&self) -> Stopper {
+        Stopper {
+            stop: self.stop.clone(),
+            tx: self.tx.clone(),
+        }
+    }
+
+    /// Whether [`Stopper::stop`] was called.
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
     }
 
     /// Records the manifests as read now (call right before reading them, so a change made
@@ -159,6 +202,9 @@ impl Watch {
         let end = Instant::now() + wait;
         let mut next_probe = Instant::now();
         loop {
+            if self.stopped() {
+                return Wake::Stopped;
+            }
             if fingerprint(&self.dir) != self.seen {
                 return Wake::Changed;
             }
@@ -180,15 +226,9 @@ impl Watch {
                 (now + POLL).min(end)
             };
             let tick = until.saturating_duration_since(Instant::now());
-            match &self.events {
-                Some((_, rx)) => match rx.recv_timeout(tick) {
-                    Ok(()) => settle(rx),
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => {
-                        self.events = None;
-                    }
-                },
-                None => std::thread::sleep(tick),
+            // Without inotify only a stop arrives here: then this is the poll's sleep.
+            if self.wakes.recv_timeout(tick).is_ok() && !self.stopped() {
+                settle(&self.wakes);
             }
         }
     }
@@ -269,6 +309,22 @@ mod tests {
         let t = Instant::now();
         w.until_quiet();
         assert!(t.elapsed() >= QUIET_MAX, "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn a_stop_ends_the_wait_at_once_and_stays() {
+        let d = tempfile::tempdir().unwrap();
+        let mut w = Watch::new(d.path());
+        let stopper = w.stopper();
+        assert!(!w.stopped());
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            stopper.stop();
+        });
+        assert_eq!(w.wait(Duration::from_secs(3600), None), Wake::Stopped);
+        t.join().unwrap();
+        assert!(w.stopped());
+        assert_eq!(w.wait(Duration::from_secs(3600), None), Wake::Stopped);
     }
 
     #[test]

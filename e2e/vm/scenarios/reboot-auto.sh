@@ -72,6 +72,7 @@ Description=gpuplane on manifest files (the e2e reboot story)
 [Service]
 Environment=GPUPLANE_LOG=info GPUPLANE_PROXMOX_BOOT_TOOL=$GPUPLANE_PROXMOX_BOOT_TOOL GPUPLANE_UPDATE_GRUB=$GPUPLANE_UPDATE_GRUB
 ExecStartPre=/bin/sh -c 'echo "=== boot \$\$(cat /proc/sys/kernel/random/boot_id)"'
+KillMode=mixed
 ExecStart=$G run --manifests $M/auto --status-dir $S --metrics-addr 127.0.0.1:9464 --drift-interval 5 --poll-interval 1 $GP
 StandardOutput=append:$LOG
 StandardError=append:$LOG
@@ -103,5 +104,5 @@ drv after
 echo "PARAM $(cat /sys/module/vfio_pci/parameters/disable_idle_d3 2>/dev/null || echo -)"
 echo "FILE $(tr '\n' ' ' < /etc/kernel/cmdline)"
 sed 's/^/RAN /' /var/lib/standin-boot/ran
-sed 's/\x1b\[[0-9;]*m//g' $LOG | grep -E "^=== boot|host write|(Ready|RebootRequired|Reconciling)=" | sed 's/^/AGENTLOG /'
+sed 's/\x1b\[[0-9;]*m//g' $LOG | grep -E "^=== boot|host write|(Ready|RebootRequired|Reconciling)=|SIGTERM|stopped after" | sed 's/^/AGENTLOG /'
 exit 0
