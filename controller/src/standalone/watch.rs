@@ -8,11 +8,12 @@
 //! After an event the agent waits until the directory is quiet for [`SETTLE`] (at most
 //! [`SETTLE_MAX`]), so a `git pull` that writes several files is read once, whole.
 //!
-//! Before each read, [`Watch::until_quiet`] also waits until no file in the directory was
-//! modified in the last [`QUIET`] (at most [`QUIET_MAX`]), by the files' own modification
-//! times: a file is written in steps (`cat > f`, `git checkout`: truncated, then filled), and a
-//! read between the steps sees it empty — a server's manifest read empty is a server removed,
-//! whose unit the agent stops. Events alone do not cover it: the writer may pause longer than
+//! Before each read, [`Watch::until_quiet`] also waits until neither a file in the directory
+//! nor the directory itself (a file removed, created, renamed) was modified in the last
+//! [`QUIET`] (at most [`QUIET_MAX`]), by their own modification times: a file is written in
+//! steps (`cat > f`: truncated, then filled; `git checkout`: removed, then created and filled),
+//! and a read between the steps sees it empty or missing — a server's manifest read so is a
+//! server removed, whose unit the agent stops. Events alone do not cover it: the writer may pause longer than
 //! [`SETTLE`] between the steps (a busy host), and a change made during a pass is found by the
 //! fingerprint, with no event to settle on. Caveat: a writer that holds a file truncated for
 //! longer than [`QUIET`] is still read half-written; write such files by rename.
@@ -59,12 +60,10 @@ pub fn fingerprint(dir: &Path) -> Fingerprint {
     Fingerprint(v)
 }
 
-/// How long ago the most recently modified file was modified (zero for a time in the future);
-/// `None` for no file with a time.
-fn youngest_age(f: &Fingerprint) -> Option<Duration> {
+/// How long ago the most recent of `times` was (zero for a time in the future); `None` for none.
+fn youngest_age(times: impl Iterator<Item = SystemTime>) -> Option<Duration> {
     let now = SystemTime::now();
-    f.0.iter()
-        .filter_map(|(_, _, t)| *t)
+    times
         .map(|t| now.duration_since(t).unwrap_or(Duration::ZERO))
         .min()
 }
@@ -85,6 +84,8 @@ pub enum Wake {
 /// The manifests' directory, watched.
 pub struct Watch {
     dir: PathBuf,
+    /// The directory watched: `dir`, or the parent of the one file `dir` names.
+    target: PathBuf,
     seen: Fingerprint,
     /// The inotify watcher, kept alive; `None` when inotify is not available (then the poll
     /// alone).
@@ -145,6 +146,7 @@ impl Watch {
         };
         Watch {
             dir: dir.to_path_buf(),
+            target,
             seen: fingerprint(dir),
             _watcher: watcher,
             wakes,
@@ -177,7 +179,12 @@ impl Watch {
     pub fn until_quiet(&self) {
         let end = Instant::now() + QUIET_MAX;
         loop {
-            let Some(age) = youngest_age(&fingerprint(&self.dir)) else {
+            // The directory's own time too: a file removed and created again (`git checkout`
+            // replaces a changed file so) is missing meanwhile, and a missing file has no time.
+            let dir = std::fs::metadata(&self.target).and_then(|m| m.modified());
+            let files = fingerprint(&self.dir);
+            let times = files.0.iter().filter_map(|(_, _, t)| *t).chain(dir.ok());
+            let Some(age) = youngest_age(times) else {
                 return;
             };
             if age >= QUIET {
@@ -295,6 +302,36 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(&f).unwrap(),
             "kind: InferenceServer\n"
+        );
+        writer.join().unwrap();
+    }
+
+    #[test]
+    fn a_file_removed_and_created_again_is_read_once_it_is_back() {
+        // As `git checkout` replaces a changed file: unlinked, then created and written.
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("server.yaml");
+        std::fs::write(d.path().join("partition.yaml"), "kind: GpuPartition\n").unwrap();
+        std::fs::write(&f, "kind: InferenceServer\n").unwrap();
+        let old = SystemTime::now() - Duration::from_secs(60);
+        for n in ["partition.yaml", "server.yaml"] {
+            let h = std::fs::File::options()
+                .write(true)
+                .open(d.path().join(n))
+                .unwrap();
+            h.set_modified(old).unwrap();
+        }
+        let w = Watch::new(d.path());
+        std::fs::remove_file(&f).unwrap();
+        let g = f.clone();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            std::fs::write(g, "kind: InferenceServer # v2\n").unwrap();
+        });
+        w.until_quiet();
+        assert_eq!(
+            std::fs::read_to_string(&f).ok().as_deref(),
+            Some("kind: InferenceServer # v2\n")
         );
         writer.join().unwrap();
     }
