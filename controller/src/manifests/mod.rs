@@ -162,7 +162,7 @@ impl Manifests {
                     source: e,
                 })?
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                .filter(|p| is_manifest_file(p))
                 .collect();
             files.sort();
             if files.is_empty() {
@@ -190,6 +190,11 @@ impl Manifests {
         }
         Ok(m)
     }
+}
+
+/// Whether [`Manifests::load`] reads this entry of a directory: `*.yaml` and `*.yml`.
+pub fn is_manifest_file(p: &Path) -> bool {
+    p.extension().is_some_and(|x| x == "yaml" || x == "yml")
 }
 
 /// Largest manifest file read (bytes): far above any real set of partitions and servers.

@@ -41,12 +41,17 @@ const POLL: Duration = Duration::from_secs(1);
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Fingerprint(Vec<(String, u64, Option<SystemTime>)>);
 
-/// The fingerprint of `dir` (or of the one file `dir` names) now.
+/// The fingerprint of `dir`'s manifests (the files `Manifests::load` reads: not `.git/`, not an
+/// editor's swap file), or of the one file `dir` names, now.
 pub fn fingerprint(dir: &Path) -> Fingerprint {
     let mut v = Vec::new();
     let entries: Vec<PathBuf> = if dir.is_dir() {
         std::fs::read_dir(dir)
-            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .map(|rd| {
+                rd.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| crate::manifests::is_manifest_file(p))
+                    .collect()
+            })
             .unwrap_or_default()
     } else {
         vec![dir.to_path_buf()]
@@ -362,6 +367,20 @@ mod tests {
         t.join().unwrap();
         assert!(w.stopped());
         assert_eq!(w.wait(Duration::from_secs(3600), None), Wake::Stopped);
+    }
+
+    #[test]
+    fn only_what_is_read_counts_as_a_change() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("a.yaml"), "x: 1\n").unwrap();
+        let mut w = Watch::new(d.path());
+        // A git checkout's own files and an editor's swap file are not manifests.
+        std::fs::create_dir(d.path().join(".git")).unwrap();
+        std::fs::write(d.path().join(".git/FETCH_HEAD"), "abc\n").unwrap();
+        std::fs::write(d.path().join(".a.yaml.swp"), "x").unwrap();
+        assert_eq!(w.wait(Duration::from_millis(1500), None), Wake::Timeout);
+        std::fs::write(d.path().join("b.yml"), "x: 2\n").unwrap();
+        assert_eq!(w.wait(Duration::from_secs(60), None), Wake::Changed);
     }
 
     #[test]
