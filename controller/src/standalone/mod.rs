@@ -78,9 +78,15 @@ pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<()
     let mut rounds = 0u64;
     loop {
         let started = Instant::now();
-        watch.until_quiet();
-        watch.mark_seen();
-        let waiting = round(&opts, host.as_mut(), &metrics, &mut progress, &mut watched);
+        let manifests = watch.read_stable(|| Manifests::load(&opts.manifests));
+        let waiting = round(
+            &opts,
+            manifests,
+            host.as_mut(),
+            &metrics,
+            &mut progress,
+            &mut watched,
+        );
         metrics
             .reconcile_duration
             .with_label_values(&["Manifests"])
@@ -143,37 +149,36 @@ type Watched = (
     Vec<crate::host::model::PreflightRequest>,
 );
 
-/// One pass: read, validate, converge, write status. `None` when nothing is left to wait
+/// One pass on the manifests as read: validate, converge, write status. `None` when nothing is left to wait
 /// for; else the units of the servers still starting (none when it waits for a lock).
 fn round(
     opts: &StandaloneOptions,
+    manifests: Result<Manifests, crate::manifests::ManifestError>,
     host: &mut dyn Host,
     metrics: &crate::metrics::Metrics,
     progress: &mut std::collections::BTreeMap<String, crate::converge::StartupTrack>,
     watched: &mut Watched,
 ) -> Option<Vec<crate::host::model::UnitRef>> {
-    let desired = Manifests::load(&opts.manifests)
-        .map_err(|e| e.to_string())
-        .and_then(|m| {
-            tracing::debug!(
-                "manifests read: {} partitions, {} servers",
-                m.partitions.len(),
-                m.servers.len()
-            );
-            let observed = host.observe().map_err(|e| e.to_string())?;
-            select::for_host(&m, &observed, &opts.gpu_vendor, &opts.gpu_driver)
-                .map(|mut d| {
-                    select::decide_reboot(&mut d, &m, jiff::Timestamp::now());
-                    (d, observed)
-                })
-                .map_err(|e| {
-                    // Each resource the refusal names reads it in its own status file too.
-                    if let select::SelectError::Invalid(errs) = &e {
-                        status_files::write_refusals(&opts.status_dir, errs);
-                    }
-                    e.to_string()
-                })
-        });
+    let desired = manifests.map_err(|e| e.to_string()).and_then(|m| {
+        tracing::debug!(
+            "manifests read: {} partitions, {} servers",
+            m.partitions.len(),
+            m.servers.len()
+        );
+        let observed = host.observe().map_err(|e| e.to_string())?;
+        select::for_host(&m, &observed, &opts.gpu_vendor, &opts.gpu_driver)
+            .map(|mut d| {
+                select::decide_reboot(&mut d, &m, jiff::Timestamp::now());
+                (d, observed)
+            })
+            .map_err(|e| {
+                // Each resource the refusal names reads it in its own status file too.
+                if let select::SelectError::Invalid(errs) = &e {
+                    status_files::write_refusals(&opts.status_dir, errs);
+                }
+                e.to_string()
+            })
+    });
     let (mut desired, observed) = match desired {
         Ok(d) => d,
         Err(f) => {

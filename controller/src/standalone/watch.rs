@@ -15,8 +15,10 @@
 //! and a read between the steps sees it empty or missing — a server's manifest read so is a
 //! server removed, whose unit the agent stops. Events alone do not cover it: the writer may pause longer than
 //! [`SETTLE`] between the steps (a busy host), and a change made during a pass is found by the
-//! fingerprint, with no event to settle on. Caveat: a writer that holds a file truncated for
-//! longer than [`QUIET`] is still read half-written; write such files by rename.
+//! fingerprint, with no event to settle on. [`Watch::read_stable`] then reads again when the
+//! directory changed during the read itself. The cost: a change is acted on [`QUIET`] after its
+//! last write, not at once. Caveat: a writer that holds a file truncated for longer than
+//! [`QUIET`] is still read half-written; write such files by rename.
 
 use crate::host::PROBE_EVERY;
 use notify::Watcher as _;
@@ -34,6 +36,8 @@ pub const SETTLE_MAX: Duration = Duration::from_secs(1);
 pub const QUIET: Duration = Duration::from_millis(500);
 /// Longest wait for [`QUIET`] (a file whose time is in the future, a writer that never stops).
 pub const QUIET_MAX: Duration = Duration::from_secs(3);
+/// Most reads of [`Watch::read_stable`] before it settles for the last.
+pub const READS: u32 = 5;
 /// How often the fingerprint is polled when no event comes.
 const POLL: Duration = Duration::from_secs(1);
 
@@ -173,10 +177,33 @@ impl Watch {
         self.stop.load(Ordering::SeqCst)
     }
 
-    /// Records the manifests as read now (call right before reading them, so a change made
-    /// while they are applied is seen afterwards).
-    pub fn mark_seen(&mut self) {
-        self.seen = fingerprint(&self.dir);
+    /// Reads the manifests with `read` once they are quiet ([`Watch::until_quiet`]) and records
+    /// what was read as seen (a change made while they are applied is seen afterwards). A read
+    /// during which the directory changed (its fingerprint or its own time differ before and
+    /// after) is done again, up to [`READS`] times: what is returned was read from files that
+    /// did not change under the read, as far as sizes and times can tell.
+    pub fn read_stable<T>(&mut self, mut read: impl FnMut() -> T) -> T {
+        let mut tries = 1;
+        loop {
+            self.until_quiet();
+            let before = (fingerprint(&self.dir), self.dir_time());
+            let t = read();
+            let after = (fingerprint(&self.dir), self.dir_time());
+            let stable = before == after;
+            self.seen = before.0;
+            if stable || tries >= READS {
+                return t;
+            }
+            tracing::debug!("the manifests changed while they were read; reading them again");
+            tries += 1;
+        }
+    }
+
+    /// The watched directory's own modification time (entries added, removed, renamed).
+    fn dir_time(&self) -> Option<SystemTime> {
+        std::fs::metadata(&self.target)
+            .and_then(|m| m.modified())
+            .ok()
     }
 
     /// Sleeps until no file of the manifests was modified in the last [`QUIET`], at most
@@ -186,9 +213,12 @@ impl Watch {
         loop {
             // The directory's own time too: a file removed and created again (`git checkout`
             // replaces a changed file so) is missing meanwhile, and a missing file has no time.
-            let dir = std::fs::metadata(&self.target).and_then(|m| m.modified());
             let files = fingerprint(&self.dir);
-            let times = files.0.iter().filter_map(|(_, _, t)| *t).chain(dir.ok());
+            let times = files
+                .0
+                .iter()
+                .filter_map(|(_, _, t)| *t)
+                .chain(self.dir_time());
             let Some(age) = youngest_age(times) else {
                 return;
             };
@@ -270,7 +300,7 @@ mod tests {
         assert_eq!(w.wait(Duration::from_secs(60), None), Wake::Changed);
         assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
         writer.join().unwrap();
-        w.mark_seen();
+        w.read_stable(|| ());
         assert_eq!(w.wait(Duration::from_millis(300), None), Wake::Timeout);
     }
 
@@ -339,6 +369,34 @@ mod tests {
             Some("kind: InferenceServer # v2\n")
         );
         writer.join().unwrap();
+    }
+
+    #[test]
+    fn a_read_the_directory_changed_under_is_done_again() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("server.yaml");
+        std::fs::write(&f, "v: 1\n").unwrap();
+        let old = SystemTime::now() - Duration::from_secs(60);
+        std::fs::File::options()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let mut w = Watch::new(d.path());
+        let mut reads = 0;
+        let got = w.read_stable(|| {
+            reads += 1;
+            let text = std::fs::read_to_string(&f).unwrap();
+            if reads == 1 {
+                // A writer, while the agent reads.
+                std::fs::write(&f, "v: 2 # a longer text\n").unwrap();
+            }
+            text
+        });
+        assert_eq!((reads, got.as_str()), (2, "v: 2 # a longer text\n"));
+        // What was read is what counts as seen: no change is pending.
+        assert_eq!(w.wait(Duration::from_millis(300), None), Wake::Timeout);
     }
 
     #[test]
