@@ -4,29 +4,14 @@
 //! and says why in `_invalid.yaml`.
 
 use std::path::Path;
-use std::process::Command;
 
 mod common;
 use common::repo;
 
 /// Runs the agent until settled (at most 40 rounds); returns stderr.
 fn run(dir: &Path) -> String {
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuplane"))
-        .args(["run", "--manifests"])
-        .arg(dir.join("m"))
-        .arg("--host")
-        .arg(format!("sim-rw:{}", dir.join("host.yaml").display()))
-        .arg("--status-dir")
-        .arg(dir.join("status"))
-        .args([
-            "--sim-speed",
-            "50",
-            "--poll-interval",
-            "1",
-            "--max-rounds",
-            "40",
-        ])
-        .args(["--metrics-addr", "127.0.0.1:0"])
+    let o = common::standalone_agent(dir)
+        .args(["--max-rounds", "40"])
         .output()
         .expect("run gpuplane");
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
@@ -163,15 +148,7 @@ fn a_server_removed_from_the_manifests_has_its_unit_stopped_and_removed() {
 fn sigterm_stops_the_agent_between_passes_with_exit_0() {
     let dir = common::reference_dir();
     let d = dir.path();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuplane"))
-        .args(["run", "--manifests"])
-        .arg(d.join("m"))
-        .arg("--host")
-        .arg(format!("sim-rw:{}", d.join("host.yaml").display()))
-        .arg("--status-dir")
-        .arg(d.join("status"))
-        .args(["--sim-speed", "50", "--poll-interval", "1"])
-        .args(["--metrics-addr", "127.0.0.1:0"])
+    let mut child = common::standalone_agent(d)
         .env("GPUPLANE_LOG", "info")
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -328,22 +328,8 @@ fn watch_prints_the_transition_and_only_it() {
 fn the_simulated_hosts_status_shows_its_eight_gpus() {
     let dir = common::reference_dir();
     let d = dir.path();
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuplane"))
-        .args(["run", "--manifests"])
-        .arg(d.join("m"))
-        .arg("--host")
-        .arg(format!("sim-rw:{}", d.join("host.yaml").display()))
-        .arg("--status-dir")
-        .arg(d.join("status"))
-        .args([
-            "--sim-speed",
-            "50",
-            "--poll-interval",
-            "1",
-            "--max-rounds",
-            "40",
-        ])
-        .args(["--metrics-addr", "127.0.0.1:0"])
+    let o = common::standalone_agent(d)
+        .args(["--max-rounds", "40"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -286,6 +286,13 @@ fn settle(rx: &Receiver<()>) {
 mod tests {
     use super::*;
 
+    /// Makes `p` a minute old, as a file written long before.
+    fn backdate(p: &Path) {
+        let f = std::fs::File::options().write(true).open(p).unwrap();
+        f.set_modified(SystemTime::now() - Duration::from_secs(60))
+            .unwrap();
+    }
+
     #[test]
     fn a_write_wakes_the_wait_long_before_it_times_out() {
         let d = tempfile::tempdir().unwrap();
@@ -348,14 +355,8 @@ mod tests {
         let f = d.path().join("server.yaml");
         std::fs::write(d.path().join("partition.yaml"), "kind: GpuPartition\n").unwrap();
         std::fs::write(&f, "kind: InferenceServer\n").unwrap();
-        let old = SystemTime::now() - Duration::from_secs(60);
-        for n in ["partition.yaml", "server.yaml"] {
-            let h = std::fs::File::options()
-                .write(true)
-                .open(d.path().join(n))
-                .unwrap();
-            h.set_modified(old).unwrap();
-        }
+        backdate(&d.path().join("partition.yaml"));
+        backdate(&f);
         let w = Watch::new(d.path());
         std::fs::remove_file(&f).unwrap();
         let g = f.clone();
@@ -376,13 +377,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("server.yaml");
         std::fs::write(&f, "v: 1\n").unwrap();
-        let old = SystemTime::now() - Duration::from_secs(60);
-        std::fs::File::options()
-            .write(true)
-            .open(&f)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
+        backdate(&f);
         let mut w = Watch::new(d.path());
         let mut reads = 0;
         let got = w.read_stable(|| {

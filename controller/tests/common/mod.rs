@@ -45,6 +45,22 @@ pub fn reference_dir() -> tempfile::TempDir {
     dir
 }
 
+/// The agent on manifest files over a [`reference_dir`] `d`: `gpuplane run --manifests d/m` on
+/// the simulated host `d/host.yaml` (50 times faster than wall time), status in `d/status`, a
+/// 1 s poll, metrics on a free port. Add `--max-rounds N` to have it end once settled.
+pub fn standalone_agent(d: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gpuplane"));
+    c.args(["run", "--manifests"])
+        .arg(d.join("m"))
+        .arg("--host")
+        .arg(format!("sim-rw:{}", d.join("host.yaml").display()))
+        .arg("--status-dir")
+        .arg(d.join("status"))
+        .args(["--sim-speed", "50", "--poll-interval", "1"])
+        .args(["--metrics-addr", "127.0.0.1:0"]);
+    c
+}
+
 /// `gpuplane converge -f MANIFESTS --host sim-rw:HOST --output json`, killed after write `kill`.
 pub fn converge(manifests: &str, host: &Path, kill: Option<u64>) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gpuplane"));
