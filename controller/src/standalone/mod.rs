@@ -102,9 +102,7 @@ pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<()
         {
             return Ok(());
         }
-        if watch.stopped() {
-            break;
-        }
+        // A stop during the pass: `wait` returns `Stopped` at once.
         let woke = until_next(&opts, host.as_mut(), &progress, &mut watch, waiting);
         tracing::debug!("woke: {woke:?}");
         if woke == watch::Wake::Stopped {

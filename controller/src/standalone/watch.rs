@@ -69,6 +69,10 @@ pub fn fingerprint(dir: &Path) -> Fingerprint {
     Fingerprint(v)
 }
 
+/// What [`Watch::read_stable`] compares before and after a read: the manifests' fingerprint and
+/// the directory's own modification time.
+pub type Snapshot = (Fingerprint, Option<SystemTime>);
+
 /// How long ago the most recent of `times` was (zero for a time in the future); `None` for none.
 fn youngest_age(times: impl Iterator<Item = SystemTime>) -> Option<Duration> {
     let now = SystemTime::now();
@@ -185,10 +189,9 @@ impl Watch {
     pub fn read_stable<T>(&mut self, mut read: impl FnMut() -> T) -> T {
         let mut tries = 1;
         loop {
-            self.until_quiet();
-            let before = (fingerprint(&self.dir), self.dir_time());
+            let before = self.until_quiet();
             let t = read();
-            let after = (fingerprint(&self.dir), self.dir_time());
+            let after = self.snapshot();
             let stable = before == after;
             self.seen = before.0;
             if stable || tries >= READS {
@@ -199,31 +202,31 @@ impl Watch {
         }
     }
 
-    /// The watched directory's own modification time (entries added, removed, renamed).
-    fn dir_time(&self) -> Option<SystemTime> {
-        std::fs::metadata(&self.target)
+    /// The manifests' fingerprint and the watched directory's own modification time (entries
+    /// added, removed, renamed).
+    fn snapshot(&self) -> Snapshot {
+        let dir = std::fs::metadata(&self.target)
             .and_then(|m| m.modified())
-            .ok()
+            .ok();
+        (fingerprint(&self.dir), dir)
     }
 
-    /// Sleeps until no file of the manifests was modified in the last [`QUIET`], at most
-    /// [`QUIET_MAX`] (then it logs why and returns: the read goes ahead).
-    pub fn until_quiet(&self) {
+    /// Sleeps until neither a file of the manifests nor the directory was modified in the last
+    /// [`QUIET`], at most [`QUIET_MAX`] (then it logs why and returns: the read goes ahead).
+    /// Returns the snapshot it judged by.
+    pub fn until_quiet(&self) -> Snapshot {
         let end = Instant::now() + QUIET_MAX;
         loop {
             // The directory's own time too: a file removed and created again (`git checkout`
             // replaces a changed file so) is missing meanwhile, and a missing file has no time.
-            let files = fingerprint(&self.dir);
-            let times = files
-                .0
-                .iter()
-                .filter_map(|(_, _, t)| *t)
-                .chain(self.dir_time());
+            let snap = self.snapshot();
+            let (files, dir) = &snap;
+            let times = files.0.iter().filter_map(|(_, _, t)| *t).chain(*dir);
             let Some(age) = youngest_age(times) else {
-                return;
+                return snap;
             };
             if age >= QUIET {
-                return;
+                return snap;
             }
             let now = Instant::now();
             if now >= end {
@@ -232,7 +235,7 @@ impl Watch {
                     self.dir.display(),
                     age.as_millis()
                 );
-                return;
+                return snap;
             }
             std::thread::sleep((QUIET - age).min(end - now));
         }
