@@ -318,6 +318,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
                 },
                 config: cfg.render(),
                 nvidia_userspace_version: None,
+                started_with: None,
             },
         )]
         .into(),

@@ -1,12 +1,17 @@
 //! Issue 24's property test: the simulated reference host (eight identical GPUs, four per NUMA
-//! node; an LXC slice on NUMA node 0 and a VM slice) converged, then its layout changed under
+//! node; two LXC slices on NUMA node 0, `inference` in container 129 and `side` in container 130,
+//! and a VM slice, each selecting its GPUs by one of the selector kinds) converged, then its
+//! layout changed under
 //! an unchanged spec — addresses renumbered, GPUs swapped between slots, replaced in place,
 //! removed, added, each followed by a reboot (every GPU back on nvidia, minors in probe order) —
 //! and converged again. Invariants: no GPU changes owner by the agent's hand unless its ledger
 //! owner is kept; identity selectors follow their GPUs; every change is reported old → new; no
 //! write touches a stalled slice (none at all when every slice stalls, but the VM mapping
-//! narrowed to the entries that still name the GPU at their path); no mapping entry names
-//! another GPU than the one at its path after any converge; after the printed hash
+//! narrowed to the entries that still name the GPU at their path, and the containers to the
+//! lines that still name a GPU of their own); no mapping entry names another GPU than the one at
+//! its path, and no container line a GPU of another owner (issue 37: a stalled container slice
+//! kept `/dev/nvidiaN` lines the boot gave to another slice's GPU), after any converge; a swap
+//! that makes two selectors pick one GPU stalls like any other change; after the printed hash
 //! is accepted the host converges and a further converge makes zero writes.
 //!
 //! At least 50 layouts in CI; `PROPTEST_CASES=2000 cargo test -p gpuplane --test layout_props`
@@ -59,41 +64,35 @@ fn change() -> impl Strategy<Value = Change> {
     ]
 }
 
-fn case() -> impl Strategy<Value = (Sel, Vec<Change>)> {
+/// The selectors of the VM slice, of `inference` and of `side` (the container slices share NUMA
+/// node 0, so they never select by it), and the changes.
+type Case = ((Sel, Sel, Sel), Vec<Change>);
+
+fn case() -> impl Strategy<Value = Case> {
+    let explicit = || prop_oneof![Just(Sel::Slots), Just(Sel::Uuids), Just(Sel::Addresses)];
     (
-        prop_oneof![
-            Just(Sel::Numa),
-            Just(Sel::Slots),
-            Just(Sel::Uuids),
-            Just(Sel::Addresses)
-        ],
+        (
+            prop_oneof![
+                Just(Sel::Numa),
+                Just(Sel::Slots),
+                Just(Sel::Uuids),
+                Just(Sel::Addresses)
+            ],
+            explicit(),
+            explicit(),
+        ),
         prop::collection::vec(change(), 1..3),
     )
 }
 
-/// The twin without its server (the partition alone is under test) and the reference
-/// partition with the VM slice selecting by `sel`.
-fn start(sel: Sel) -> (SimHost, Manifests) {
-    let mut h = SimHost::from_yaml(gpuplane::EMBEDDED_HOST, "twin").unwrap();
-    h.file.units.clear();
-    h.file.holders.clear();
-    let mut m = Manifests::default();
-    for (n, t) in gpuplane::EMBEDDED_MANIFESTS {
-        m.add_text(t, n).unwrap();
-    }
-    m.servers.clear();
-    let vm: Vec<&gpuplane::host::sim::SimDevice> = h
-        .file
-        .pci_devices
-        .iter()
-        .filter(|d| d.numa_node == 1)
-        .collect();
+/// The selector `sel` for the twin's devices `picked`.
+fn selector(sel: Sel, picked: &[&gpuplane::host::sim::SimDevice]) -> GpuSelector {
     let ids = |f: &dyn Fn(&gpuplane::host::sim::SimDevice) -> String| {
-        vm.iter().map(|d| f(d)).collect::<Vec<_>>()
+        picked.iter().map(|d| f(d)).collect::<Vec<_>>()
     };
-    m.partitions[0].spec.slices[1].gpus = match sel {
+    match sel {
         Sel::Numa => GpuSelector {
-            numa_node: Some(1),
+            numa_node: Some(picked[0].numa_node),
             ..Default::default()
         },
         Sel::Slots => GpuSelector {
@@ -113,9 +112,46 @@ fn start(sel: Sel) -> (SimHost, Manifests) {
             ),
             ..Default::default()
         },
+    }
+}
+
+/// The twin without its server (the partition alone is under test), container 130 beside 129,
+/// and the reference partition split three ways: `inference` (LXC 129) and `side` (LXC 130)
+/// take two NUMA-0 GPUs each, the VM slice NUMA node 1, each by its selector of `sels`.
+fn start(sels: (Sel, Sel, Sel)) -> (SimHost, Manifests) {
+    let mut h = SimHost::from_yaml(gpuplane::EMBEDDED_HOST, "twin").unwrap();
+    h.file.units.clear();
+    h.file.holders.clear();
+    let mut ct = h.file.containers[&129].clone();
+    ct.config = "arch: amd64\nhostname: side\nonboot: 1\nunprivileged: 0\n".into();
+    h.file.containers.insert(130, ct);
+    let mut m = Manifests::default();
+    for (n, t) in gpuplane::EMBEDDED_MANIFESTS {
+        m.add_text(t, n).unwrap();
+    }
+    m.servers.clear();
+    let on = |numa: i32| -> Vec<&gpuplane::host::sim::SimDevice> {
+        h.file
+            .pci_devices
+            .iter()
+            .filter(|d| d.numa_node == numa)
+            .collect()
     };
+    let (numa0, numa1) = (on(0), on(1));
+    let slices = &mut m.partitions[0].spec.slices;
+    slices[1].gpus = selector(sels.0, &numa1);
+    let mut side = slices[0].clone();
+    slices[0].gpus = selector(sels.1, &numa0[..2]);
+    side.name = "side".into();
+    side.servers = None;
+    side.gpus = selector(sels.2, &numa0[2..]);
+    side.consumer.as_mut().unwrap().lxc.as_mut().unwrap().vmid = 130;
+    slices.push(side);
     (h, m)
 }
+
+/// The container of each LXC slice.
+const CONTAINERS: [(&str, u32); 2] = [("inference", 129), ("side", 130)];
 
 fn run(h: &mut SimHost, m: &Manifests) -> Result<Report, String> {
     let st = h.observe().unwrap();
@@ -124,24 +160,59 @@ fn run(h: &mut SimHost, m: &Manifests) -> Result<Report, String> {
 }
 
 /// Which consumer has each physical GPU (by its serial number): `vm` (on vfio-pci and in the
-/// mapping), `ct` (on nvidia and mounted in container 129), `-` (neither).
-fn owners(st: &HostState) -> BTreeMap<String, &'static str> {
+/// mapping), `ct129`/`ct130` (on nvidia and named by that container's config; `ct129+ct130` when
+/// both name it), `-` (none).
+fn owners(st: &HostState) -> BTreeMap<String, String> {
     let mapped: BTreeSet<&String> = st
         .pci_mappings
         .get("pro6000-vm")
         .map(|es| es.iter().flat_map(|e| e.paths.iter()).collect())
         .unwrap_or_default();
-    let mounted = &st.containers[&129].gpu_mounts.minors;
     st.gpus("10de")
         .map(|d| {
-            let o = match d.driver.as_deref() {
-                Some("vfio-pci") if mapped.contains(&d.address) => "vm",
-                Some("nvidia") if d.nvidia_minor.is_some_and(|n| mounted.contains(&n)) => "ct",
-                _ => "-",
+            let mut o: Vec<String> = vec![];
+            if d.driver.as_deref() == Some("vfio-pci") && mapped.contains(&d.address) {
+                o.push("vm".into());
+            }
+            if d.driver.as_deref() == Some("nvidia") {
+                for (_, vmid) in CONTAINERS {
+                    let mounted = &st.containers[&vmid].gpu_mounts.minors;
+                    if d.nvidia_minor.is_some_and(|n| mounted.contains(&n)) {
+                        o.push(format!("ct{vmid}"));
+                    }
+                }
+            }
+            let o = if o.is_empty() {
+                "-".into()
+            } else {
+                o.join("+")
             };
             (d.identity.dsn.clone().unwrap(), o)
         })
         .collect()
+}
+
+/// Container device lines that name a GPU (by the minor it has now) which was not that
+/// container's when the host converged (`o0`): what a start of the container would hand it
+/// unasked. Empty after every converge before an acknowledgement.
+fn wrong_owner_lines(st: &HostState, o0: &BTreeMap<String, String>) -> Vec<String> {
+    let mut out = vec![];
+    for (_, vmid) in CONTAINERS {
+        for minor in &st.containers[&vmid].gpu_mounts.minors {
+            let Some(d) = st.gpus("10de").find(|d| d.nvidia_minor == Some(*minor)) else {
+                continue;
+            };
+            let dsn = d.identity.dsn.clone().unwrap();
+            let was = o0.get(&dsn).map(String::as_str).unwrap_or("a new GPU");
+            if was != format!("ct{vmid}") {
+                out.push(format!(
+                    "container {vmid}: /dev/nvidia{minor} is {} ({dsn}), which was {was}'s",
+                    d.address
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// Applies `c` to the host's devices, then reboots: every GPU on nvidia, minors in probe order.
@@ -253,11 +324,21 @@ fn stalled(r: &Report) -> Option<(BTreeSet<String>, Vec<String>)> {
     Some((slices, mine.iter().map(|b| b.message.clone()).collect()))
 }
 
-/// Whether `step` only takes entries out of the VM's mapping (`before`: its entries' paths).
-fn narrows(step: &Step, before: &[Vec<String>]) -> bool {
+/// What the host had before the converge, for judging narrowings: the VM mapping's entries'
+/// paths and each container's minors.
+struct Before {
+    mapped: Vec<Vec<String>>,
+    minors: BTreeMap<u32, BTreeSet<u32>>,
+}
+
+/// Whether `step` only takes entries out of the VM's mapping, or lines out of a container.
+fn narrows(step: &Step, before: &Before) -> bool {
     match step {
         Step::SetPciMapping { mapping, entries } => {
-            mapping == "pro6000-vm" && entries.iter().all(|e| before.contains(&e.paths))
+            mapping == "pro6000-vm" && entries.iter().all(|e| before.mapped.contains(&e.paths))
+        }
+        Step::SetContainerGpus { vmid, minors } => {
+            before.minors.get(vmid).is_some_and(|b| minors.is_subset(b))
         }
         _ => false,
     }
@@ -290,6 +371,13 @@ fn mislabelled(st: &HostState) -> Vec<String> {
         .collect()
 }
 
+/// Whether container `vmid` is the consumer of a slice in `stalled`.
+fn stalled_container(stalled: &BTreeSet<String>, vmid: u32) -> bool {
+    CONTAINERS
+        .iter()
+        .any(|(s, v)| *v == vmid && stalled.contains(*s))
+}
+
 #[derive(Default, Debug)]
 struct Figures {
     layouts: u64,
@@ -299,10 +387,13 @@ struct Figures {
     wrong_owner_moves: u64,
     writes_while_stalled: u64,
     stale_entries_removed: u64,
+    container_lines_removed: u64,
+    wrong_owner_lines: u64,
 }
 
-fn one(sel: Sel, changes: &[Change], f: &mut Figures) -> Result<(), TestCaseError> {
-    let (mut h, mut m) = start(sel);
+fn one(sels: (Sel, Sel, Sel), changes: &[Change], f: &mut Figures) -> Result<(), TestCaseError> {
+    let (mut h, mut m) = start(sels);
+    let sel = sels.0;
     let r0 = run(&mut h, &m).map_err(TestCaseError::fail)?;
     prop_assert!(r0.converged(), "{:?}", r0.stop);
     let o0 = owners(&h.observe().unwrap());
@@ -318,25 +409,34 @@ fn one(sel: Sel, changes: &[Change], f: &mut Figures) -> Result<(), TestCaseErro
     }
     f.layouts += 1;
     let o1 = owners(&h.observe().unwrap());
-    let mapped_before: Vec<Vec<String>> = h.observe().unwrap().pci_mappings["pro6000-vm"]
-        .iter()
-        .map(|e| e.paths.clone())
-        .collect();
-    let r = match run(&mut h, &m) {
-        Ok(r) => r,
-        Err(e) => {
-            // The spec cannot be resolved on this layout (a uuids slice and a numaNode slice
-            // both want a GPU that moved between them): refused before any write.
-            prop_assert!(e.contains("InvalidSpec"), "{e}");
-            f.refused += 1;
-            return Ok(());
-        }
+    let st1 = h.observe().unwrap();
+    let prior = Before {
+        mapped: st1.pci_mappings["pro6000-vm"]
+            .iter()
+            .map(|e| e.paths.clone())
+            .collect(),
+        minors: CONTAINERS
+            .iter()
+            .map(|(_, v)| (*v, st1.containers[v].gpu_mounts.minors.clone()))
+            .collect(),
     };
+    let mapped_before = &prior.mapped;
+    // A layout change is never a spec error before it is acknowledged: two selectors that pick
+    // one GPU after a swap stall like any other change (issue 37).
+    let r = run(&mut h, &m).map_err(|e| TestCaseError::fail(format!("{e} {changes:?}")))?;
     let o2 = owners(&h.observe().unwrap());
     prop_assert_eq!(
         mislabelled(&h.observe().unwrap()),
         Vec::<String>::new(),
         "the mapping names the GPUs at its paths"
+    );
+    let wrong = wrong_owner_lines(&h.observe().unwrap(), &o0);
+    f.wrong_owner_lines += wrong.len() as u64;
+    prop_assert!(
+        wrong.is_empty(),
+        "no container names another owner's GPU: {:?} {:?}",
+        wrong,
+        changes
     );
     for (dsn, now) in &o2 {
         if let (Some(was), Some(then)) = (o0.get(dsn), o1.get(dsn)) {
@@ -353,20 +453,24 @@ fn one(sel: Sel, changes: &[Change], f: &mut Figures) -> Result<(), TestCaseErro
         for msg in &messages {
             prop_assert!(
                 msg.contains('→')
+                    || msg.contains("is picked by")
                     || msg.contains("gone from the bus")
                     || msg.contains("replaced by")
                     || msg.contains("a new GPU"),
                 "{msg}"
             );
         }
-        let both = slices.contains("inference") && slices.contains("confidential-vm");
-        if both {
-            // Every slice stalled: nothing is written but the one safety write, a mapping
-            // narrowed to the entries that still name the GPU at their path.
+        let all = ["inference", "side", "confidential-vm"]
+            .iter()
+            .all(|s| slices.contains(*s));
+        if all {
+            // Every slice stalled: nothing is written but the safety writes, a mapping narrowed
+            // to the entries that still name the GPU at their path and containers narrowed to
+            // the lines that still name their own GPUs.
             let others: Vec<String> = r
                 .applied
                 .iter()
-                .filter(|a| !narrows(&a.planned.step, &mapped_before))
+                .filter(|a| !narrows(&a.planned.step, &prior))
                 .map(|a| a.planned.step.to_string())
                 .collect();
             f.writes_while_stalled += others.len() as u64;
@@ -375,12 +479,23 @@ fn one(sel: Sel, changes: &[Change], f: &mut Figures) -> Result<(), TestCaseErro
         f.stale_entries_removed += r
             .applied
             .iter()
-            .filter(|a| narrows(&a.planned.step, &mapped_before))
+            .filter(|a| narrows(&a.planned.step, &prior))
             .filter(|a| match &a.planned.step {
                 Step::SetPciMapping { entries, .. } => entries.len() < mapped_before.len(),
                 _ => false,
             })
             .count() as u64;
+        f.container_lines_removed += r
+            .applied
+            .iter()
+            .filter(|a| narrows(&a.planned.step, &prior))
+            .map(|a| match &a.planned.step {
+                Step::SetContainerGpus { vmid, minors } => {
+                    (prior.minors[vmid].len() - minors.len()) as u64
+                }
+                _ => 0,
+            })
+            .sum::<u64>();
         for a in &r.applied {
             let touches = match &a.planned.step {
                 // The one write a stalled VM slice may see: its mapping loses an address that
@@ -389,9 +504,13 @@ fn one(sel: Sel, changes: &[Change], f: &mut Figures) -> Result<(), TestCaseErro
                     slices.contains("confidential-vm")
                         && !entries.iter().all(|e| mapped_before.contains(&e.paths))
                 }
-                Step::SetContainerGpus { .. }
-                | Step::StopContainer { .. }
-                | Step::StartContainer { .. } => slices.contains("inference"),
+                // A stalled slice's container may only lose lines (the narrowing above).
+                Step::SetContainerGpus { vmid, .. } => {
+                    stalled_container(&slices, *vmid) && !narrows(&a.planned.step, &prior)
+                }
+                Step::StopContainer { vmid } | Step::StartContainer { vmid } => {
+                    stalled_container(&slices, *vmid)
+                }
                 _ => false,
             };
             if touches {
@@ -457,7 +576,7 @@ fn one(sel: Sel, changes: &[Change], f: &mut Figures) -> Result<(), TestCaseErro
             }
         }
         if matches!(sel, Sel::Slots | Sel::Uuids) {
-            let vm = |o: &BTreeMap<String, &str>| -> BTreeSet<String> {
+            let vm = |o: &BTreeMap<String, String>| -> BTreeSet<String> {
                 o.iter()
                     .filter(|(_, o)| **o == "vm")
                     .map(|(d, _)| d.clone())
@@ -503,13 +622,13 @@ fn no_gpu_changes_owner_when_the_host_layout_changes_under_an_unchanged_spec() {
         ..Config::default()
     });
     let figures = std::cell::RefCell::new(Figures::default());
-    let result = runner.run(&case(), |(sel, changes)| {
-        one(sel, &changes, &mut figures.borrow_mut())
+    let result = runner.run(&case(), |(sels, changes)| {
+        one(sels, &changes, &mut figures.borrow_mut())
     });
     let f = figures.into_inner();
     eprintln!(
-        "layout property test: {} layouts tried, {} stalls, {} follows by identity selectors, {} refused as invalid, {} wrong-owner moves, {} writes to stalled slices, {} stalled mappings narrowed to the GPUs they name",
-        f.layouts, f.stalls, f.follows, f.refused, f.wrong_owner_moves, f.writes_while_stalled, f.stale_entries_removed
+        "layout property test: {} layouts tried, {} stalls, {} follows by identity selectors, {} refused as invalid after an acknowledgement, {} wrong-owner moves, {} writes to stalled slices, {} stalled mappings narrowed to the GPUs they name, {} stalled container lines removed, {} wrong-owner container lines",
+        f.layouts, f.stalls, f.follows, f.refused, f.wrong_owner_moves, f.writes_while_stalled, f.stale_entries_removed, f.container_lines_removed, f.wrong_owner_lines
     );
     result.unwrap();
     assert!(f.layouts >= 50, "at least 50 layouts: {f:?}");

@@ -46,10 +46,13 @@ pub fn resolve_partition(
     check.passthrough_and_snp(spec);
     check.host(spec, gpuplane_crds::pool_of(p));
     check.problems.finish()?;
+    let mut terms = terms;
+    terms.contested = std::mem::take(&mut check.contested);
+    let slices = resolved_slices(spec, chosen, &check.claimed);
     Ok(DesiredPartition {
         name: p.metadata.name.clone().unwrap_or_default(),
         node_name: spec.node_name.clone(),
-        slices: resolved_slices(spec, chosen),
+        slices,
         iommu: iommu_expectation(spec),
         host_driver: gpu_driver.into(),
         layout: Some(terms),
@@ -72,6 +75,7 @@ fn layout_terms(p: &GpuPartition, gpu_vendor: &str) -> crate::layout::Terms {
         gpu_vendor: gpu_vendor.into(),
         accept_layout: ann(crate::layout::ACCEPT_ANNOTATION),
         allow_unverified: ann(crate::layout::UNVERIFIED_ANNOTATION).as_deref() == Some("true"),
+        contested: Default::default(),
     }
 }
 
@@ -108,6 +112,9 @@ struct Check<'a> {
     /// ledger as missing): a selector may still name them. An address or slot some other GPU
     /// left is the spec's to fix.
     gone: BTreeSet<usize>,
+    /// GPU address → the slices whose selectors all pick it, when the host moved it there
+    /// (see [`Check::claim`]); the GPU stays with the slice that claimed it first.
+    contested: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl<'a> Check<'a> {
@@ -149,6 +156,7 @@ impl<'a> Check<'a> {
             ledger,
             accepted,
             gone,
+            contested: BTreeMap::new(),
         }
     }
 
@@ -461,16 +469,28 @@ impl<'a> Check<'a> {
         v
     }
 
-    /// Claims `gpus` for slice `s`; a GPU that an earlier slice claimed is a problem.
+    /// Claims `gpus` for slice `s`; a GPU that an earlier slice claimed is a problem, unless
+    /// the host moved it there: under a standing ledger of this very spec (which resolved
+    /// without overlap when it was written) and no acknowledgement, two selectors picking one
+    /// GPU is a layout change (GPUs swapped between slots or NUMA nodes), recorded as contested
+    /// for the layout guard to stall both slices, like any other change of the host.
     fn claim(&mut self, i: usize, s: &GpuSlice, gpus: &[String]) {
         for a in gpus {
-            if let Some(other) = self.claimed.insert(a.clone(), s.name.clone()) {
-                self.problems.add(
+            match self.claimed.get(a) {
+                Some(other) if self.ledger.is_some() && !self.accepted => {
+                    let e = self.contested.entry(a.clone()).or_default();
+                    e.insert(other.clone());
+                    e.insert(s.name.clone());
+                }
+                Some(other) => self.problems.add(
                     field(i, "gpus"),
                     format!(
                         "GPU {a} is also in slice {other:?}; a GPU may belong to one slice only"
                     ),
-                );
+                ),
+                None => {
+                    self.claimed.insert(a.clone(), s.name.clone());
+                }
             }
         }
     }
@@ -516,16 +536,19 @@ impl<'a> Check<'a> {
     }
 }
 
-/// The slices with their chosen GPUs (sorted) and their consumers.
+/// The slices with their chosen GPUs (sorted) and their consumers; a GPU two slices picked
+/// (contested) stays only with the slice that `claimed` records for it.
 fn resolved_slices(
     spec: &GpuPartitionSpec,
     chosen: Vec<Option<Vec<String>>>,
+    claimed: &BTreeMap<String, String>,
 ) -> Vec<ResolvedSlice> {
     spec.slices
         .iter()
         .zip(chosen)
         .map(|(s, g)| {
             let mut gpus = g.unwrap_or_default();
+            gpus.retain(|a| claimed.get(a).is_none_or(|owner| owner == &s.name));
             gpus.sort();
             ResolvedSlice {
                 name: s.name.clone(),

@@ -37,6 +37,10 @@ pub struct Terms {
     pub accept_layout: Option<String>,
     /// `allow-unverified-gpus: "true"`.
     pub allow_unverified: bool,
+    /// GPU address → the slices whose selectors all pick it because the host moved it (set by
+    /// resolution only under a standing ledger of the same spec, unacknowledged): the guard
+    /// stalls every one of them.
+    pub contested: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
 }
 
 /// The hash a person writes into `accept-layout`: of the GPUs on the bus now (address, model,

@@ -106,7 +106,8 @@ pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
     let same_spec = l.spec_hash == t.spec_hash;
     let hash = layout_hash(&observed);
     let accepted = !same_spec || t.accept_layout.as_deref() == Some(hash.as_str());
-    let changes = changes(l, &m, &owner_of);
+    let mut changes = changes(l, &m, &owner_of);
+    changes.extend(contested(t, l, &m));
     let mut v = Verdict::default();
     if !accepted {
         v.stalls = stalls(&changes, &hash);
@@ -250,6 +251,34 @@ fn changes(l: &Ledger, m: &Matching, owner_of: &dyn Fn(&str) -> Option<String>) 
         );
     }
     out
+}
+
+/// GPUs two selectors pick since the host moved them (resolution records them only under an
+/// unchanged, unacknowledged spec): each freezes every slice that picks it, and the slice the
+/// ledger gave it.
+fn contested(t: &Terms, l: &Ledger, m: &Matching) -> Vec<Change> {
+    t.contested
+        .iter()
+        .map(|(addr, slices)| {
+            let was = m.was(addr).map(|li| &l.gpus[li]);
+            let mut all = slices.clone();
+            all.extend(was.and_then(|g| g.owner.clone()));
+            let names: Vec<String> = slices.iter().map(|s| format!("slice {s}")).collect();
+            let what = was.map_or("a GPU".to_string(), |g| g.describe());
+            let owner = match was.and_then(|g| g.owner.as_deref()) {
+                Some(o) => format!("slice {o}"),
+                None => "no slice".into(),
+            };
+            Change {
+                reason: LAYOUT_CHANGED,
+                slices: all,
+                row: format!(
+                    "{what} now at {addr} is picked by {} (it was {owner}'s)",
+                    names.join(" and ")
+                ),
+            }
+        })
+        .collect()
 }
 
 /// The slices the changes freeze: every slice a change gives or takes a GPU, with the most

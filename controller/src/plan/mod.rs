@@ -9,7 +9,9 @@
 //! # Guarantees
 //! - Converged means an empty plan: `plan(d, observe())` after a full converge has no steps.
 //! - When anything blocks a rebind (`GpuInUse`), the plan has no steps at all, so nothing
-//!   is half-changed.
+//!   is half-changed — but for the narrowing writes a layout stall allows (a stalled slice's
+//!   container config loses the lines that now name a GPU it does not own,
+//!   `stalled_containers.rs`), which come first in any plan.
 //! - When a server the plan would stop, rebind or restart failed preflight (`preflight.rs`),
 //!   the plan has no steps at all: the old server keeps serving.
 //! - When later steps depend on an earlier step's outcome (device minors after binding to
@@ -32,6 +34,7 @@ mod occupants;
 mod output;
 mod preflight;
 pub mod servers;
+mod stalled_containers;
 
 pub use crate::step::Step;
 pub use output::{Blocker, Note, Plan, PlannedStep, ROLLED_BACK};
@@ -56,6 +59,7 @@ struct GpuTarget {
 /// `nvidia`), and only in a plan nothing else blocks.
 pub fn plan(desired: &Desired, host: &HostState) -> Plan {
     let verdict = layout_guard::check(&desired.partition, host);
+    let narrowing = stalled_containers::narrow(&desired.partition, host, &verdict);
     let view = layout_view(desired, &verdict);
     let d = view.as_ref().unwrap_or(desired);
     let boot = kernel_args::check(d, host);
@@ -103,6 +107,9 @@ pub fn plan(desired: &Desired, host: &HostState) -> Plan {
         p.plan.steps = steps;
         p.plan.continues_after = None;
     }
+    // A stalled slice's container loses the lines that now name a GPU it does not own: first,
+    // whatever else is planned (a reboot included), as it only narrows.
+    p.plan.steps.splice(0..0, narrowing);
     p.plan
 }
 

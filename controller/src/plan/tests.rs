@@ -484,6 +484,8 @@ fn drift_that_crashes_the_server_is_corrected() {
         "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\n",
         "",
     );
+    // ... and the container restarted with that config (a running one keeps what it started with).
+    ct.started_with = None;
     let st = h.observe().unwrap();
     assert_eq!(
         st.units["lxc-129/sglang-qwen.service"].active_state, "failed",

@@ -116,7 +116,9 @@ impl SimHost {
 
     /// `pct stop`: the container's units stop with it.
     fn stop_container(&mut self, step: &Step, vmid: u32) -> Result<(), HostError> {
-        self.container_mut(step, vmid)?.state = RunState::Stopped;
+        let c = self.container_mut(step, vmid)?;
+        c.state = RunState::Stopped;
+        c.started_with = None;
         let prefix = format!("lxc-{vmid}/");
         for (k, u) in self.file.units.iter_mut() {
             if k.starts_with(&prefix) {
@@ -141,7 +143,9 @@ impl SimHost {
                 return Err(fail(step, format!("Device /dev/nvidia{m} does not exist")));
             }
         }
-        self.container_mut(step, vmid)?.state = RunState::Running;
+        let c = self.container_mut(step, vmid)?;
+        c.state = RunState::Running;
+        c.started_with = Some(mounts.minors);
         Ok(())
     }
 

@@ -234,6 +234,7 @@ impl SimHost {
         }
         for c in self.file.containers.values_mut() {
             c.state = crate::host::model::RunState::Stopped;
+            c.started_with = None;
         }
     }
 }

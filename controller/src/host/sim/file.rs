@@ -96,12 +96,25 @@ pub struct SimContainer {
     pub config: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvidia_userspace_version: Option<String>,
+    /// The minors its config gave it when it last started: a running container keeps the
+    /// devices it started with (its bind mounts and device cgroup) whatever its config says
+    /// meanwhile. `None`: not started since the description was written (its config counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_with: Option<BTreeSet<u32>>,
 }
 
 impl SimContainer {
     /// The GPU device lines of its config.
     pub(super) fn gpu_mounts(&self) -> GpuMounts {
         LxcConfig::parse(&self.config).gpu_mounts()
+    }
+
+    /// The `/dev/nvidiaN` minors a process inside sees: those it started with while running.
+    pub(super) fn visible_minors(&self) -> BTreeSet<u32> {
+        match &self.started_with {
+            Some(m) if self.state == crate::host::model::RunState::Running => m.clone(),
+            _ => self.gpu_mounts().minors,
+        }
     }
 }
 

@@ -16,7 +16,7 @@ impl SimHost {
                 self.file
                     .containers
                     .get(&v)
-                    .map(|c| c.gpu_mounts().minors)
+                    .map(|c| c.visible_minors())
                     .unwrap_or_default(),
             ),
         };

@@ -55,12 +55,18 @@ fn blocked(r: &Report) -> Vec<(String, String)> {
     }
 }
 
-/// The why of `r`'s one write, which must take `path` (and only it) out of the VM's mapping
-/// because it names another GPU than the one there now.
+/// The why of `r`'s one write besides container narrowings (`stalled_containers.rs`), which
+/// must take `path` (and only it) out of the VM's mapping because it names another GPU than
+/// the one there now.
 fn only_narrowing(r: &Report, path: &str) -> String {
     let s = steps(r);
-    assert_eq!(r.writes, 1, "one write while stalled: {s:?}");
-    let a = &r.applied[0];
+    let others: Vec<_> = r
+        .applied
+        .iter()
+        .filter(|a| !matches!(a.planned.step, Step::SetContainerGpus { .. }))
+        .collect();
+    assert_eq!(others.len(), 1, "one write while stalled: {s:?}");
+    let a = others[0];
     let Step::SetPciMapping { mapping, entries } = &a.planned.step else {
         panic!("the mapping alone: {s:?}");
     };
@@ -185,6 +191,12 @@ fn gpus_that_would_change_owner_under_an_unchanged_spec_stall_both_slices_until_
         .cloned()
         .collect();
     assert_eq!(mapping(&mut h), narrowed);
+    // The container's /dev/nvidia0 is the VM slice's board now: taken out of its config too.
+    let ct = h.observe().unwrap().containers[&129]
+        .gpu_mounts
+        .minors
+        .clone();
+    assert_eq!(ct, std::collections::BTreeSet::from([1, 2, 3]));
     assert_eq!(run(&mut h, &m).writes, 0, "and then nothing");
     assert_eq!(b.len(), 2, "{b:?}");
     assert!(
@@ -459,5 +471,61 @@ fn status_lists_every_gpu_with_its_remembered_identity_and_the_missing_one() {
     assert!(
         blocked(&r)[0].1.contains(&hash),
         "the status shows the hash the message offers"
+    );
+}
+
+#[test]
+fn a_swap_that_makes_two_selectors_pick_one_gpu_stalls_both_slices_instead_of_refusing_the_spec() {
+    let mut h = twin();
+    let mut m = manifests();
+    // The VM slice by UUIDs, the container slice by NUMA node 0 (as in the reference).
+    let uuids: Vec<String> = [
+        "0000:81:00.0",
+        "0000:91:00.0",
+        "0000:e1:00.0",
+        "0000:f1:00.0",
+    ]
+    .iter()
+    .map(|a| device(&mut h, a).identity.uuid.clone().unwrap())
+    .collect();
+    m.partitions[0].spec.slices[1].gpus = gpuplane_crds::GpuSelector {
+        uuids: Some(uuids),
+        ..Default::default()
+    };
+    assert!(run(&mut h, &m).converged());
+    // A technician swaps the boards of slot 1 (NUMA 0) and slot 5 (NUMA 1): the VM's board
+    // now sits on NUMA node 0, where both selectors pick it.
+    let a = device(&mut h, "0000:01:00.0").identity.clone();
+    let b = device(&mut h, "0000:81:00.0").identity.clone();
+    let keep_place = |mut id: GpuIdentity, at: &GpuIdentity| {
+        (id.slot, id.path) = (at.slot.clone(), at.path.clone());
+        id
+    };
+    device(&mut h, "0000:01:00.0").identity = keep_place(b.clone(), &a);
+    device(&mut h, "0000:81:00.0").identity = keep_place(a, &b);
+    let st = h.observe().unwrap();
+    let d = crate::desired::select::for_host(&m, &st, "10de", "nvidia")
+        .expect("a layout change is not a spec error before it is acknowledged");
+    let r = converge(&d, &mut Door::new(&mut h), &Options::default());
+    let b = blocked(&r);
+    let slices: Vec<&str> = b
+        .iter()
+        .filter(|(reason, _)| reason == LAYOUT_CHANGED)
+        .filter_map(|(_, m)| m.strip_prefix("slice ")?.split(':').next())
+        .collect();
+    assert_eq!(slices, ["confidential-vm", "inference"], "{b:?}");
+    let msg = &b[0].1;
+    assert!(
+        msg.contains("now at 0000:01:00.0 is picked by slice confidential-vm and slice inference (it was slice confidential-vm's)"),
+        "{msg}"
+    );
+    // Acknowledged, the overlap is the spec's to fix: refused with the field, before any write.
+    annotate(&mut m, &offered_hash(msg));
+    let st = h.observe().unwrap();
+    let err = crate::desired::select::for_host(&m, &st, "10de", "nvidia").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("a GPU may belong to one slice only"),
+        "{err}"
     );
 }
