@@ -15,6 +15,7 @@
 //! only through `door::Door`, which `converge` holds (and `cli` for the single P2P probe step);
 //! `reconcile` and `cli` are the only places where observe, plan and apply meet the outside.
 
+pub mod atomic_file;
 pub mod bootloader;
 pub mod cli;
 pub mod clock;

@@ -14,6 +14,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("proxmox", &[]),
     ("text", &[]),
     ("crashpoint", &[]),
+    ("atomic_file", &["crashpoint"]),
     ("clock", &[]),
     ("resource_key", &[]),
     ("http", &[]),
@@ -40,6 +41,7 @@ const RULES: &[(&str, &[&str])] = &[
             "text",
             "modelfiles",
             "crashpoint",
+            "atomic_file",
             "http",
         ],
     ),
@@ -164,6 +166,7 @@ const RULES: &[(&str, &[&str])] = &[
             "step",
             "text",
             "discovery",
+            "atomic_file",
         ],
     ),
     // `gpuplane status`: reads what the agents published, never the host.
@@ -197,6 +200,7 @@ const RULES: &[(&str, &[&str])] = &[
             "metrics",
             "kubeapi",
             "discovery",
+            "atomic_file",
         ],
     ),
 ];

@@ -194,3 +194,54 @@ fn sigterm_stops_the_agent_between_passes_with_exit_0() {
         "{err}"
     );
 }
+
+/// Issue 37: whoever can write the status or file_sd directory planted links where the agent
+/// writes (`.NAME.tmp` was written through with `std::fs::write`, so the root agent overwrote
+/// any file with JSON carrying tenant text). Every file now goes through the one atomic writer
+/// (exclusive create, no link followed, rename), and a directory others can write is refused.
+#[test]
+fn links_planted_where_the_agent_writes_are_never_followed_and_an_open_directory_is_refused() {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    let dir = common::reference_dir();
+    let d = dir.path();
+    let victim = d.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let (status, sd) = (d.join("status"), d.join("prometheus"));
+    std::fs::create_dir_all(&status).unwrap();
+    std::fs::create_dir_all(&sd).unwrap();
+    for link in [
+        status.join("GpuPartition-kpro6.yaml"),
+        status.join(".GpuPartition-kpro6.yaml.tmp"),
+        sd.join("servers.json"),
+        sd.join(".servers.json.tmp"),
+    ] {
+        symlink(&victim, &link).unwrap();
+    }
+    run(d);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    for f in [
+        status.join("GpuPartition-kpro6.yaml"),
+        sd.join("servers.json"),
+    ] {
+        let m = std::fs::symlink_metadata(&f).unwrap();
+        assert!(m.is_file(), "{} is the agent's own file now", f.display());
+    }
+    assert_eq!(ready(&status_of(d)).0, "True");
+
+    // A status directory anyone can write: the agent refuses to start, saying how to fix it.
+    std::fs::set_permissions(&status, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = common::standalone_agent(d)
+        .args(["--max-rounds", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("--status-dir") && err.contains("chmod 0755"),
+        "{err}"
+    );
+}
+
+fn status_of(d: &Path) -> serde_yaml::Value {
+    status(d, "GpuPartition-kpro6.yaml")
+}

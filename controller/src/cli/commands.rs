@@ -235,7 +235,8 @@ pub fn converge(
     }
     if let Some(path) = save_host {
         match h.save() {
-            Some(Ok(text)) => std::fs::write(path, text)
+            Some(Ok(text)) => crate::atomic_file::write(path, text.as_bytes(), 0o644)
+                .map(|_| ())
                 .map_err(|e| Failure::Failed(format!("cannot write {}: {e}", path.display())))?,
             Some(Err(e)) => return Err(e.into()),
             None => {

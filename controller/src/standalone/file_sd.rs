@@ -1,20 +1,25 @@
 //! The servers for Prometheus's `file_sd_configs`: the JSON of `/sd/servers` (`discovery/`) as
-//! a file, replaced atomically after each pass (temp file + rename in the same directory:
-//! Prometheus, which re-reads the file when it changes, never sees half a list).
+//! a file, replaced atomically after each pass through the one writer (`crate::atomic_file`:
+//! Prometheus, which re-reads the file when it changes, never sees half a list, and a link
+//! planted in the directory is replaced, never written through). The agent refuses to start
+//! when someone other than root can write the directory (`super::check_dirs`).
 
 use std::path::Path;
 
 /// Replaces `path` with `json`; a failure is logged (the listing is for monitoring: it never
 /// stops a pass).
 pub fn write(path: &Path, json: &str) {
-    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+    if path.file_name().is_none() {
         tracing::warn!("--file-sd {}: not a file path", path.display());
         return;
-    };
-    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
-    let r = std::fs::create_dir_all(dir)
-        .and_then(|_| std::fs::write(&tmp, json))
-        .and_then(|_| std::fs::rename(&tmp, path));
+    }
+    let r = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .map_err(|e| e.to_string())
+        .and_then(|_| {
+            crate::atomic_file::write(path, json.as_bytes(), 0o644).map_err(|e| e.to_string())
+        });
     if let Err(e) = r {
         tracing::warn!("cannot write {}: {e}", path.display());
     }

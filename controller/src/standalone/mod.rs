@@ -57,8 +57,21 @@ pub struct StandaloneOptions {
     pub max_rounds: Option<u64>,
 }
 
-/// Runs until stopped (or `max_rounds`).
+/// Refuses a status directory, or a file_sd file's directory, that someone other than root (or
+/// the agent's own user) can write: whoever can write it could replace the files the agent and
+/// Prometheus read (issue 37). Each is created when missing.
+pub fn check_dirs(opts: &StandaloneOptions) -> Result<(), String> {
+    crate::atomic_file::check_dir(&opts.status_dir).map_err(|e| format!("--status-dir: {e}"))?;
+    if let Some(dir) = opts.file_sd.as_deref().and_then(|p| p.parent()) {
+        crate::atomic_file::check_dir(dir).map_err(|e| format!("--file-sd: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Runs until stopped (or `max_rounds`); refuses to start on an unsafe status or file_sd
+/// directory ([`check_dirs`]).
 pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<(), String> {
+    check_dirs(&opts)?;
     let metrics = crate::metrics::Metrics::new().map_err(|e| e.to_string())?;
     let ready = Arc::new(AtomicBool::new(false));
     let rt = tokio::runtime::Builder::new_multi_thread()

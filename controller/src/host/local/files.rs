@@ -29,8 +29,7 @@
 //!   failure. The caller retries later; the lock expires by itself if its writer is gone.
 
 use super::error::LocalError;
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -74,26 +73,14 @@ pub fn write_atomic(path: &Path, content: &str) -> Result<Vec<Leftover>, LocalEr
     write_atomic_mode(path, content, None)
 }
 
-/// [`write_atomic`] with the mode `mode` when given, whatever the old file had.
+/// [`write_atomic`] with the mode `mode` when given, whatever the old file had. The writing is
+/// the one atomic writer's (`crate::atomic_file`: exclusive create, no link followed, fsync,
+/// rename); here only the mode is chosen and its answers put in this backend's words.
 pub fn write_atomic_mode(
     path: &Path,
     content: &str,
     mode: Option<u32>,
 ) -> Result<Vec<Leftover>, LocalError> {
-    if content.len() > 1024 * 1024 {
-        return Err(LocalError::TooLarge {
-            path: path.to_path_buf(),
-        });
-    }
-    let tmp = path.with_file_name(format!(
-        "{}.tmp.{}",
-        path.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&tmp);
-    let leftovers = remove_dead_temps(path);
     let mode = mode.unwrap_or_else(|| {
         std::fs::metadata(path)
             .map(|m| m.permissions().mode() & 0o777)
@@ -103,89 +90,21 @@ pub fn write_atomic_mode(
                 0o644
             })
     });
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&tmp)
-        .map_err(|e| LocalError::io("cannot create", &tmp, e))?;
-    // The umask may have taken bits away at creation; put back exactly the old file's.
-    let res = f
-        .write_all(content.as_bytes())
-        .and_then(|_| f.flush())
-        .and_then(|_| synced(f.sync_all()))
-        .and_then(|_| match f.metadata()?.permissions().mode() & 0o777 {
-            m if m == mode => Ok(()),
-            _ => synced(f.set_permissions(std::fs::Permissions::from_mode(mode))),
-        });
-    drop(f);
-    if let Err(e) = res {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(LocalError::io("cannot write", &tmp, e));
-    }
-    crate::crashpoint::temp_written();
-    std::fs::rename(&tmp, path).map_err(|source| {
-        let _ = std::fs::remove_file(&tmp);
-        LocalError::Rename {
-            from: tmp.clone(),
-            to: path.to_path_buf(),
-            source,
-        }
-    })?;
-    // The rename itself is durable once the directory is synced (best effort).
-    if let Some(dir) = path.parent() {
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-    }
-    Ok(leftovers)
-}
-
-/// Removes `<name>.tmp.<pid>` files beside `path` whose pid no longer runs: a writer killed
-/// between its temporary write and its rename. A live pid's file is another writer's work in
-/// progress and is left alone.
-fn remove_dead_temps(path: &Path) -> Vec<Leftover> {
-    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
-        return vec![];
-    };
-    let prefix = format!("{}.tmp.", name.to_string_lossy());
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return vec![];
-    };
-    let mut out = vec![];
-    // Bounded: a directory of other files costs one name comparison each.
-    for e in entries.flatten().take(100_000) {
-        let n = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = n.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        let p = e.path();
-        if std::fs::remove_file(&p).is_ok() {
-            let left = Leftover::TempFile { path: p };
-            tracing::warn!("{left} (pid {pid} no longer runs)");
-            out.push(left);
-        }
-    }
-    out
-}
-
-/// An fsync (or chmod) result, where "not supported here" counts as done: pmxcfs and some FUSE
-/// file systems answer so, and refusing every write there would help nobody.
-fn synced(r: std::io::Result<()>) -> std::io::Result<()> {
-    match r {
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP | libc::EPERM)
-            ) =>
-        {
-            Ok(())
-        }
-        r => r,
-    }
+    use crate::atomic_file::Error as E;
+    let removed =
+        crate::atomic_file::write(path, content.as_bytes(), mode).map_err(|e| match e {
+            E::TooLarge { path, .. } => LocalError::TooLarge { path },
+            E::Io { what, path, source } => LocalError::io(what, path, source),
+            E::Rename { from, to, source } => LocalError::Rename { from, to, source },
+        })?;
+    Ok(removed
+        .into_iter()
+        .map(|path| {
+            let left = Leftover::TempFile { path };
+            tracing::warn!("{left} (its writer no longer runs)");
+            left
+        })
+        .collect())
 }
 
 /// Holds an exclusive flock on `lock_path` (created if missing) while `f` runs.

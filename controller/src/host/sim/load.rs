@@ -132,12 +132,11 @@ impl SimHost {
     }
 }
 
-/// Writes `text` to `path` through a temporary file in the same directory and a rename: a
-/// reader (or a process killed mid-write) sees the old file or the new one, never a mix.
+/// Writes `text` to `path` through the one atomic writer (`crate::atomic_file`): a reader (or a
+/// process killed mid-write) sees the old file or the new one, never a mix; at most
+/// [`crate::atomic_file::MAX_LEN`], as every file the agent writes.
 fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".gpuplane-tmp");
-    let tmp = path.with_file_name(name);
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
+    crate::atomic_file::write(path, text.as_bytes(), 0o644)
+        .map(|_| ())
+        .map_err(std::io::Error::other)
 }
