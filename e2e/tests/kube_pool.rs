@@ -9,10 +9,14 @@
 //!    converges at once, without waiting for a slot.
 //! 2. An agent killed while it holds a slot: the slot stays (its host is half-way), the budget
 //!    still holds; restarted, it finishes and gives the slot back.
-//! 3. A change that fails on member 7 (its simulated server crashes while loading): the pool
-//!    pauses itself in the reconcile that saw the crash, no further member takes a slot, the
-//!    status names member 7 and the failing step; once the spec is reverted and a person clears
-//!    the pause, the rollout completes.
+//! 3. A tenant's change that fails on its own (member 7's simulated server crashes while
+//!    loading, member 6's smoke test never passes): both slots are given back, the pool is not
+//!    paused, every other member updates (issue 37: one namespace never freezes the fleet).
+//! 4. A failure of the host itself (member 5's host refuses to write the unit: a full disk,
+//!    injected through the simulated host's fault list): the partition is `Stalled`, the pool
+//!    pauses itself in the reconcile that saw it, no further member takes a slot, the status
+//!    names member 5 and the failing step; once the disk is freed and a person clears the
+//!    pause, the rollout completes.
 //!
 //! CI runs 8 members (about 3 minutes here); the issue's acceptance is 20:
 //!
@@ -62,6 +66,12 @@ fn member_partition(node: &str, pooled: bool) -> Json {
 /// The servers of the members and the solo node, each with `served` as its served name; member
 /// `crash` (if any) also crashes while loading.
 fn servers(n: usize, served: &str, crash: Option<usize>) -> Json {
+    servers_with(n, served, crash, None)
+}
+
+/// [`servers`], and member `smoke_fails` (if any) with a smoke test its server never passes
+/// (the simulated server answers "You asked: ...", never the expected word).
+fn servers_with(n: usize, served: &str, crash: Option<usize>, smoke_fails: Option<usize>) -> Json {
     let mut items = vec![];
     for i in 0..n {
         let mut s = server(&agent_server(i), "default", &agent_node(i), true);
@@ -71,6 +81,12 @@ fn servers(n: usize, served: &str, crash: Option<usize>) -> Json {
                 .as_array_mut()
                 .unwrap()
                 .push(serde_json::json!({"name": "SIM_CRASH_AT", "value": "load"}));
+        }
+        if smoke_fails == Some(i) {
+            s["spec"]["smokeTest"] = serde_json::json!({"requests": [{
+                "name": "never", "prompt": "say hello",
+                "expect": {"answerContains": "a word the server never says"}
+            }]});
         }
         items.push(s);
     }
@@ -293,6 +309,17 @@ fn check_gitops(state: &str, obj: &Json, want: Kstatus, argo: &str) {
     }
 }
 
+/// Replaces the simulated host's fault list (`faults` of its file, which the live agent reads
+/// again before each observation), atomically.
+fn set_faults(host: &std::path::Path, faults: Json) {
+    let text = std::fs::read_to_string(host).unwrap();
+    let mut y: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    y["faults"] = serde_yaml::to_value(faults).unwrap();
+    let tmp = host.with_extension("faults-tmp");
+    std::fs::write(&tmp, serde_yaml::to_string(&y).unwrap()).unwrap();
+    std::fs::rename(&tmp, host).unwrap();
+}
+
 /// Patches the pool's `maxUnavailable`; the pool as the API server answered the patch (the new
 /// generation, the status as it was: no agent can have written in between).
 fn set_max_unavailable(c: &Cluster, v: &str) -> Json {
@@ -308,7 +335,7 @@ fn set_max_unavailable(c: &Cluster, v: &str) -> Json {
 }
 
 #[test]
-fn a_pool_rolls_out_within_its_budget_and_stops_at_the_first_failure() {
+fn a_pool_rolls_out_within_its_budget_a_tenants_failure_never_pauses_it_a_hosts_does() {
     let t_all = Instant::now();
     let n = members();
     let c = Cluster::start("pool");
@@ -443,9 +470,72 @@ fn a_pool_rolls_out_within_its_budget_and_stops_at_the_first_failure() {
         pool["status"]
     );
 
-    // 3. A change that fails on member 7.
+    // 3. A tenant's change that fails on its own: member 7's server crashes while loading,
+    // member 6's smoke test never passes. A tenant's failure ends in its own server (issue
+    // 37): both slots are given back, the pool is not paused, every other member updates.
     let t2 = Instant::now();
-    apply_servers(&c, &servers(n, "qwen-v3", Some(7)));
+    apply_servers(&c, &servers_with(n, "qwen-v3", Some(7), Some(6)));
+    let others: Vec<usize> = (0..n).filter(|i| *i != 6 && *i != 7).collect();
+    let tenant = watch(&c, n, t2, Duration::from_secs(600), |s| {
+        let all = c.json(&["get", "inferenceservers", "-n", "default"]);
+        let by: BTreeMap<&str, &Json> = all["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["metadata"]["name"].as_str().unwrap(), s))
+            .collect();
+        let done = others
+            .iter()
+            .all(|i| ready_for_generation(by[agent_server(*i).as_str()]).is_ok());
+        let crashed = cond3(by[agent_server(7).as_str()], "Stalled").0 == "True";
+        let smoke = cond3(by[agent_server(6).as_str()], "SmokeTested").1 == "SmokeTestFailed";
+        done && crashed && smoke && s.slots.is_empty()
+    });
+    print_timeline(
+        "a tenant's change that fails on members 6 (smoke test) and 7 (crash)",
+        &tenant,
+        n,
+    );
+    let pool = pool_json(&c);
+    assert!(
+        pool["status"]["failure"].is_null(),
+        "a tenant's failure paused the pool: {}",
+        pool["status"]
+    );
+    assert_eq!(cond3(&pool, "Paused").0, "False", "{}", pool["status"]);
+    assert_eq!(
+        slot_holders(&pool),
+        Vec::<String>::new(),
+        "{}",
+        pool["status"]
+    );
+    assert!(tenant.iter().all(|s| s.slots.len() <= 2));
+    let m7 = &all_servers(&c)[&agent_server(7)];
+    assert_eq!(cond3(m7, "Ready").1, "Crashed", "{}", m7["status"]);
+    let members_st = pool["status"]["members"].to_string();
+    assert!(
+        members_st.contains("failed on their own"),
+        "the pool says which servers failed: {members_st}"
+    );
+    eprintln!(
+        "[kube_pool] a tenant's failure: slots given back, pool not paused, {} other members updated after {:.1}s",
+        others.len(),
+        t2.elapsed().as_secs_f64()
+    );
+
+    // 4. A failure of the host itself pauses the pool: member 5's host refuses to write its
+    // unit (a full disk, injected through the simulated host's fault list), its partition is
+    // Stalled, and no further member takes a slot.
+    let host5 = node_host_file(&c.cp, &agent_node(5));
+    set_faults(
+        &host5,
+        serde_json::json!([{
+            "step": "writeUnit", "matching": agent_server(5), "times": 100000,
+            "error": "No space left on device"
+        }]),
+    );
+    let t3 = Instant::now();
+    apply_servers(&c, &servers(n, "qwen-v4", None));
     let paused = wait_for("the pool pauses", Duration::from_secs(300), || {
         let p = pool_json(&c);
         if p["status"]["failure"].is_object() {
@@ -454,42 +544,23 @@ fn a_pool_rolls_out_within_its_budget_and_stops_at_the_first_failure() {
             Err(format!("no failure yet: slots {}", p["status"]["slots"]))
         }
     });
-    let paused_at = t2.elapsed().as_secs_f64();
+    let paused_at = t3.elapsed().as_secs_f64();
     println!(
         "\nthe pool at the pause ({paused_at:.1}s after the apply):\n{}\n",
         serde_yaml::to_string(&paused["status"]).unwrap()
     );
     check_gitops("stalled", &paused, Kstatus::Failed, "Degraded");
     let f = &paused["status"]["failure"];
-    assert_eq!(f["member"], agent_node(7), "{f}");
-    assert!(
-        f["step"].as_str().unwrap().contains(&agent_server(7)),
-        "{f}"
-    );
+    assert_eq!(f["member"], agent_node(5), "{f}");
+    assert!(f["step"].as_str().unwrap().contains("write unit"), "{f}");
     assert_eq!(cond3(&paused, "Paused").1, "MemberFailed");
     assert_eq!(cond3(&paused, "Stalled").0, "True");
-    // The crashed server and the pause: the same reconcile wrote both.
-    let m7 = &all_servers(&c)[&agent_server(7)];
-    let (_, reason, _) = cond3(m7, "Ready");
-    assert_eq!(reason, "Crashed", "{}", m7["status"]);
-    // Stalled turns True when the crash is seen (Ready turned False at the restart already).
-    let crashed_at =
-        gpuplane_e2e::kube::condition(m7, "Stalled").unwrap()["lastTransitionTime"].clone();
-    println!(
-        "member 7's server Stalled=True (Crashed) at {crashed_at}; the pool paused at {}",
-        f["since"]
-    );
-    let holders_at_pause: BTreeSet<String> = paused["status"]["slots"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["member"].as_str().unwrap().to_string())
-        .collect();
-    let updating_at_pause = sample(&c, n, t2);
+    let holders_at_pause: BTreeSet<String> = slot_holders(&paused).into_iter().collect();
+    let updating_at_pause = sample(&c, n, t3);
     // 15 s of samples from now (each `kubectl get` may take seconds on a busy machine).
-    let window = t2.elapsed() + Duration::from_secs(15);
-    let quiet = watch(&c, n, t2, window, |_| false);
-    print_timeline("a change that fails on member 7", &quiet, n);
+    let window = t3.elapsed() + Duration::from_secs(15);
+    let quiet = watch(&c, n, t3, window, |_| false);
+    print_timeline("a host failure on member 5", &quiet, n);
     for s in &quiet {
         let new: Vec<&String> = s
             .slots
@@ -504,15 +575,15 @@ fn a_pool_rolls_out_within_its_budget_and_stops_at_the_first_failure() {
         "members went on updating after the pause"
     );
     assert!(
-        last.slots.contains(&agent_node(7)),
-        "member 7 keeps its slot"
+        last.slots.contains(&agent_node(5)),
+        "member 5 keeps its slot"
     );
-    // Revert member 7, clear the pause: the rollout completes.
-    let t3 = Instant::now();
-    apply_servers(&c, &servers(n, "qwen-v3", None));
+    // The disk freed, the pause cleared: the rollout completes.
+    let t4 = Instant::now();
+    set_faults(&host5, serde_json::json!([]));
     clear_failure(&c);
-    let after = watch(&c, n, t3, Duration::from_secs(600), |s| s.all_updated(n));
-    print_timeline("member 7 reverted, the pause cleared", &after, n);
+    let after = watch(&c, n, t4, Duration::from_secs(600), |s| s.all_updated(n));
+    print_timeline("member 5's host fixed, the pause cleared", &after, n);
     assert!(after.iter().all(|s| s.disrupted.len() <= 2));
     all_updated(&c, n).expect("the rollout completes after the pause is cleared");
     eprintln!("[kube_pool] done in {:.1}s", t_all.elapsed().as_secs_f64());

@@ -11,10 +11,14 @@
 //! - A slot is granted only while the pool is not paused (`spec.paused`, or a failure recorded
 //!   in `status.failure`) and fewer than `maxUnavailable` members are unavailable: holding a
 //!   slot, failed (`Stalled`), or whose agent's Lease has expired (the asker itself aside).
-//! - A slot is given back only by its holder reporting its host whole ([`State::Whole`]), by the
-//!   holder leaving the pool (its partition gone or unlabelled), or by a person.
-//! - A failed holder keeps its slot and pauses the pool once per slot: a person who clears the
-//!   failure (accepting it) is not overruled by the same failure again.
+//! - A slot is given back only by its holder reporting its host whole ([`State::Whole`]), its
+//!   servers failed on their own ([`State::ServersFailed`]), or its servers still starting past
+//!   the bound ([`State::ServersPending`]); by the holder leaving the pool (its partition gone
+//!   or unlabelled), or by a person.
+//! - A failed holder (its partition `Stalled`: what the partition itself does) keeps its slot
+//!   and pauses the pool once per slot: a person who clears the failure (accepting it) is not
+//!   overruled by the same failure again. A tenant's server that fails never pauses the pool
+//!   and never holds a slot past its bound: one namespace cannot freeze the fleet.
 //! - `Ready=True` exactly when both `Reconciling` and `Stalled` are `False`: every member
 //!   updated, no slot held, no failure (kstatus and the GitOps health checks read it so).
 //! - Counts and conditions are recomputed from the members on every write, so any writer
@@ -56,6 +60,15 @@ pub enum State {
     Whole,
     /// Converging (with its slot, or on something that needs none).
     Working,
+    /// The partition is whole; its servers are still starting (or being smoke-tested). A
+    /// server's own start is a tenant's business: the slot is kept at most `bound_secs` after
+    /// it was taken (the longest startup deadline of those servers, plus the smoke test's
+    /// budget where one is set), then given back.
+    ServersPending { bound_secs: u64 },
+    /// The partition is whole; some servers failed on their own (`Stalled`, or a smoke test
+    /// that failed): a tenant's failure ends in its own server. Gives the slot back and never
+    /// pauses the pool; only what the partition itself does pauses it.
+    ServersFailed { servers: Vec<String> },
     /// Failed: keeps its slot; pauses the pool (once per slot) when it holds one.
     Failed {
         step: String,
@@ -145,6 +158,15 @@ pub fn decide(
                 State::Working => {
                     set_member(&mut st, who, node, "Updating", "its host to be whole again");
                 }
+                State::ServersPending { bound_secs } => {
+                    servers_pending(&mut st, mine, who, node, *bound_secs, now);
+                }
+                State::ServersFailed { servers } => {
+                    st.slots.retain(|s| s.member != who);
+                    let failed = safe(&servers.join(", "));
+                    let why = format!("nothing; servers failed on their own: {failed}");
+                    set_member(&mut st, who, node, "Updated", &why);
+                }
                 State::Failed {
                     step,
                     reason,
@@ -175,6 +197,34 @@ pub fn decide(
     }
     summarize(&mut st, pool, members, now);
     (st, answer)
+}
+
+/// A member whose partition is whole while its servers still start: its slot is kept until
+/// `bound_secs` after it was taken (a slot whose time cannot be read counts as taken now), then
+/// given back.
+fn servers_pending(
+    st: &mut GpuNodePoolStatus,
+    mine: Option<usize>,
+    who: &str,
+    node: &str,
+    bound_secs: u64,
+    now: &Time,
+) {
+    let held_secs = mine
+        .and_then(|i| st.slots[i].since.parse::<jiff::Timestamp>().ok())
+        .map(|t| now.0.duration_since(t).as_secs().max(0) as u64);
+    match (mine, held_secs) {
+        (Some(_), Some(h)) if h >= bound_secs => {
+            st.slots.retain(|s| s.member != who);
+            let why = format!("its servers to be ready (the slot was given back after {bound_secs} s: a server's own start does not hold the pool)");
+            set_member(st, who, node, "Updating", &why);
+        }
+        (Some(_), _) => {
+            let why = format!("its servers to be ready (the slot is given back at the latest {bound_secs} s after it was taken)");
+            set_member(st, who, node, "Updating", &why);
+        }
+        (None, _) => set_member(st, who, node, "Updating", "its servers to be ready"),
+    }
 }
 
 /// Text from a host or a spec, made safe for the pool's status: one line, at most 512 bytes.

@@ -196,3 +196,60 @@ fn a_report_that_changes_nothing_leaves_the_status_equal() {
     ask(&mut p, &ms, "m00", Ask::Report(State::Whole));
     assert_eq!(before, p.status, "no write needed for the same report");
 }
+
+/// Issue 37: a tenant's server that fails (Stalled, or its smoke test failed) gives the slot
+/// back and never pauses the pool; the next member gets the slot at once.
+#[test]
+fn a_tenants_failed_server_gives_the_slot_back_and_never_pauses_the_pool() {
+    let ms = members(3);
+    let mut p = pool(MaxUnavailable::Count(1));
+    assert_eq!(ask(&mut p, &ms, "m00", slot("restart")), Answer::Granted);
+    let failed = State::ServersFailed {
+        servers: vec!["InferenceServer/tenant-a/bad (Crashed)".into()],
+    };
+    assert_eq!(
+        ask(&mut p, &ms, "m00", Ask::Report(failed)),
+        Answer::Recorded
+    );
+    let st = p.status.clone().unwrap();
+    assert!(st.slots.is_empty(), "{st:?}");
+    assert!(st.failure.is_none(), "{st:?}");
+    assert_eq!(cond(&p, types::PAUSED).status, "False");
+    let m00 = st.members.iter().find(|m| m.name == "m00").unwrap();
+    assert_eq!(m00.state, "Updated");
+    assert!(m00.waiting_for.contains("tenant-a/bad"), "{m00:?}");
+    assert_eq!(ask(&mut p, &ms, "m01", slot("restart")), Answer::Granted);
+}
+
+/// Issue 37: a partition that is whole while its servers still start (a smoke test that never
+/// answers, a server that never gets ready) keeps its slot only until the bound.
+#[test]
+fn a_slot_kept_for_starting_servers_is_given_back_at_the_bound() {
+    let ms = members(2);
+    let mut p = pool(MaxUnavailable::Count(1));
+    assert_eq!(ask(&mut p, &ms, "m00", slot("restart")), Answer::Granted);
+    let pending = Ask::Report(State::ServersPending { bound_secs: 600 });
+    // Within the bound: kept, and the member says until when.
+    ask(&mut p, &ms, "m00", pending.clone());
+    let st = p.status.clone().unwrap();
+    assert_eq!(st.slots.len(), 1);
+    assert!(st.members[0].waiting_for.contains("at the latest 600 s"));
+    assert!(matches!(
+        ask(&mut p, &ms, "m01", slot("restart")),
+        Answer::Denied(_)
+    ));
+    // The slot was taken 601 s ago: the report gives it back; the pool is not paused.
+    let since: jiff::Timestamp = now().0 - jiff::SignedDuration::from_secs(601);
+    p.status.as_mut().unwrap().slots[0].since = since.to_string();
+    ask(&mut p, &ms, "m00", pending);
+    let st = p.status.clone().unwrap();
+    assert!(st.slots.is_empty(), "{st:?}");
+    assert!(st.failure.is_none());
+    let m00 = st.members.iter().find(|m| m.name == "m00").unwrap();
+    assert_eq!(m00.state, "Updating");
+    assert!(
+        m00.waiting_for.contains("given back after 600 s"),
+        "{m00:?}"
+    );
+    assert_eq!(ask(&mut p, &ms, "m01", slot("restart")), Answer::Granted);
+}

@@ -381,9 +381,12 @@ async fn write_status(
     Ok((ready, health(p, r, report, &computed)))
 }
 
-/// Where the host stands for its pool: failed (the partition or a server `Stalled`), whole
-/// (nothing left to do, the partition and every server `Ready`, smoke-tested where a smoke test
-/// is set), or still working.
+/// Where the host stands for its pool. Failed only when the partition itself is `Stalled` (what
+/// the partition does pauses the pool); whole when nothing is left (the partition and every
+/// server `Ready`, smoke-tested where a smoke test is set). With the partition whole, servers
+/// are a tenant's business: ones that failed on their own (`Stalled`, a failed smoke test) give
+/// the slot back ([`State::ServersFailed`]); ones still starting keep it at most their bound
+/// ([`State::ServersPending`]); invalid ones were never planned. Else still working.
 fn health(
     p: &GpuPartition,
     r: &Resolved<'_>,
@@ -391,56 +394,65 @@ fn health(
     computed: &BTreeMap<crate::resource_key::ResourceKey, crate::status::ResourceStatus>,
 ) -> State {
     let part_key = crate::resource_key::ResourceKey::partition(p.name_any().as_str());
-    let is = |st: Option<&crate::status::ResourceStatus>, t: &str| {
-        st.and_then(|st| st.condition(t))
-            .is_some_and(|c| c.status == ConditionStatus::True.as_str())
-    };
     let part = computed.get(&part_key);
-    let servers: Vec<_> = r
-        .valid
-        .iter()
-        .map(|(d, _)| {
-            let key = crate::resource_key::ResourceKey::server_id(&d.id);
-            (d, key.clone(), computed.get(&key))
-        })
-        .collect();
-    let failed_at = if is(part, types::STALLED) {
-        let c = part.and_then(|st| st.condition(types::STALLED));
+    if let Some(c) = part
+        .and_then(|st| st.condition(types::STALLED))
+        .filter(|c| is_true(c))
+    {
         let step = report
             .stop
             .as_ref()
             .and_then(|s| s.failure())
             .map(|(step, _)| step)
             .unwrap_or_else(|| part_key.to_string());
-        Some((step, c))
-    } else {
-        servers
-            .iter()
-            .find(|(_, _, st)| is(*st, types::STALLED))
-            .map(|(_, key, st)| {
-                (
-                    key.to_string(),
-                    st.and_then(|st| st.condition(types::STALLED)),
-                )
-            })
-    };
-    if let Some((step, c)) = failed_at {
         return State::Failed {
             step,
-            reason: c.map(|c| c.reason.clone()).unwrap_or_default(),
-            message: c.map(|c| c.message.clone()).unwrap_or_default(),
+            reason: c.reason.clone(),
+            message: c.message.clone(),
         };
     }
-    let whole = report.converged()
-        && is(part, types::READY)
-        && servers.iter().all(|(d, _, st)| {
-            is(*st, types::READY) && (d.spec.smoke_test.is_none() || is(*st, types::SMOKE_TESTED))
-        });
-    if whole {
+    if !part
+        .and_then(|st| st.condition(types::READY))
+        .is_some_and(is_true)
+    {
+        return State::Working;
+    }
+    let mut failed = vec![];
+    let mut bound_secs = 0;
+    for (d, _) in &r.valid {
+        let key = crate::resource_key::ResourceKey::server_id(&d.id);
+        let st = computed.get(&key);
+        let cond = |t: &str| st.and_then(|st| st.condition(t));
+        let smoke = d.spec.smoke_test.is_some();
+        let settled = cond(types::READY).is_some_and(is_true)
+            && (!smoke || cond(types::SMOKE_TESTED).is_some_and(is_true));
+        let smoke_failed = smoke && cond(types::SMOKE_TESTED).is_some_and(|c| !is_true(c));
+        if let Some(c) = cond(types::STALLED).filter(|c| is_true(c)) {
+            failed.push(format!("{key} ({})", c.reason));
+        } else if smoke_failed {
+            failed.push(format!("{key} (SmokeTestFailed)"));
+        } else if !settled {
+            let smoke_budget = if smoke {
+                crate::host::local::SMOKE_BUDGET.as_secs()
+            } else {
+                0
+            };
+            bound_secs = bound_secs.max(d.spec.startup.deadline_seconds + smoke_budget);
+        }
+    }
+    if bound_secs > 0 {
+        State::ServersPending { bound_secs }
+    } else if !failed.is_empty() {
+        State::ServersFailed { servers: failed }
+    } else if report.converged() {
         State::Whole
     } else {
         State::Working
     }
+}
+
+fn is_true(c: &gpuplane_crds::condition::Condition) -> bool {
+    c.status == ConditionStatus::True.as_str()
 }
 
 /// The SGLang servers for Prometheus (`/sd/servers`): this reconcile's Ready servers with

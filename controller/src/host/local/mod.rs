@@ -34,6 +34,8 @@ mod pve;
 mod run_as;
 mod server;
 mod smoke;
+/// The budget of one smoke test (every request sent within it).
+pub use smoke::BUDGET as SMOKE_BUDGET;
 pub mod staging;
 mod systemd;
 
