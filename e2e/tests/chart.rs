@@ -176,6 +176,17 @@ fn check_webhook(chart: &Path, rendered: &BTreeMap<String, Yaml>) {
             "{r}"
         );
     }
+    // A pool's status goes through the agent entry too (issue 37).
+    let rules = hook("agent.gpuplane.dev")["rules"]
+        .as_sequence()
+        .unwrap()
+        .clone();
+    assert!(
+        rules.iter().any(|r| r["resources"]
+            .as_sequence()
+            .is_some_and(|rs| rs.iter().any(|x| x.as_str() == Some("gpunodepools/status")))),
+        "gpunodepools/status on agent.gpuplane.dev: {rules:?}"
+    );
     let events = hook("events.gpuplane.dev");
     assert_eq!(events["matchPolicy"].as_str(), Some("Exact"));
     assert_eq!(
@@ -385,7 +396,7 @@ fn check_admission_policy() {
         .iter()
         .filter(|d| d["kind"].as_str() == Some("ValidatingAdmissionPolicyBinding"))
         .collect();
-    assert_eq!(bindings.len(), 3);
+    assert_eq!(bindings.len(), 4);
     for b in &bindings {
         assert_eq!(b["spec"]["validationActions"][0].as_str(), Some("Deny"));
     }
@@ -534,6 +545,55 @@ fn check_admission_policy() {
         serde_json::Value::Null,
     );
     assert!(!vap_decide(events, &tenant).unwrap().is_empty());
+    // A pool's status (issue 37): its own slot and failure pass; another node's slot, a forged
+    // failure or a cleared one do not.
+    let slot =
+        |node: &str| serde_json::json!({"member": node, "node": node, "reason": "r", "since": "t"});
+    let failure = |node: &str| serde_json::json!({"member": node, "node": node, "step": "s", "reason": "r", "message": "m", "since": "t"});
+    let pool = |slots: Vec<serde_json::Value>, failure: Option<serde_json::Value>| {
+        let mut st = serde_json::json!({"slots": slots});
+        if let Some(f) = failure {
+            st["failure"] = f;
+        }
+        serde_json::json!({"metadata": {"name": "fleet"}, "spec": {"maxUnavailable": 1}, "status": st})
+    };
+    let pools = policy("-agent-pools");
+    let status = |node: &str, new: serde_json::Value, old: serde_json::Value| {
+        vap_decide(
+            pools,
+            &req("GpuNodePool", "UPDATE", "status", node, new, old),
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        status("n1", pool(vec![slot("n1")], None), pool(vec![], None)),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        status(
+            "n1",
+            pool(vec![slot("n1")], Some(failure("n1"))),
+            pool(vec![slot("n1")], None)
+        ),
+        Vec::<String>::new()
+    );
+    assert!(
+        status("n1", pool(vec![slot("n2")], None), pool(vec![], None))
+            .iter()
+            .any(|m| m.contains("only for its own node"))
+    );
+    assert!(status(
+        "n1",
+        pool(vec![slot("n2")], None),
+        pool(vec![slot("n2")], Some(failure("n2")))
+    )
+    .iter()
+    .any(|m| m.contains("may not clear")));
+    assert!(
+        status("n1", pool(vec![], Some(failure("n2"))), pool(vec![], None))
+            .iter()
+            .any(|m| m.contains("own node's failure"))
+    );
 }
 
 /// RBAC: the chart's rules are exactly the ones the e2e tests run the agent under.

@@ -125,6 +125,10 @@ webhooks:
         apiVersions: ["v1alpha1"]
         operations: ["UPDATE"]
         resources: ["gpupartitions", "inferenceservers", "gpupartitions/status", "inferenceservers/status"]
+      - apiGroups: ["gpuplane.dev"]
+        apiVersions: ["v1alpha1"]
+        operations: ["UPDATE"]
+        resources: ["gpunodepools/status"]
   - name: leases.gpuplane.dev
     admissionReviewVersions: ["v1"]
     sideEffects: None
@@ -629,6 +633,9 @@ fn an_agent_token_reaches_only_its_own_nodes_objects_and_lease() {
         ],
     );
     assert!(ok, "{said}");
+
+    // Issue 37: a pool's status. The admin's pool, paused by node other's failure, its slot held.
+    pool_status_is_guarded(&c, &mine);
     drop(agent);
     webhook.kill().ok();
     webhook.wait().ok();
@@ -637,6 +644,85 @@ fn an_agent_token_reaches_only_its_own_nodes_objects_and_lease() {
         "an_agent_token_reaches_only_its_own_nodes_objects_and_lease",
         t0,
     );
+}
+
+/// Issue 37 on the real API server: the agent of kpro6 may neither clear the pool's failure (a
+/// person's to remove) nor give node other's member a slot nor free it; its own member's entry
+/// it may write.
+fn pool_status_is_guarded(c: &Cluster, mine: &Path) {
+    // Node other's partition is the pool's one member (kpro6's stays out: its running agent
+    // would write the pool's status meanwhile).
+    c.k(&[
+        "label",
+        "gpupartition",
+        "other",
+        "gpuplane.dev/pool=fleet",
+        "--overwrite",
+    ]);
+    let pool = r#"{"apiVersion":"gpuplane.dev/v1alpha1","kind":"GpuNodePool","metadata":{"name":"fleet"},"spec":{"maxUnavailable":1}}"#;
+    c.k_stdin(&["apply", "-f", "-"], pool);
+    let path = "/apis/gpuplane.dev/v1alpha1/gpunodepools/fleet/status";
+    let put = |who: Option<&Path>, status: serde_json::Value| {
+        let mut p = c.json(&["get", "gpunodepool", "fleet"]);
+        p["status"] = status;
+        let args = ["replace", "--raw", path, "-f", "-"];
+        let o = match who {
+            Some(k) => c.cp.kubectl_as(k, &args),
+            None => c.cp.kubectl(&args),
+        }
+        .stdin(&p.to_string())
+        .run();
+        (o.success, format!("{}{}", o.stdout, o.stderr))
+    };
+    let slot = |node: &str| serde_json::json!({"member": node, "node": node, "reason": "restart", "since": "2026-12-05T08:00:00Z"});
+    let failure = serde_json::json!({"member": "other", "node": "other", "step": "write unit", "reason": "ApplyFailed", "message": "No space left on device", "since": "2026-12-05T08:00:00Z"});
+    // The admin (a person) writes the paused state: not judged.
+    let (ok, said) = put(
+        None,
+        serde_json::json!({"slots": [slot("other")], "failure": failure}),
+    );
+    assert!(ok, "{said}");
+    // The agent clears the failure: refused.
+    let (ok, said) = put(Some(mine), serde_json::json!({"slots": [slot("other")]}));
+    assert!(
+        !ok && said.contains("may not clear or change the pool's failure"),
+        "{said}"
+    );
+    // The agent frees node other's slot: refused (once the webhook's cache has the label; a
+    // write admitted before that is undone by the admin's state written again).
+    let paused = serde_json::json!({"slots": [slot("other")], "failure": failure});
+    wait_for(
+        "the webhook knows the pool's member",
+        Duration::from_secs(30),
+        || {
+            let (ok, said) = put(
+                Some(mine),
+                serde_json::json!({"slots": [], "failure": failure}),
+            );
+            if !ok && said.contains("may not free or change node other's slot") {
+                return Ok(());
+            }
+            assert!(put(None, paused.clone()).0);
+            Err(said)
+        },
+    );
+    // The agent gives itself a slot, though its partition is no member: refused.
+    let (ok, said) = put(
+        Some(mine),
+        serde_json::json!({"slots": [slot("other"), slot("kpro6")], "failure": failure}),
+    );
+    assert!(
+        !ok && said.contains("is not a member of this pool"),
+        "{said}"
+    );
+    // Its own member's entry: admitted.
+    let (ok, said) = put(
+        Some(mine),
+        serde_json::json!({"slots": [slot("other")], "failure": failure,
+            "members": [{"name": "kpro6", "node": "kpro6", "state": "Waiting", "waitingFor": "a disruption slot"}]}),
+    );
+    assert!(ok, "{said}");
+    eprintln!("[kube_webhook] the pool's failure, another node's slot and a slot while paused were refused to the agent");
 }
 
 /// The webhook's peak resident memory (VmHWM of /proc/PID/status), in KiB.

@@ -1,6 +1,7 @@
 //! What the agents' own identity may do: change finalizers on the two kinds, write their status
-//! (the `status` subresource), hold its own node's Lease and publish events about its objects,
-//! all for objects of its own node, and nothing else. The agent never creates, deletes or edits
+//! (the `status` subresource), hold its own node's Lease, publish events about its objects and
+//! write its own member's entries of a `GpuNodePool`'s status (`pool.rs`), all for objects of
+//! its own node, and nothing else. The agent never creates, deletes or edits
 //! a spec; a stolen agent credential must not either.
 //!
 //! An object whose node the webhook cannot place (a server whose partition it does not know, a
@@ -30,6 +31,8 @@
 //! never judged here, see `kubeapi::lease`): a stolen credential can neither take another
 //! node's labelled Lease nor keep an unlabelled one from its rightful agent.
 
+pub mod pool;
+
 use crate::kubeapi::lease::lease_name;
 use gpuplane_crds::NODE_LABEL;
 use serde_json::Value;
@@ -58,6 +61,11 @@ pub trait Placement {
     fn node_of(&self, obj: &Value) -> Option<String>;
     /// The node of the object of `kind` `namespace`/`name` (an event's subject), if known.
     fn node_of_ref(&self, kind: &str, namespace: &str, name: &str) -> Option<String>;
+    /// The members of pool `pool` (partitions labelled for it) with their nodes; `None` when
+    /// the cluster cannot be read.
+    fn pool_members(&self, _pool: &str) -> pool::Members {
+        None
+    }
 }
 
 /// A closure placing objects, knowing no object by reference (tests).
@@ -151,6 +159,15 @@ pub fn refuse(
     match req["kind"]["kind"].as_str().unwrap_or_default() {
         "Lease" => return refuse_lease(user, op, req, mine),
         "Event" => return refuse_event(user, op, req, agents, mine, &place),
+        "GpuNodePool" => {
+            let Some(mine) = mine else {
+                return Some(format!(
+                    "{user} is the gpuplane agent, but its node is unknown: it may not write a pool's status"
+                ));
+            };
+            let name = req["object"]["metadata"]["name"].as_str().unwrap_or_default();
+            return pool::refuse(user, op, req, mine, &place.pool_members(name));
+        }
         "GpuPartition" | "InferenceServer" => {}
         other => {
             return Some(format!(

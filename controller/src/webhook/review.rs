@@ -186,6 +186,24 @@ impl Placement for &Cluster {
             _ => None,
         }
     }
+
+    fn pool_members(&self, pool: &str) -> super::agent::pool::Members {
+        if self.unreadable.is_some() {
+            return None;
+        }
+        Some(
+            self.partitions
+                .iter()
+                .filter(|p| gpuplane_crds::pool_of(p) == Some(pool))
+                .map(|p| {
+                    (
+                        p.metadata.name.clone().unwrap_or_default(),
+                        p.spec.node_name.clone(),
+                    )
+                })
+                .collect(),
+        )
+    }
 }
 
 impl Cluster {

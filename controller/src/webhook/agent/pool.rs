@@ -1,0 +1,193 @@
+//! What an agent may write to a `GpuNodePool`'s status (the disruption slots, issue 26): only its
+//! own member's entries, and never clear a failure (issue 37: any agent credential could grant
+//! every member a slot, free or steal another's, or clear `status.failure`; with `reboot: Auto`
+//! a whole pool rebooted at once from one stolen node token).
+//!
+//! The rules, each on the status as stored (`oldObject`) and as asked (`object`):
+//! - `status.failure`: unchanged, or set (none before) naming the agent's own node. Only a
+//!   person clears or changes it.
+//! - `status.slots`: a slot of another node is never added or changed, and removed only when
+//!   its member has left the pool (its partition gone or no longer labelled for it: what every
+//!   writer does, `pool::decide`); a slot of the agent's own node only for a member of the pool
+//!   on that node; no new slot while the pool is paused, nor beyond `maxUnavailable`.
+//! - `status.members`: another node's entry is unchanged, but for one added as `Pending` (a
+//!   member not reported yet) or removed because its member left the pool.
+//! - The counts and conditions are recomputed by every writer from the members; they are not
+//!   judged here (they decide nothing: the slots and the failure do).
+//!
+//! Anything that cannot be judged (the cluster's partitions unknown) is refused.
+
+use gpuplane_crds::{GpuNodePool, GpuNodePoolStatus};
+use serde_json::Value;
+
+/// The pool's members as the webhook knows them: `(partition name, node)`; `None`: unknown.
+pub type Members = Option<Vec<(String, String)>>;
+
+/// `Some(refusal)` when agent `user` of node `mine` asks more than its own entries.
+pub fn refuse(user: &str, op: &str, req: &Value, mine: &str, members: &Members) -> Option<String> {
+    if op != "UPDATE" || req["subResource"].as_str() != Some("status") {
+        return Some(format!(
+            "{user} is the gpuplane agent: it may only update a GpuNodePool's status, not {} a pool",
+            op.to_ascii_lowercase()
+        ));
+    }
+    let new: GpuNodePool = match serde_json::from_value(req["object"].clone()) {
+        Ok(p) => p,
+        Err(e) => return Some(format!("{user}: the pool does not parse: {e}")),
+    };
+    let old: Option<GpuNodePool> = serde_json::from_value(req["oldObject"].clone()).ok();
+    let old_st = old.and_then(|p| p.status).unwrap_or_default();
+    let new_st = new.status.clone().unwrap_or_default();
+    let who = format!("{user} acts for node {mine}");
+    failure(&old_st, &new_st, &who, mine)
+        .or_else(|| slots(&new, &old_st, &new_st, &who, mine, members))
+        .or_else(|| entries(&old_st, &new_st, &who, mine, members))
+}
+
+/// The failure: kept, or a new one naming the agent's own node.
+fn failure(
+    old: &GpuNodePoolStatus,
+    new: &GpuNodePoolStatus,
+    who: &str,
+    mine: &str,
+) -> Option<String> {
+    match (&old.failure, &new.failure) {
+        (a, b) if a == b => None,
+        (None, None) => None,
+        (None, Some(f)) if f.node == mine => None,
+        (None, Some(f)) => Some(format!(
+            "{who}; it may record only its own node's failure, not node {}'s",
+            f.node
+        )),
+        (Some(f), _) => Some(format!(
+            "{who}; it may not clear or change the pool's failure (member {} on node {}): only a person removes status.failure",
+            f.member, f.node
+        )),
+    }
+}
+
+/// Whether member `name` is in the pool now; `None`: unknown.
+fn member_node<'m>(members: &'m Members, name: &str) -> Option<Option<&'m str>> {
+    members.as_ref().map(|ms| {
+        ms.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, node)| node.as_str())
+    })
+}
+
+/// The slots: other nodes' unchanged (or dropped when their member left), own ones only for
+/// own members, none added while paused or past the budget.
+fn slots(
+    pool: &GpuNodePool,
+    old: &GpuNodePoolStatus,
+    new: &GpuNodePoolStatus,
+    who: &str,
+    mine: &str,
+    members: &Members,
+) -> Option<String> {
+    for s in old.slots.iter().filter(|s| !new.slots.contains(s)) {
+        if s.node == mine {
+            continue;
+        }
+        match member_node(members, &s.member) {
+            Some(None) => continue,
+            Some(Some(_)) => {
+                return Some(format!(
+                    "{who}; it may not free or change node {}'s slot (member {})",
+                    s.node, s.member
+                ))
+            }
+            None => return Some(unknown(who)),
+        }
+    }
+    let added: Vec<_> = new
+        .slots
+        .iter()
+        .filter(|s| !old.slots.contains(s))
+        .collect();
+    for s in &added {
+        if s.node != mine {
+            return Some(format!(
+                "{who}; it may not give node {}'s member {} a slot",
+                s.node, s.member
+            ));
+        }
+        match member_node(members, &s.member) {
+            Some(Some(n)) if n == mine => {}
+            Some(_) => {
+                return Some(format!(
+                    "{who}; {} is not a member of this pool on node {mine}",
+                    s.member
+                ))
+            }
+            None => return Some(unknown(who)),
+        }
+    }
+    let taken = added
+        .iter()
+        .any(|s| !old.slots.iter().any(|o| o.member == s.member));
+    if !taken {
+        return None;
+    }
+    if pool.spec.paused || old.failure.is_some() {
+        return Some(format!("{who}; the pool is paused: no slot may be taken"));
+    }
+    let n = members.as_ref().map_or(0, Vec::len);
+    let budget = pool.spec.max_unavailable().slots(n);
+    match budget {
+        Some(b) if new.slots.len() <= b => None,
+        _ => Some(format!(
+            "{who}; {} slots would be held, more than maxUnavailable allows for {n} members",
+            new.slots.len()
+        )),
+    }
+}
+
+/// The member entries: another node's unchanged, added as `Pending`, or removed when its member
+/// left.
+fn entries(
+    old: &GpuNodePoolStatus,
+    new: &GpuNodePoolStatus,
+    who: &str,
+    mine: &str,
+    members: &Members,
+) -> Option<String> {
+    for e in old.members.iter().filter(|e| e.node != mine) {
+        match new.members.iter().find(|n| n.name == e.name) {
+            Some(n) if n == e => {}
+            Some(_) => {
+                return Some(format!(
+                    "{who}; it may not change node {}'s member entry ({})",
+                    e.node, e.name
+                ))
+            }
+            None => match member_node(members, &e.name) {
+                Some(None) => {}
+                Some(Some(_)) => {
+                    return Some(format!(
+                        "{who}; it may not remove node {}'s member entry ({})",
+                        e.node, e.name
+                    ))
+                }
+                None => return Some(unknown(who)),
+            },
+        }
+    }
+    for e in new.members.iter().filter(|e| e.node != mine) {
+        let before = old.members.iter().any(|o| o.name == e.name);
+        if !before && e.state != "Pending" {
+            return Some(format!(
+                "{who}; it may add another node's member ({}) only as Pending",
+                e.name
+            ));
+        }
+    }
+    None
+}
+
+fn unknown(who: &str) -> String {
+    format!("{who}; the webhook cannot list the pool's members (its cache of GpuPartitions has not synced), so the change is refused")
+}
+
+#[cfg(test)]
+mod tests;
