@@ -36,10 +36,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Scrapes served at once (4 from one peer: Prometheus scrapes over one connection, and no
-/// other client can take every slot), and how long one may take.
+/// other client can take every slot; 16 from one /24 or /64: eight aliases of one network hold
+/// half at most), and how long one may take.
 pub const LIMITS: Limits = Limits {
     max_connections: 32,
     max_per_peer: 4,
+    max_per_prefix: 16,
+    reserved: 0,
     header_read: Duration::from_secs(5),
     connection: Duration::from_secs(30),
 };
@@ -120,6 +123,8 @@ pub struct Metrics {
     /// The body of `/sd/servers` (Prometheus HTTP service discovery of the SGLang servers,
     /// `discovery/`): replaced whole by each reconcile, `[]` until the first.
     server_sd: Arc<Mutex<Arc<str>>>,
+    /// The bearer token `/sd/servers` requires (`--sd-token-file`); `None`: none.
+    sd_token: Arc<Mutex<Option<Arc<str>>>>,
     /// Disruption-slot answers by pool: `granted`, `denied` (a wait).
     pub pool_slots: IntCounterVec,
     /// Pool status writes that lost a race (409) and were decided again.
@@ -199,6 +204,7 @@ impl Metrics {
             )?,
             shown: Arc::new(Mutex::new(BTreeMap::new())),
             server_sd: Arc::new(Mutex::new(Arc::from("[]"))),
+            sd_token: Arc::new(Mutex::new(None)),
             registry,
         };
         let build = gauge(
@@ -280,6 +286,34 @@ impl Metrics {
         *self.server_sd.lock().unwrap_or_else(|p| p.into_inner()) = Arc::from(json);
     }
 
+    /// Requires `token` as a bearer token on `/sd/servers` (it lists every tenant's servers).
+    pub fn set_sd_token(&self, token: Option<String>) {
+        *self.sd_token.lock().unwrap_or_else(|p| p.into_inner()) = token.map(Arc::from);
+    }
+
+    /// Whether `header` (the request's `Authorization`) carries the token `/sd/servers`
+    /// requires; `true` when none is required. Compared in constant time.
+    fn sd_allowed(&self, header: Option<&[u8]>) -> bool {
+        let token = self
+            .sd_token
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let Some(token) = token else {
+            return true;
+        };
+        let Some(given) = header.and_then(|h| h.strip_prefix(b"Bearer ")) else {
+            return false;
+        };
+        let want = token.as_bytes();
+        given.len() == want.len()
+            && given
+                .iter()
+                .zip(want)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    }
+
     /// What `/sd/servers` serves now.
     pub fn server_sd(&self) -> Arc<str> {
         self.server_sd
@@ -329,7 +363,7 @@ pub async fn serve(addr: String, metrics: Metrics, ready: Arc<AtomicBool>) -> st
 
 /// [`serve`] on a bound listener.
 pub async fn serve_on(listener: tokio::net::TcpListener, metrics: Metrics, ready: Arc<AtomicBool>) {
-    accept_loop(listener, LIMITS, move |tcp, _| {
+    accept_loop(listener, LIMITS, vec![], move |tcp, _| {
         let (m, r) = (metrics.clone(), ready.clone());
         serve_connection(tcp, move |req| answer(req, m.clone(), r.clone()), LIMITS)
     })
@@ -340,6 +374,8 @@ pub async fn serve_on(listener: tokio::net::TcpListener, metrics: Metrics, ready
 const HEALTH_LIMITS: Limits = Limits {
     max_connections: 4,
     max_per_peer: 4,
+    max_per_prefix: 4,
+    reserved: 0,
     header_read: Duration::from_secs(5),
     connection: Duration::from_secs(10),
 };
@@ -355,7 +391,7 @@ pub async fn serve_health(addr: String, ready: Arc<AtomicBool>) -> std::io::Resu
 
 /// [`serve_health`] on a bound listener.
 pub async fn serve_health_on(listener: tokio::net::TcpListener, ready: Arc<AtomicBool>) {
-    accept_loop(listener, HEALTH_LIMITS, move |tcp, _| {
+    accept_loop(listener, HEALTH_LIMITS, vec![], move |tcp, _| {
         let r = ready.clone();
         serve_connection(tcp, move |req| health(req, r.clone()), HEALTH_LIMITS)
     })
@@ -420,11 +456,30 @@ async fn answer(
             "text/plain; version=0.0.4; charset=utf-8",
             metrics.render(),
         ),
-        SERVER_SD_PATH => reply(
-            StatusCode::OK,
-            "application/json",
-            metrics.server_sd().to_string(),
-        ),
+        SERVER_SD_PATH => {
+            let auth = req
+                .headers()
+                .get(hyper::header::AUTHORIZATION)
+                .map(|v| v.as_bytes());
+            if metrics.sd_allowed(auth) {
+                reply(
+                    StatusCode::OK,
+                    "application/json",
+                    metrics.server_sd().to_string(),
+                )
+            } else {
+                let mut r = reply(
+                    StatusCode::UNAUTHORIZED,
+                    TEXT,
+                    "a bearer token is required (--sd-token-file)\n",
+                );
+                r.headers_mut().insert(
+                    hyper::header::WWW_AUTHENTICATE,
+                    hyper::header::HeaderValue::from_static("Bearer"),
+                );
+                r
+            }
+        }
         path => probe(path, &ready),
     })
 }

@@ -7,15 +7,17 @@
 
 Runs until killed. Prints one line a second: connections held (idle) or requests sent (bodies).
 The source address is 127.0.0.2 (all of 127/8 is loopback on Linux), so the webhook sees a peer
-other than the API server (127.0.0.1), as it would see a pod.
+other than the API server (127.0.0.1), as it would see a pod; $FLOOD_SOURCE names another one
+(a pod of another node's network: 127.0.3.2).
 """
+import os
 import socket
 import ssl
 import sys
 import threading
 import time
 
-SOURCE = "127.0.0.2"
+SOURCE = os.environ.get("FLOOD_SOURCE", "127.0.0.2")
 
 
 def tls_connect(port):

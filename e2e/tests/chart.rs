@@ -189,6 +189,21 @@ fn check_webhook(chart: &Path, rendered: &BTreeMap<String, Yaml>) {
     );
     let events = hook("events.gpuplane.dev");
     assert_eq!(events["matchPolicy"].as_str(), Some("Exact"));
+    // Issue 37: a Lease's creation fails closed, its renewal open.
+    let ops = |n: &str| {
+        hook(n)["rules"][0]["operations"][0]
+            .as_str()
+            .map(String::from)
+    };
+    assert_eq!(ops("leases.gpuplane.dev").as_deref(), Some("CREATE"));
+    assert_eq!(
+        ops("lease-renewals.gpuplane.dev").as_deref(),
+        Some("UPDATE")
+    );
+    assert_eq!(
+        hook("lease-renewals.gpuplane.dev")["failurePolicy"].as_str(),
+        Some("Ignore")
+    );
     assert_eq!(
         events["rules"][0]["apiGroups"][0].as_str(),
         Some("events.k8s.io")
@@ -256,8 +271,15 @@ fn check_versions() {
     for h in vwc["webhooks"].as_sequence().unwrap() {
         let agent_side = h["name"].as_str() != Some("validate.gpuplane.dev");
         assert_eq!(!h["matchConditions"].is_null(), agent_side, "{h:?}");
+        // Every agent-side entry fails closed, but a Lease's renewal (issue 37: a starved
+        // webhook must not cost the agents their Leases).
         if agent_side {
-            assert_eq!(h["failurePolicy"].as_str(), Some("Fail"), "{h:?}");
+            let want = if h["name"].as_str() == Some("lease-renewals.gpuplane.dev") {
+                "Ignore"
+            } else {
+                "Fail"
+            };
+            assert_eq!(h["failurePolicy"].as_str(), Some(want), "{h:?}");
         }
     }
 }
@@ -273,6 +295,30 @@ fn check_network_policies() {
         "networkPolicy.enabled=true",
     ]);
     assert!(!ok && err.contains("apiServerCIDRs"), "{err}");
+    // auto (the default): a policy where its peers are named; the API server's CIDRs are the
+    // webhook's trusted peers too (issue 37).
+    let kinds = |docs: &[Yaml]| -> Vec<String> {
+        docs.iter()
+            .filter(|d| d["kind"].as_str() == Some("NetworkPolicy"))
+            .map(|d| {
+                d["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    assert_eq!(kinds(&template(&[])), Vec::<String>::new());
+    let auto = template(&["--set", "networkPolicy.apiServerCIDRs={10.0.0.0/24}"]);
+    assert_eq!(kinds(&auto), vec!["t-gpuplane-webhook".to_string()]);
+    let args = auto
+        .iter()
+        .find(|d| d["kind"].as_str() == Some("Deployment"))
+        .map(|d| {
+            serde_json::to_string(&d["spec"]["template"]["spec"]["containers"][0]["args"]).unwrap()
+        })
+        .unwrap_or_default();
+    assert!(args.contains("--trusted-peers=10.0.0.0/24"), "{args}");
     let docs = template(&[
         "--set",
         "networkPolicy.enabled=true",
@@ -837,6 +883,29 @@ fn check_server_discovery() {
         ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["hostPort"],
         9464
     );
+    // Issue 37: with a token Secret the agents require it on /sd/servers and the http_sd URLs
+    // carry it.
+    let token = template(&[
+        "--set",
+        "serverDiscovery.tokenSecret=sd-token",
+        "--set",
+        "serverDiscovery.scrapeConfig.enabled=true",
+        "--set",
+        "serverDiscovery.scrapeConfig.nodeAddresses={10.0.0.6}",
+    ]);
+    let sc = token.iter().find(|d| d["kind"] == "ScrapeConfig").unwrap();
+    let auth = &sc["spec"]["httpSDConfigs"][0]["authorization"];
+    assert_eq!(auth["type"], "Bearer");
+    assert_eq!(auth["credentials"]["name"], "sd-token");
+    let ds = token.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
+    let pod = &ds["spec"]["template"]["spec"];
+    let args = serde_json::to_string(&pod["containers"][0]["args"]).unwrap();
+    assert!(
+        args.contains("--sd-token-file=/etc/gpuplane/sd-token/token"),
+        "{args}"
+    );
+    let vols = serde_json::to_string(&pod["volumes"]).unwrap();
+    assert!(vols.contains("\"secretName\":\"sd-token\""), "{vols}");
     // Enabled without addresses: a message saying what to set, not an empty list.
     let (ok, _, err) = run_helm(&[
         "template",

@@ -141,7 +141,21 @@ webhooks:
     rules:
       - apiGroups: ["coordination.k8s.io"]
         apiVersions: ["v1"]
-        operations: ["CREATE", "UPDATE"]
+        operations: ["CREATE"]
+        resources: ["leases"]
+  - name: lease-renewals.gpuplane.dev
+    admissionReviewVersions: ["v1"]
+    sideEffects: None
+    failurePolicy: Ignore
+    timeoutSeconds: 5
+{agent}    objectSelector:
+      matchExpressions:
+        - key: gpuplane.dev/node
+          operator: Exists
+    rules:
+      - apiGroups: ["coordination.k8s.io"]
+        apiVersions: ["v1"]
+        operations: ["UPDATE"]
         resources: ["leases"]
   - name: events.gpuplane.dev
     admissionReviewVersions: ["v1"]
@@ -461,6 +475,9 @@ fn agent_webhook(c: &Cluster, spec_policy: &str) -> (Child, u16) {
             "--require-agent-node",
             "--lease-namespace",
             "gpuplane-system",
+            // The API server calls from 127.0.0.1 (the chart passes networkPolicy.apiServerCIDRs).
+            "--trusted-peers",
+            "127.0.0.1/32",
         ],
     );
     c.k_stdin(
@@ -741,9 +758,16 @@ struct Flood(Child);
 
 impl Flood {
     fn start(c: &Cluster, args: &[&str]) -> Flood {
-        let log = std::fs::File::create(c.cp.run.join(format!("flood-{}.log", args[0]))).unwrap();
+        Flood::start_from(c, "127.0.0.2", args)
+    }
+
+    /// [`Flood::start`] from the loopback address `source` (another network: `127.0.3.2`).
+    fn start_from(c: &Cluster, source: &str, args: &[&str]) -> Flood {
+        let name = format!("flood-{}-{source}.log", args[0]);
+        let log = std::fs::File::create(c.cp.run.join(name)).unwrap();
         let child = Command::new("python3")
             .arg(repo_path("e2e/kube/webhook-flood.py"))
+            .env("FLOOD_SOURCE", source)
             .args(args)
             .stdout(log)
             .stderr(Stdio::null())
@@ -812,6 +836,88 @@ fn the_agent_rules_hold(c: &Cluster, mine: &Path, during: &str) -> Duration {
     took
 }
 
+/// Issue 37 on the real API server: five networks each holding 64 idle connections (320, more
+/// than the webhook's 256 slots) starve nothing — the API server's address is a trusted peer
+/// with slots of its own, so reviews are answered and the agent renews its Lease; and with the
+/// webhook frozen (SIGSTOP), a Lease renewal still passes (renewals fail open; a Lease's
+/// creation, the step a thief needs, still fails closed).
+fn lease_renewals_survive(c: &Cluster, mine: &Path, webhook: &mut Child, port: &str) {
+    let lease = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"gpuplane-node-kpro6","namespace":"gpuplane-system","labels":{"gpuplane.dev/node":"kpro6"}},"spec":{"holderIdentity":"agent-kpro6","leaseDurationSeconds":15}}"#;
+    let o =
+        c.cp.kubectl_as(mine, &["create", "-f", "-"])
+            .stdin(lease)
+            .run();
+    assert!(o.success, "the agent creates its Lease: {}", o.stderr);
+    let renew = |n: u32| {
+        let t = Instant::now();
+        let body = format!(r#"{{"spec":{{"leaseTransitions":{n}}}}}"#);
+        let (ok, said) = as_agent(
+            c,
+            mine,
+            &[
+                "patch",
+                "lease",
+                "gpuplane-node-kpro6",
+                "-n",
+                "gpuplane-system",
+                "--type",
+                "merge",
+                "-p",
+                &body,
+            ],
+        );
+        (ok, said, t.elapsed())
+    };
+    let floods: Vec<Flood> = (1..=5)
+        .map(|n| Flood::start_from(c, &format!("127.0.{n}.2"), &["idle", port, "64"]))
+        .collect();
+    std::thread::sleep(Duration::from_secs(8));
+    let held: Vec<String> = (1..=5)
+        .map(|n| {
+            let f = c.cp.run.join(format!("flood-idle-127.0.{n}.2.log"));
+            let t = std::fs::read_to_string(f).unwrap_or_default();
+            t.lines().last().unwrap_or("no output").to_string()
+        })
+        .collect();
+    let took = the_agent_rules_hold(c, mine, "under five networks of 64 idle connections");
+    let (ok, said, renewed) = renew(1);
+    assert!(ok, "the Lease renewal under the flood: {said}");
+    eprintln!(
+        "[kube_webhook] five networks held {held:?}; the agent's finalizer patch took {:.2}s, its Lease renewal {:.2}s",
+        took.as_secs_f64(),
+        renewed.as_secs_f64()
+    );
+    drop(floods);
+    // The webhook frozen: renewals pass (after the webhook's 5 s timeout), another node's Lease
+    // is still not created.
+    let pid = webhook.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let (ok, said, renewed) = renew(2);
+    let theirs = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"gpuplane-node-other","namespace":"gpuplane-system","labels":{"gpuplane.dev/node":"other"}},"spec":{"holderIdentity":"thief"}}"#;
+    let created =
+        c.cp.kubectl_as(mine, &["create", "-f", "-"])
+            .stdin(theirs)
+            .run();
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    assert!(ok, "a Lease renewal with the webhook frozen: {said}");
+    assert!(
+        !created.success,
+        "another node's Lease was created with the webhook frozen"
+    );
+    eprintln!(
+        "[kube_webhook] with the webhook frozen the Lease renewal passed in {:.2}s; another node's Lease was refused",
+        renewed.as_secs_f64()
+    );
+}
+
 /// Issue 23 on the real API server: a pod flooding the webhook (300 idle TLS connections, then
 /// 8 concurrent 3 MiB bodies) neither gets a stolen agent token's spec patch admitted nor keeps
 /// the webhook from answering the API server, and the webhook stays under its 128 Mi limit. An
@@ -838,7 +944,8 @@ fn the_agent_rules_fail_closed_and_hold_under_a_flood_within_the_memory_limit() 
     let idle = Flood::start(&c, &["idle", &port_s, "300"]);
     std::thread::sleep(Duration::from_secs(5));
     let under_idle = the_agent_rules_hold(&c, &mine, "under 300 idle connections");
-    let held = std::fs::read_to_string(c.cp.run.join("flood-idle.log")).unwrap_or_default();
+    let held =
+        std::fs::read_to_string(c.cp.run.join("flood-idle-127.0.0.2.log")).unwrap_or_default();
     eprintln!(
         "[kube_webhook] flood: {}",
         held.lines().last().unwrap_or("no output")
@@ -849,7 +956,8 @@ fn the_agent_rules_fail_closed_and_hold_under_a_flood_within_the_memory_limit() 
     std::thread::sleep(Duration::from_secs(5));
     let under_bodies = the_agent_rules_hold(&c, &mine, "under 8 concurrent 3 MiB bodies");
     std::thread::sleep(Duration::from_secs(5));
-    let sent = std::fs::read_to_string(c.cp.run.join("flood-bodies.log")).unwrap_or_default();
+    let sent =
+        std::fs::read_to_string(c.cp.run.join("flood-bodies-127.0.0.2.log")).unwrap_or_default();
     drop(bodies);
     let peak = peak_rss_kib(webhook.id());
     eprintln!(
@@ -868,6 +976,7 @@ fn the_agent_rules_fail_closed_and_hold_under_a_flood_within_the_memory_limit() 
         under_idle < Duration::from_secs(5) && under_bodies < Duration::from_secs(5),
         "{under_idle:?} {under_bodies:?}"
     );
+    lease_renewals_survive(&c, &mine, &mut webhook, &port_s);
     webhook.kill().ok();
     webhook.wait().ok();
     report_duration(

@@ -70,6 +70,11 @@ pub enum Command {
         /// Address of /metrics, /healthz and /readyz.
         #[arg(long, default_value = "0.0.0.0:9464")]
         metrics_addr: String,
+        /// A file holding a bearer token that /sd/servers (the SGLang servers of every tenant on
+        /// this node) then requires (`Authorization: Bearer TOKEN`; Prometheus's http_sd_configs
+        /// `authorization.credentials_file`). Unset: /sd/servers answers anyone who reaches it.
+        #[arg(long)]
+        sd_token_file: Option<PathBuf>,
         /// Also serve /healthz and /readyz alone on this address (127.0.0.1:PORT), apart from the
         /// metrics listener, for probes no other pod can starve (`gpuplane healthz`).
         #[arg(long)]
@@ -158,6 +163,11 @@ pub enum Command {
         /// admitted with a warning (nothing would act on it).
         #[arg(long)]
         lease_namespace: Option<String>,
+        /// A network (CIDR) the API server calls the webhook from (repeatable; the chart passes
+        /// networkPolicy.apiServerCIDRs): 64 of the 256 connection slots are kept for these
+        /// peers, so reviews are answered however many other networks flood the webhook.
+        #[arg(long = "trusted-peers", value_parser = parse_cidr)]
+        trusted_peers: Vec<ipnet::IpNet>,
     },
     /// Show each host's GPUs (address, slot, NUMA, driver, owner slice, consumer) and each
     /// resource's conditions, like `kubectl get`: from the standalone agent's status directory,
@@ -286,6 +296,34 @@ fn watch_scope() -> impl clap::builder::TypedValueParser<Value = crate::reconcil
     use clap::builder::TypedValueParser;
     clap::builder::PossibleValuesParser::new(crate::reconcile::scope::WatchScope::NAMES)
         .try_map(|s| s.parse::<crate::reconcile::scope::WatchScope>())
+}
+
+/// The bearer token in `path` (`--sd-token-file`): its first line, trimmed; at least 16
+/// characters of the token alphabet, so a mistake is an error, not an open door.
+pub fn read_token(path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--sd-token-file {}: {e}", path.display()))?;
+    let t = text.lines().next().unwrap_or_default().trim().to_string();
+    let ok = t.len() >= 16
+        && t.len() <= 4096
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b));
+    if ok {
+        Ok(t)
+    } else {
+        Err(format!(
+            "--sd-token-file {}: the first line must be a token of at least 16 characters (letters, digits, -._~+/=); e.g. openssl rand -hex 32 > {}",
+            path.display(),
+            path.display()
+        ))
+    }
+}
+
+/// A CIDR (`10.0.0.0/24`, `fd00::/64`), or a single address (a /32 or /128).
+fn parse_cidr(s: &str) -> Result<ipnet::IpNet, String> {
+    s.parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{s:?} is not a CIDR such as 10.0.0.0/24 or an address"))
 }
 
 #[cfg(test)]

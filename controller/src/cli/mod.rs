@@ -43,6 +43,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             host,
             kubeconfig,
             metrics_addr,
+            sd_token_file,
             health_addr,
             drift_interval,
             poll_interval,
@@ -57,6 +58,10 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             file_sd,
             max_rounds,
         } => {
+            let sd_token = match &sd_token_file {
+                Some(f) => Some(args::read_token(f).map_err(Failure::input)?),
+                None => None,
+            };
             if let Some(manifests) = manifests {
                 let opts = crate::standalone::StandaloneOptions {
                     manifests,
@@ -66,6 +71,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
                     gpu_vendor: host.gpu_vendor.clone(),
                     gpu_driver: host.gpu_driver.clone(),
                     metrics_addr,
+                    sd_token,
                     drift_interval: std::time::Duration::from_secs(drift_interval.max(1)),
                     poll_interval: std::time::Duration::from_secs(poll_interval.max(1)),
                     max_rounds,
@@ -96,6 +102,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
                 identity: identity.unwrap_or_else(|| format!("{hostname}-{}", std::process::id())),
                 watch_scope,
                 sd_node_address,
+                sd_token,
             };
             commands::run_agent(&host, opts, sim_speed)
         }
@@ -121,6 +128,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             agent_users,
             require_agent_node,
             lease_namespace,
+            trusted_peers,
         } => commands::webhook(crate::webhook::WebhookOptions {
             listen,
             tls_cert,
@@ -132,6 +140,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
                 namespace: lease_namespace.clone(),
             },
             lease_namespace,
+            trusted_peers,
         }),
         Command::Status {
             status_dir,

@@ -227,3 +227,86 @@ async fn serves_the_server_list_as_prometheus_http_sd_json() {
     assert!(after.ends_with(r#"[{"targets":["10.0.0.5:30000"],"labels":{"model":"q"}}]"#));
     assert!(replaced.ends_with("\r\n\r\n[]"), "{replaced}");
 }
+
+/// Issue 37: eight loopback aliases (each within its own cap of 4) took all 32 slots and every
+/// scrape was refused; now their network holds at most 16, and a scrape from another network
+/// is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_aliases_of_one_network_do_not_starve_the_scrapes() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(serve_on(
+        listener,
+        Metrics::new().unwrap(),
+        Arc::new(AtomicBool::new(true)),
+    ));
+    let mut idle = Vec::new();
+    for a in 2..10 {
+        for _ in 0..4 {
+            idle.push(connect_from(&format!("127.0.0.{a}"), port).await);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A scrape from another network (its source bound to 127.0.1.1).
+    let scrape = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = connect_from("127.0.1.1", port).await;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    assert!(
+        scrape.starts_with("HTTP/1.0 200") || scrape.starts_with("HTTP/1.1 200"),
+        "{scrape:?}"
+    );
+    drop(idle);
+}
+
+/// Issue 37: `/sd/servers` lists every tenant's servers; with a token set it answers only a
+/// request that carries it (401 with `WWW-Authenticate: Bearer` otherwise), `/metrics` stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_list_requires_the_bearer_token_when_one_is_set() {
+    use std::io::{Read, Write};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let m = Metrics::new().unwrap();
+    m.set_sd_token(Some("s3cret-token-0123456789".into()));
+    tokio::spawn(serve_on(listener, m, Arc::new(AtomicBool::new(true))));
+    let ask = move |path: &str, auth: &str| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let req = format!("GET {path} HTTP/1.0\r\nHost: x\r\n{auth}\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+    let (none, wrong, right, metrics) = tokio::task::spawn_blocking(move || {
+        (
+            ask("/sd/servers", ""),
+            ask(
+                "/sd/servers",
+                "Authorization: Bearer s3cret-token-0123456780\r\n",
+            ),
+            ask(
+                "/sd/servers",
+                "Authorization: Bearer s3cret-token-0123456789\r\n",
+            ),
+            ask("/metrics", ""),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(
+        none.contains(" 401 ")
+            && none
+                .to_ascii_lowercase()
+                .contains("www-authenticate: bearer"),
+        "{none}"
+    );
+    assert!(wrong.contains(" 401 "), "{wrong}");
+    assert!(right.contains(" 200 ") && right.ends_with("[]"), "{right}");
+    assert!(metrics.contains(" 200 "), "{metrics}");
+}

@@ -64,6 +64,8 @@ pub struct RunOptions {
     pub watch_scope: scope::WatchScope,
     /// The node's address in `/sd/servers` for host servers on a wildcard (`discovery/`).
     pub sd_node_address: Option<String>,
+    /// The bearer token `/sd/servers` requires (`--sd-token-file`).
+    pub sd_token: Option<String>,
 }
 
 /// Errors of a reconcile (API failures); host problems become conditions instead.
@@ -138,6 +140,7 @@ impl Ctx {
 pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), String> {
     let client = crate::kubeapi::client(opts.kubeconfig.as_deref()).await?;
     let metrics = metrics::Metrics::new().map_err(|e| e.to_string())?;
+    metrics.set_sd_token(opts.sd_token.clone());
     let api_ok = Arc::new(AtomicBool::new(false));
     let lease = NodeLease::new(
         client.clone(),

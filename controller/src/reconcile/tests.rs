@@ -92,6 +92,7 @@ fn ctx(client: Client, host: SimHost) -> Arc<Ctx> {
         identity: "test".into(),
         watch_scope: super::scope::WatchScope::Node,
         sd_node_address: None,
+        sd_token: None,
     };
     Arc::new(Ctx {
         client: client.clone(),

@@ -50,6 +50,8 @@ pub struct StandaloneOptions {
     pub gpu_vendor: String,
     pub gpu_driver: String,
     pub metrics_addr: String,
+    /// The bearer token `/sd/servers` requires (`--sd-token-file`).
+    pub sd_token: Option<String>,
     pub drift_interval: Duration,
     pub poll_interval: Duration,
     /// Tests: stop once nothing is left to wait for, or after this many rounds; `None`: run
@@ -73,6 +75,7 @@ pub fn check_dirs(opts: &StandaloneOptions) -> Result<(), String> {
 pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<(), String> {
     check_dirs(&opts)?;
     let metrics = crate::metrics::Metrics::new().map_err(|e| e.to_string())?;
+    metrics.set_sd_token(opts.sd_token.clone());
     let ready = Arc::new(AtomicBool::new(false));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

@@ -36,6 +36,12 @@ const MAX_CONNECTIONS: usize = 256;
 /// Connections served at once from one peer address: a pod opening hundreds of idle connections
 /// holds at most these, and the API server (another address) is still served.
 const MAX_PER_PEER: usize = 64;
+/// Connections served at once from one /24 (/64) of untrusted peers: five pods of one node's
+/// pod network hold half the slots at most.
+const MAX_PER_PREFIX: usize = 128;
+/// Slots kept for the trusted networks (`--trusted-peers`: the API server's addresses), so
+/// reviews are answered however many networks flood the webhook (issue 37).
+const RESERVED: usize = 64;
 /// Time for a TLS handshake or for a request's headers.
 const READ_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -52,6 +58,9 @@ pub struct WebhookOptions {
     /// Where the agents' Leases live: a partition for a node without a live one is admitted
     /// with a warning. `None`: not checked.
     pub lease_namespace: Option<String>,
+    /// The networks the API server calls from (`--trusted-peers`): they have slots of their own
+    /// and are not held to the per-network cap. Empty: every peer is alike.
+    pub trusted_peers: Vec<ipnet::IpNet>,
 }
 
 /// What every request of the server shares.
@@ -183,6 +192,12 @@ pub async fn serve(opts: WebhookOptions) -> Result<(), String> {
     let limits = Limits {
         max_connections: MAX_CONNECTIONS,
         max_per_peer: MAX_PER_PEER,
+        max_per_prefix: MAX_PER_PREFIX,
+        reserved: if opts.trusted_peers.is_empty() {
+            0
+        } else {
+            RESERVED
+        },
         header_read: READ_DEADLINE,
         connection: Duration::from_secs(60),
     };
@@ -194,18 +209,23 @@ pub async fn serve(opts: WebhookOptions) -> Result<(), String> {
         agents: opts.agents.clone(),
         bodies: Semaphore::new(BODIES_IN_FLIGHT),
     });
-    accept_loop(listener, limits, move |tcp, peer| {
-        let acceptor = acceptor.clone();
-        let state = state.clone();
-        async move {
-            let Ok(Ok(tls)) = tokio::time::timeout(READ_DEADLINE, acceptor.accept(tcp)).await
-            else {
-                tracing::debug!(%peer, "TLS handshake failed or timed out");
-                return;
-            };
-            serve_connection(tls, move |req| handle(req, state.clone()), limits).await;
-        }
-    })
+    accept_loop(
+        listener,
+        limits,
+        opts.trusted_peers.clone(),
+        move |tcp, peer| {
+            let acceptor = acceptor.clone();
+            let state = state.clone();
+            async move {
+                let Ok(Ok(tls)) = tokio::time::timeout(READ_DEADLINE, acceptor.accept(tcp)).await
+                else {
+                    tracing::debug!(%peer, "TLS handshake failed or timed out");
+                    return;
+                };
+                serve_connection(tls, move |req| handle(req, state.clone()), limits).await;
+            }
+        },
+    )
     .await;
     Ok(())
 }
