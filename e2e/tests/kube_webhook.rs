@@ -848,25 +848,22 @@ fn lease_renewals_survive(c: &Cluster, mine: &Path, webhook: &mut Child, port: &
             .stdin(lease)
             .run();
     assert!(o.success, "the agent creates its Lease: {}", o.stderr);
+    // A renewal as the agent makes it: an update of its Lease (its RBAC grants get and update).
     let renew = |n: u32| {
+        let mut l = c.json(&[
+            "get",
+            "lease",
+            "gpuplane-node-kpro6",
+            "-n",
+            "gpuplane-system",
+        ]);
+        l["spec"]["leaseTransitions"] = n.into();
         let t = Instant::now();
-        let body = format!(r#"{{"spec":{{"leaseTransitions":{n}}}}}"#);
-        let (ok, said) = as_agent(
-            c,
-            mine,
-            &[
-                "patch",
-                "lease",
-                "gpuplane-node-kpro6",
-                "-n",
-                "gpuplane-system",
-                "--type",
-                "merge",
-                "-p",
-                &body,
-            ],
-        );
-        (ok, said, t.elapsed())
+        let o =
+            c.cp.kubectl_as(mine, &["replace", "-f", "-"])
+                .stdin(&l.to_string())
+                .run();
+        (o.success, format!("{}{}", o.stdout, o.stderr), t.elapsed())
     };
     let floods: Vec<Flood> = (1..=5)
         .map(|n| Flood::start_from(c, &format!("127.0.{n}.2"), &["idle", port, "64"]))

@@ -46,6 +46,11 @@ impl Cache {
         f
     }
 
+    /// Forgets what was read for `server` (read against a spent budget: not to be trusted).
+    pub fn forget(&mut self, server: &str) {
+        self.entries.remove(server);
+    }
+
     /// Forgets servers no longer asked about.
     pub fn retain(&mut self, requests: &[PreflightRequest]) {
         self.entries

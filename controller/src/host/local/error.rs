@@ -69,6 +69,10 @@ pub enum LocalError {
     /// The observation's commands together ran past its budget: the look is given up.
     #[error("the observation of the host ran past its budget of {seconds} s (a command, or a container answering `pct exec`, is slow or hung); nothing was decided on it, it is tried again")]
     ObserveBudget { seconds: u64 },
+    /// One server's preflight (its reads through `pct exec`, its import check) used up its own
+    /// budget: nothing more is run for it in this observation, which goes on.
+    #[error("the preflight of this server ran past its budget of {seconds} s (a command where it runs hung or kept its output open); it is tried again at the next observation")]
+    PreflightBudget { seconds: u64 },
     /// A program exited, but something it left behind kept its output open past the deadline.
     #[error("{command} exited, but a process it left behind kept its output open for more than {seconds} s; its process group was killed and the output dropped")]
     OutputHeld { command: String, seconds: u64 },

@@ -54,6 +54,9 @@ use std::time::Duration;
 /// each run close to their own deadline (`pct exec` into a hung container, a slow import
 /// check) cannot stretch one look at the host, and the host lock held for it, without end.
 pub const OBSERVE_BUDGET: Duration = Duration::from_secs(180);
+/// The most one server's preflight may take, all its commands together: a container whose
+/// commands each run to their deadline costs that server's preflight, not the observation.
+pub const PREFLIGHT_BUDGET: Duration = Duration::from_secs(30);
 
 /// Most units of GPU holders observed beyond the watched ones (see `observe_holder_units`).
 const HOLDER_UNITS_MAX: usize = 16;
@@ -148,6 +151,10 @@ pub struct LocalHost {
     pub observe_budget: Duration,
     /// When the observation under way must end; each command's deadline is cut to it.
     observe_until: std::cell::Cell<Option<std::time::Instant>>,
+    /// The most one server's preflight may take ([`PREFLIGHT_BUDGET`]).
+    pub preflight_budget: Duration,
+    /// When the preflight under way must end; each command's deadline is cut to it.
+    preflight_until: std::cell::Cell<Option<std::time::Instant>>,
     /// How long a write waits for a Proxmox lock before it reports a wait
     /// ([`files::LOCK_ACQUIRE`], Proxmox's own default).
     pub lock_timeout: Duration,
@@ -189,6 +196,8 @@ impl LocalHost {
             command_timeout: Duration::from_secs(120),
             observe_budget: OBSERVE_BUDGET,
             observe_until: Default::default(),
+            preflight_budget: PREFLIGHT_BUDGET,
+            preflight_until: Default::default(),
             units: vec![],
             node_name: None,
             preflight: vec![],
@@ -201,22 +210,38 @@ impl LocalHost {
     }
 
     /// Runs a command within its deadline, cut to what is left of the observation's budget
-    /// when one is under way (none left: [`LocalError::ObserveBudget`], nothing run).
+    /// and of the preflight's when one is under way (none left: [`LocalError::ObserveBudget`]
+    /// or [`LocalError::PreflightBudget`], nothing run).
     pub(crate) fn cmd(&self, argv: &[&str]) -> Result<exec::CmdOutput, LocalError> {
         let v: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-        let deadline = match self.observe_until.get() {
-            None => self.command_timeout,
-            Some(until) => {
-                let left = until.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    return Err(LocalError::ObserveBudget {
-                        seconds: self.observe_budget.as_secs(),
-                    });
-                }
-                self.command_timeout.min(left)
+        let now = std::time::Instant::now();
+        let mut deadline = self.command_timeout;
+        if let Some(until) = self.observe_until.get() {
+            let left = until.saturating_duration_since(now);
+            if left.is_zero() {
+                return Err(LocalError::ObserveBudget {
+                    seconds: self.observe_budget.as_secs(),
+                });
             }
-        };
+            deadline = deadline.min(left);
+        }
+        if let Some(until) = self.preflight_until.get() {
+            let left = until.saturating_duration_since(now);
+            if left.is_zero() {
+                return Err(LocalError::PreflightBudget {
+                    seconds: self.preflight_budget.as_secs(),
+                });
+            }
+            deadline = deadline.min(left);
+        }
         exec::run(&v, deadline)
+    }
+
+    /// Whether the preflight under way has used up its budget.
+    fn preflight_spent(&self) -> bool {
+        self.preflight_until
+            .get()
+            .is_some_and(|u| std::time::Instant::now() >= u)
     }
 
     fn node(&self) -> String {

@@ -240,7 +240,15 @@ impl LocalHost {
                     &as_user
                 }
             };
+            // One budget for this server's preflight, all its commands together.
+            let until = std::time::Instant::now() + self.preflight_budget;
+            self.preflight_until.set(Some(until));
             let f = cache.facts(t, req, &interp, &mem);
+            if self.preflight_spent() {
+                // Facts read against a spent budget are not kept: the next look reads again.
+                cache.forget(&req.server);
+            }
+            self.preflight_until.set(None);
             out.insert(req.server.clone(), f);
         }
         self.preflight_cache = cache;

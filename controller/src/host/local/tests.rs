@@ -789,3 +789,52 @@ fn the_captured_h200_is_told_from_its_twins_as_on_the_machine() {
         "{yaml}"
     );
 }
+
+/// Issue 37: the held-stdout fix bounded each command, not the pass: a preflight that reads
+/// several files through `pct exec` in a container whose commands each leave a child holding
+/// their output took 181 s (every command ran to its own deadline, the observation's budget
+/// spent). Each server's preflight now has one budget of its own: past it nothing more runs for
+/// that server, the observation goes on and ends in time, and the facts say why.
+#[test]
+fn a_preflight_has_one_budget_for_all_its_commands() {
+    let t = fake_root();
+    // The preflight's reads in the container (find, stat, dd, test) each leave a child holding
+    // their output; the observation's own commands answer at once.
+    let pct = t.path().join("bin/pct");
+    std::fs::write(
+        &pct,
+        "#!/bin/sh\n[ \"$1\" = status ] && echo 'status: running' && exit 0\ncase \" $* \" in *' find '*|*' stat -L '*|*' dd '*|*' test '*) (sleep 30) & exit 0 ;; esac\nexit 0\n",
+    )
+    .unwrap();
+    let mut h = host(&t);
+    h.command_timeout = Duration::from_secs(30);
+    h.observe_budget = Duration::from_secs(60);
+    h.preflight_budget = Duration::from_millis(1500);
+    let unit = UnitRef {
+        location: Location::Container(129),
+        name: "sglang-qwen.service".into(),
+    };
+    h.watch_preflight(&[PreflightRequest {
+        server: "default/s".into(),
+        location: Location::Container(129),
+        python: "/root/ml-env/bin/python3".into(),
+        user: None,
+        model_dir: Some("/shared/models/m".into()),
+        draft_dir: None,
+        env_paths: vec![("CUDA_HOME".into(), "/usr/local/cuda-13.0".into())],
+        gpus: vec![],
+        roots: vec!["/shared/models".into()],
+        unit,
+        served_name: "s".into(),
+        smoke: None,
+    }]);
+    let t0 = std::time::Instant::now();
+    let st = h
+        .observe()
+        .expect("the observation goes on past a slow preflight");
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let f = &st.preflight["default/s"];
+    let said = format!("{f:?}");
+    assert!(said.contains("ran past its budget of 1 s"), "{said}");
+}
