@@ -502,6 +502,21 @@ fn manifest_problems_are_clear() {
     let o = gpuplane(&["plan", "--host", "sim:/nonexistent.yaml"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("/nonexistent.yaml"));
+    // Issue 37: `run` on a read-only copy (its clock never moves) is refused, naming sim-rw:.
+    let host = repo().join("examples/hosts/kpro6.yaml");
+    let o = gpuplane(&[
+        "run",
+        "--node-name",
+        "kpro6",
+        "--host",
+        &format!("sim:{}", host.display()),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("--host sim-rw:{}", host.display())),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// Following the twin's own instructions (`--host sim:examples/hosts/kpro6.yaml`) never rewrites

@@ -30,6 +30,13 @@ fn agent_host(host: &HostArgs, sim_speed: u64) -> Result<Box<dyn Host + Send>, F
         Some(("sim-rw", path)) => {
             Box::new(SimHost::live(path, sim_speed).map_err(|e| Failure::input(e.to_string()))?)
         }
+        // A read-only copy in memory: its clock never moves and nothing the agent does is kept,
+        // so a server would sit Starting for ever with nothing saying why (issue 37).
+        Some(("sim", path)) => {
+            return Err(Failure::input(format!(
+                "gpuplane run needs a host that keeps what the agent does: --host sim-rw:{path} (the simulated host in that file, written back after each step, its clock running) or --host local; sim:FILE is a read-only copy whose clock never moves"
+            )))
+        }
         _ => open_host(host)?,
     })
 }

@@ -489,7 +489,7 @@ fn server_status(
     InferenceServerStatus {
         observed_generation: s.metadata.generation,
         conditions: merge(&old.conditions, conditions),
-        endpoint: Some(crate::status::endpoint(d, host)),
+        endpoint: crate::status::endpoint(d, host),
         unit_hash: u
             .and_then(|u| u.file.as_ref())
             .map(|f| format!("{:x}", Sha256::digest(f.as_bytes()))),

@@ -390,7 +390,7 @@ fn server_readiness(
     let ready = obs.is_some_and(|o| {
         o.http == HttpState::Healthy && o.models.iter().any(|m| m == &s.spec.model.served_name)
     });
-    let endpoint = endpoint(s, host);
+    let endpoint = endpoint_words(s, host);
     let wait = r.waits.get(&s.unit.key());
     let blocked = r
         .final_plan
@@ -709,22 +709,38 @@ pub fn effective_config_drift(
 
 /// Where users reach the server: for a server in a container that listens on every address
 /// (`0.0.0.0`, `::`), the container's address as the agent reached it from the host side
-/// (`reached_at`: its config's static address, or its network namespace's); otherwise, and
-/// while the agent has not reached it, the address of `spec.listen` as written.
-pub fn endpoint(s: &crate::desired::DesiredServer, host: &HostState) -> String {
+/// (`reached_at`: its config's static address, or its network namespace's); otherwise the
+/// address of `spec.listen` as written. `None` while such a container's address is not known
+/// (DHCP, not reached yet): `0.0.0.0` is no address a client can use.
+pub fn endpoint(s: &crate::desired::DesiredServer, host: &HostState) -> Option<String> {
     let listen = s.spec.listen.host.as_str();
     let in_container = matches!(s.unit.location, crate::host::model::Location::Container(_));
+    let wildcard = matches!(listen, "0.0.0.0" | "::");
     let reached = host
         .unit(&s.unit)
         .and_then(|u| u.server.as_ref())
         .and_then(|o| o.reached_at.as_deref())
-        .filter(|_| in_container && matches!(listen, "0.0.0.0" | "::"));
-    let addr = reached.unwrap_or(listen);
-    if addr.contains(':') && !addr.starts_with('[') {
+        .filter(|_| in_container && wildcard);
+    let addr = match reached {
+        Some(a) => a,
+        None if in_container && wildcard => return None,
+        None => listen,
+    };
+    Some(if addr.contains(':') && !addr.starts_with('[') {
         format!("http://[{addr}]:{}", s.spec.listen.port)
     } else {
         format!("http://{addr}:{}", s.spec.listen.port)
-    }
+    })
+}
+
+/// [`endpoint`] in a message's words: the URL, or what is known when the address is not.
+fn endpoint_words(s: &crate::desired::DesiredServer, host: &HostState) -> String {
+    endpoint(s, host).unwrap_or_else(|| {
+        format!(
+            "the server on port {} of {} (its address is unknown from the host side, e.g. DHCP: a static ip= in the container's config names it)",
+            s.spec.listen.port, s.unit.location
+        )
+    })
 }
 
 #[cfg(test)]
