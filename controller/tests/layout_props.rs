@@ -281,21 +281,14 @@ fn apply(h: &mut SimHost, c: &Change, fresh: &mut u32) {
         }
     }
     // Reboot: the NVIDIA module probes every GPU, in address order.
+    h.boot_every_gpu_on_nvidia();
     let groups: BTreeMap<u32, String> = h.file.iommu.group_types.clone();
-    let mut order: Vec<usize> = (0..h.file.pci_devices.len()).collect();
-    order.sort_by_key(|i| h.file.pci_devices[*i].address.clone());
-    for (minor, i) in order.into_iter().enumerate() {
-        let d = &mut h.file.pci_devices[i];
-        d.driver = Some("nvidia".into());
-        d.driver_override = None;
-        d.minor = Some(minor as u32);
-        if let Some(g) = d.iommu_group {
-            h.file
-                .iommu
-                .group_types
-                .entry(g)
-                .or_insert_with(|| groups.values().next().cloned().unwrap_or_default());
-        }
+    for g in h.file.pci_devices.iter().filter_map(|d| d.iommu_group) {
+        h.file
+            .iommu
+            .group_types
+            .entry(g)
+            .or_insert_with(|| groups.values().next().cloned().unwrap_or_default());
     }
 }
 

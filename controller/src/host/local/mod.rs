@@ -215,22 +215,26 @@ impl LocalHost {
     pub(crate) fn cmd(&self, argv: &[&str]) -> Result<exec::CmdOutput, LocalError> {
         let v: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
         let now = std::time::Instant::now();
-        let mut deadline = self.command_timeout;
-        if let Some(until) = self.observe_until.get() {
-            let left = until.saturating_duration_since(now);
-            if left.is_zero() {
-                return Err(LocalError::ObserveBudget {
+        let budgets = [
+            (
+                self.observe_until.get(),
+                LocalError::ObserveBudget {
                     seconds: self.observe_budget.as_secs(),
-                });
-            }
-            deadline = deadline.min(left);
-        }
-        if let Some(until) = self.preflight_until.get() {
+                },
+            ),
+            (
+                self.preflight_until.get(),
+                LocalError::PreflightBudget {
+                    seconds: self.preflight_budget.as_secs(),
+                },
+            ),
+        ];
+        let mut deadline = self.command_timeout;
+        for (until, spent) in budgets {
+            let Some(until) = until else { continue };
             let left = until.saturating_duration_since(now);
             if left.is_zero() {
-                return Err(LocalError::PreflightBudget {
-                    seconds: self.preflight_budget.as_secs(),
-                });
+                return Err(spent);
             }
             deadline = deadline.min(left);
         }

@@ -237,4 +237,18 @@ impl SimHost {
             c.started_with = None;
         }
     }
+
+    /// A boot without early binding: the NVIDIA module probes every GPU in address order, so
+    /// each is on `nvidia` with its minor numbered by that order (a GPU gone or added moves the
+    /// minors of the others). What the layout tests replay after changing the bus.
+    pub fn boot_every_gpu_on_nvidia(&mut self) {
+        let mut order: Vec<usize> = (0..self.file.pci_devices.len()).collect();
+        order.sort_by_key(|i| self.file.pci_devices[*i].address.clone());
+        for (minor, i) in order.into_iter().enumerate() {
+            let d = &mut self.file.pci_devices[i];
+            d.driver = Some("nvidia".into());
+            d.driver_override = None;
+            d.minor = Some(minor as u32);
+        }
+    }
 }

@@ -57,18 +57,6 @@ fn two_containers() -> (SimHost, Manifests) {
     (h, m)
 }
 
-/// A reboot: every GPU on nvidia, minors in address order.
-fn reboot(h: &mut SimHost) {
-    let mut order: Vec<usize> = (0..h.file.pci_devices.len()).collect();
-    order.sort_by_key(|i| h.file.pci_devices[*i].address.clone());
-    for (minor, i) in order.into_iter().enumerate() {
-        let d = &mut h.file.pci_devices[i];
-        d.driver = Some("nvidia".into());
-        d.driver_override = None;
-        d.minor = Some(minor as u32);
-    }
-}
-
 fn minors(h: &mut SimHost, vmid: u32) -> BTreeSet<u32> {
     h.observe().unwrap().containers[&vmid]
         .gpu_mounts
@@ -91,7 +79,7 @@ fn a_stalled_slice_container_loses_the_line_that_now_names_another_slice_gpu() {
     assert_eq!(minors(&mut h, 130), BTreeSet::from([2, 3]));
     // 0000:11:00.0 falls off the bus; the boot numbers 61:00.0 as minor 1.
     h.file.pci_devices.retain(|d| d.address != "0000:11:00.0");
-    reboot(&mut h);
+    h.boot_every_gpu_on_nvidia();
     assert_eq!(minor_of(&h, "0000:61:00.0"), 1);
     let r = run(&mut h, &m);
     let Some(Stop::Blocked { blockers }) = &r.stop else {

@@ -71,6 +71,16 @@ fn slot() -> Ask {
     }
 }
 
+/// A slot of member `m<i>` on node `n<i>`, as a forger writes it.
+fn held_by(i: usize) -> SlotHolder {
+    SlotHolder {
+        member: format!("m{i}"),
+        node: format!("n{i}"),
+        reason: "x".into(),
+        since: "2026-12-05T08:00:00Z".into(),
+    }
+}
+
 #[test]
 fn what_an_agent_decides_for_its_own_member_is_admitted() {
     let p0 = after(&pool(), 0, Ask::Report(State::Whole));
@@ -95,12 +105,7 @@ fn another_nodes_slot_a_forged_failure_or_a_cleared_one_is_refused() {
     let p0 = after(&pool(), 0, Ask::Report(State::Whole));
     // Node 0's token gives member m1 (node n1) a slot.
     let mut forged = p0.clone();
-    forged.status.as_mut().unwrap().slots.push(SlotHolder {
-        member: "m1".into(),
-        node: "n1".into(),
-        reason: "x".into(),
-        since: "2026-12-05T08:00:00Z".into(),
-    });
+    forged.status.as_mut().unwrap().slots.push(held_by(1));
     let why = judge("n0", &p0, &forged).expect("refused");
     assert!(
         why.contains("may not give node n1's member m1 a slot"),
@@ -109,12 +114,7 @@ fn another_nodes_slot_a_forged_failure_or_a_cleared_one_is_refused() {
     // Node 1 takes a slot beyond maxUnavailable 1 while m0 holds one.
     let held = after(&p0, 0, slot());
     let mut greedy = held.clone();
-    greedy.status.as_mut().unwrap().slots.push(SlotHolder {
-        member: "m1".into(),
-        node: "n1".into(),
-        reason: "x".into(),
-        since: "2026-12-05T08:00:00Z".into(),
-    });
+    greedy.status.as_mut().unwrap().slots.push(held_by(1));
     let why = judge("n1", &held, &greedy).expect("refused");
     assert!(why.contains("more than maxUnavailable"), "{why}");
     // Node 1 frees node 0's slot.
@@ -143,12 +143,7 @@ fn another_nodes_slot_a_forged_failure_or_a_cleared_one_is_refused() {
     assert!(why.contains("only its own node's failure"), "{why}");
     // No slot while paused, even its own.
     let mut take = paused.clone();
-    take.status.as_mut().unwrap().slots.push(SlotHolder {
-        member: "m1".into(),
-        node: "n1".into(),
-        reason: "x".into(),
-        since: "2026-12-05T08:00:00Z".into(),
-    });
+    take.status.as_mut().unwrap().slots.push(held_by(1));
     let why = judge("n1", &paused, &take).expect("refused");
     assert!(why.contains("paused"), "{why}");
 }
