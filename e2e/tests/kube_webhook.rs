@@ -868,14 +868,31 @@ fn lease_renewals_survive(c: &Cluster, mine: &Path, webhook: &mut Child, port: &
     let floods: Vec<Flood> = (1..=5)
         .map(|n| Flood::start_from(c, &format!("127.0.{n}.2"), &["idle", port, "64"]))
         .collect();
-    std::thread::sleep(Duration::from_secs(8));
-    let held: Vec<String> = (1..=5)
-        .map(|n| {
-            let f = c.cp.run.join(format!("flood-idle-127.0.{n}.2.log"));
-            let t = std::fs::read_to_string(f).unwrap_or_default();
-            t.lines().last().unwrap_or("no output").to_string()
-        })
-        .collect();
+    // Until the floods hold every slot but the API server's (192 of 256): each prints "held N"
+    // once its connections are open.
+    let held = || -> Vec<usize> {
+        (1..=5)
+            .map(|n| {
+                let f = c.cp.run.join(format!("flood-idle-127.0.{n}.2.log"));
+                let t = std::fs::read_to_string(f).unwrap_or_default();
+                let last = t.lines().last().unwrap_or_default();
+                last.trim_start_matches("held ").parse().unwrap_or(0)
+            })
+            .collect()
+    };
+    wait_for(
+        "the floods hold the general slots",
+        Duration::from_secs(120),
+        || {
+            let h = held();
+            if h.iter().sum::<usize>() >= 192 {
+                Ok(())
+            } else {
+                Err(format!("held {h:?}"))
+            }
+        },
+    );
+    let held = held();
     let took = the_agent_rules_hold(c, mine, "under five networks of 64 idle connections");
     let (ok, said, renewed) = renew(1);
     assert!(ok, "the Lease renewal under the flood: {said}");
