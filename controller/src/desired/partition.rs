@@ -30,6 +30,7 @@ pub fn resolve_partition(
     let terms = layout_terms(p, gpu_vendor);
     let mut check = Check::new(&res, host, gpu_vendor, name, &terms);
     check.node_and_slices(spec);
+    check.overlapping_selectors(spec);
     // First pass: explicit selectors (addresses, NUMA); count selectors take what is left.
     let mut chosen: Vec<Option<Vec<String>>> = spec
         .slices
@@ -115,6 +116,10 @@ struct Check<'a> {
     /// GPU address → the slices whose selectors all pick it, when the host moved it there
     /// (see [`Check::claim`]); the GPU stays with the slice that claimed it first.
     contested: BTreeMap<String, BTreeSet<String>>,
+    /// Pairs of slices (earlier, later) whose selectors overlap by the spec alone (one NUMA
+    /// node, one UUID, serial or slot): reported in the spec's terms
+    /// ([`Check::overlapping_selectors`]), so their GPUs' claims are not reported again.
+    overlap: BTreeSet<(String, String)>,
 }
 
 impl<'a> Check<'a> {
@@ -157,6 +162,7 @@ impl<'a> Check<'a> {
             accepted,
             gone,
             contested: BTreeMap::new(),
+            overlap: BTreeSet::new(),
         }
     }
 
@@ -200,6 +206,53 @@ impl<'a> Check<'a> {
     /// `spec.host`: kernel arguments and the reboot policy (`kernel_args.rs`).
     fn host(&mut self, spec: &GpuPartitionSpec, pool: Option<&str>) {
         super::kernel_args::check(spec, pool, &mut self.problems);
+    }
+
+    /// Two slices whose selectors pick the same GPUs whatever the host: the same `numaNode`, or
+    /// one UUID, serial or slot listed by both. Said in the spec's terms (the NUMA node, the
+    /// value, the slice names), which hold on any host and in the webhook, whose stand-in host
+    /// has made-up addresses (`offline.rs`); the claims of those GPUs are then not reported again
+    /// by address. Only slices with exactly one selector kind are compared (the others are
+    /// refused as such).
+    fn overlapping_selectors(&mut self, spec: &GpuPartitionSpec) {
+        let one = |s: &GpuSlice| s.gpus.kinds().len() == 1;
+        for (j, b) in spec.slices.iter().enumerate().filter(|(_, s)| one(s)) {
+            for (i, a) in spec.slices[..j].iter().enumerate().filter(|(_, s)| one(s)) {
+                let before = format!("slice {:?} (spec.slices[{i}])", a.name);
+                let mut found = false;
+                if let (Some(n), Some(m)) = (a.gpus.numa_node, b.gpus.numa_node) {
+                    if n == m {
+                        found = true;
+                        self.problems.add(
+                            field(j, "gpus.numaNode"),
+                            format!("NUMA node {n} is also the selector of {before}: each would take every GPU on that node, and a GPU may belong to one slice only; select one of the two by another NUMA node, or by addresses, uuids, serials, slots or count"),
+                        );
+                    }
+                }
+                let lists = [
+                    ("uuids", &a.gpus.uuids, &b.gpus.uuids),
+                    ("serials", &a.gpus.serials, &b.gpus.serials),
+                    ("slots", &a.gpus.slots, &b.gpus.slots),
+                ];
+                for (kind, x, y) in lists {
+                    let (Some(x), Some(y)) = (x, y) else {
+                        continue;
+                    };
+                    for (k, v) in y.iter().enumerate() {
+                        if x.contains(v) && !y[..k].contains(v) {
+                            found = true;
+                            self.problems.add(
+                                field(j, &format!("gpus.{kind}[{k}]")),
+                                format!("{v:?} is also listed by {before}; a GPU may belong to one slice only: list it in one of the two"),
+                            );
+                        }
+                    }
+                }
+                if found {
+                    self.overlap.insert((a.name.clone(), b.name.clone()));
+                }
+            }
+        }
     }
 
     /// The partition names its node and has at least one slice.
@@ -482,6 +535,8 @@ impl<'a> Check<'a> {
                     e.insert(other.clone());
                     e.insert(s.name.clone());
                 }
+                // Reported in the spec's terms already.
+                Some(other) if self.overlap.contains(&(other.clone(), s.name.clone())) => {}
                 Some(other) => self.problems.add(
                     field(i, "gpus"),
                     format!(

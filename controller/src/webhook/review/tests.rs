@@ -259,3 +259,27 @@ fn a_partition_for_a_node_no_agent_serves_is_admitted_with_a_warning() {
     let r = review_of("GpuPartition", "CREATE", &other, &c);
     assert!(r["response"]["warnings"].is_null(), "{r}");
 }
+
+/// The message of a denied review, or a panic naming the review.
+fn denied(r: &Value) -> String {
+    assert_eq!(r["response"]["allowed"], false, "{r}");
+    r["response"]["status"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Issue 37: two slices on one NUMA node were denied naming `ffff:00:01.0`, an address of the
+/// webhook's stand-in host that the node does not have. The denial names the NUMA node and the
+/// slices.
+#[test]
+fn two_slices_on_one_numa_node_are_denied_in_the_users_terms() {
+    let mut p = manifests().partitions[0].clone();
+    p.spec.slices[1].gpus.numa_node = Some(0);
+    let m = denied(&review_of("GpuPartition", "UPDATE", &p, &cluster()));
+    assert!(
+        m.contains("GpuPartition/kpro6: spec.slices[1].gpus.numaNode: NUMA node 0 is also the selector of slice \"inference\" (spec.slices[0])"),
+        "{m}"
+    );
+    assert!(!m.contains("ffff:"), "a made-up address: {m}");
+}
