@@ -14,6 +14,8 @@
 //! Problems of the spec are said in its own terms where they are found (two slices on one NUMA
 //! node: the node and the slices, `partition.rs`); a made-up address left in any other message
 //! is replaced by what the spec said of that GPU ([`in_users_terms`]).
+//!
+//! Pools ([`validate_pool`]) need no stand-in: their rules are the spec's alone (`pool.rs`).
 
 use super::{
     check_servers_together, in_claim_order, resolve_partition, resolve_server, DesiredPartition,
@@ -81,6 +83,12 @@ pub fn validate(
         }
     }
     (errors, warnings)
+}
+
+/// The problems of a `GpuNodePool`: the same rules the CLI and the agent on manifest files apply
+/// (`pool.rs`), host-independent by nature.
+pub fn validate_pool(pool: &gpuplane_crds::GpuNodePool) -> Vec<SpecError> {
+    super::pool::check(pool)
 }
 
 /// `errors` with every made-up address of the stand-in host replaced by what the spec said of

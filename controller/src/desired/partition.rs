@@ -46,6 +46,7 @@ pub fn resolve_partition(
     }
     check.passthrough_and_snp(spec);
     check.host(spec, gpuplane_crds::pool_of(p));
+    check.metadata(p);
     check.problems.finish()?;
     let mut terms = terms;
     terms.contested = std::mem::take(&mut check.contested);
@@ -206,6 +207,36 @@ impl<'a> Check<'a> {
     /// `spec.host`: kernel arguments and the reboot policy (`kernel_args.rs`).
     fn host(&mut self, spec: &GpuPartitionSpec, pool: Option<&str>) {
         super::kernel_args::check(spec, pool, &mut self.problems);
+    }
+
+    /// The labels and annotations the agent reads: the pool it is a member of (`pool.rs`), and
+    /// the layout guard's annotations. Each takes only values it can act on: a value it would
+    /// not understand is refused, never silently ignored.
+    fn metadata(&mut self, p: &GpuPartition) {
+        super::pool::membership(p, &mut self.problems);
+        let ann = |k: &str| p.metadata.annotations.as_ref().and_then(|a| a.get(k));
+        let at = |k: &str| format!("metadata.annotations[\"{k}\"]");
+        let accept = crate::layout::ACCEPT_ANNOTATION;
+        if let Some(v) = ann(accept) {
+            if !crate::layout::is_layout_hash(v.trim()) {
+                self.problems.add(
+                    at(accept),
+                    format!(
+                        "{v:?} is not a layout hash ({} lower-case hex digits); copy the hash from the partition's stall message (\"annotate the partition {accept}=<hash>\", reason HostLayoutChanged, GpuReplaced or GpuMissing) or from its status.layoutHash, or remove the annotation",
+                        crate::layout::LAYOUT_HASH_LEN
+                    ),
+                );
+            }
+        }
+        let unverified = crate::layout::UNVERIFIED_ANNOTATION;
+        if let Some(v) = ann(unverified) {
+            if !matches!(v.trim(), "true" | "false") {
+                self.problems.add(
+                    at(unverified),
+                    format!("{v:?} is neither \"true\" nor \"false\"; write \"true\" to let a GPU whose identity cannot be read go to a VM, \"false\" (or no annotation) not to"),
+                );
+            }
+        }
     }
 
     /// Two slices whose selectors pick the same GPUs whatever the host: the same `numaNode`, or

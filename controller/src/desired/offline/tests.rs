@@ -191,3 +191,50 @@ fn a_made_up_address_left_in_a_message_is_said_in_the_users_terms() {
         "a GPU on NUMA node 0 is also in slice \"a\"; see a GPU on NUMA node 0"
     );
 }
+
+/// Issue 37: `accept-layout: "yes"` and `allow-unverified-gpus: "yes"` were accepted and
+/// ignored in silence. Both are host-independent: the webhook refuses them.
+#[test]
+fn the_layout_annotations_take_only_values_the_agent_acts_on() {
+    let with = |k: &str, v: &str| {
+        let mut m = manifests();
+        m.partitions[0]
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(k.into(), v.into());
+        msgs(&validate(&m.partitions, &m.servers).0)
+    };
+    let accept = "gpuplane.dev/accept-layout";
+    for bad in [
+        "yes",
+        "true",
+        "0B1C2D3E4F50",
+        "0b1c2d3e4f5",
+        "0b1c2d3e4f50a",
+        "",
+        "0b1c2d3e4f5g",
+    ] {
+        let e = with(accept, bad);
+        assert_eq!(e.len(), 1, "{bad:?}: {e:?}");
+        assert!(
+            e[0].starts_with(&format!(
+                "GpuPartition/kpro6: metadata.annotations[\"{accept}\"]: {bad:?} is not a layout hash (12 lower-case hex digits); copy the hash from the partition's stall message"
+            )),
+            "{e:?}"
+        );
+    }
+    assert_eq!(with(accept, "0b1c2d3e4f50"), Vec::<String>::new());
+    let unverified = "gpuplane.dev/allow-unverified-gpus";
+    for bad in ["yes", "1", "True", ""] {
+        let e = with(unverified, bad);
+        assert_eq!(e.len(), 1, "{bad:?}: {e:?}");
+        assert!(
+            e[0].contains(&format!("{bad:?} is neither \"true\" nor \"false\"")),
+            "{e:?}"
+        );
+    }
+    for ok in ["true", "false"] {
+        assert_eq!(with(unverified, ok), Vec::<String>::new());
+    }
+}
