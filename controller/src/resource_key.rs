@@ -1,5 +1,5 @@
-//! Which resource a problem, a decision or a condition belongs to: `GpuPartition/<name>` or
-//! `InferenceServer/<namespace>/<name>`, as a type rather than text joined by string equality.
+//! Which resource a problem, a decision or a condition belongs to: `GpuPartition/<name>`,
+//! `InferenceServer/<namespace>/<name>` or `GpuNodePool/<name>`, as a type rather than text joined by string equality.
 //! It prints (and serializes as) exactly that text, so the CLI's output, the JSON report and the
 //! status files read as they always did.
 
@@ -9,8 +9,17 @@ use std::fmt;
 /// A resource of this project, by kind and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ResourceKey {
-    Partition { name: String },
-    Server { namespace: String, name: String },
+    Partition {
+        name: String,
+    },
+    Server {
+        namespace: String,
+        name: String,
+    },
+    /// A `GpuNodePool` (its spec problems; the agents write its status, not conditions here).
+    Pool {
+        name: String,
+    },
 }
 
 impl ResourceKey {
@@ -25,6 +34,10 @@ impl ResourceKey {
         }
     }
 
+    pub fn pool(name: impl Into<String>) -> ResourceKey {
+        ResourceKey::Pool { name: name.into() }
+    }
+
     /// A server by its id, `<namespace>/<name>` (a name never holds a `/`).
     pub fn server_id(id: &str) -> ResourceKey {
         match id.split_once('/') {
@@ -33,11 +46,12 @@ impl ResourceKey {
         }
     }
 
-    /// `GpuPartition` or `InferenceServer`.
+    /// `GpuPartition`, `InferenceServer` or `GpuNodePool`.
     pub fn kind(&self) -> &'static str {
         match self {
             ResourceKey::Partition { .. } => "GpuPartition",
             ResourceKey::Server { .. } => "InferenceServer",
+            ResourceKey::Pool { .. } => "GpuNodePool",
         }
     }
 }
@@ -49,6 +63,7 @@ impl fmt::Display for ResourceKey {
             ResourceKey::Server { namespace, name } => {
                 write!(f, "InferenceServer/{namespace}/{name}")
             }
+            ResourceKey::Pool { name } => write!(f, "GpuNodePool/{name}"),
         }
     }
 }
@@ -62,8 +77,11 @@ impl std::str::FromStr for ResourceKey {
         if let Some(id) = s.strip_prefix("InferenceServer/") {
             return Ok(ResourceKey::server_id(id));
         }
+        if let Some(name) = s.strip_prefix("GpuNodePool/") {
+            return Ok(ResourceKey::pool(name));
+        }
         Err(format!(
-            "{s:?} is not GpuPartition/<name> or InferenceServer/<namespace>/<name>"
+            "{s:?} is not GpuPartition/<name>, InferenceServer/<namespace>/<name> or GpuNodePool/<name>"
         ))
     }
 }
@@ -73,6 +91,7 @@ impl PartialEq<str> for ResourceKey {
     fn eq(&self, other: &str) -> bool {
         match self {
             ResourceKey::Partition { name } => other.strip_prefix("GpuPartition/") == Some(name),
+            ResourceKey::Pool { name } => other.strip_prefix("GpuNodePool/") == Some(name),
             ResourceKey::Server { namespace, name } => {
                 other
                     .strip_prefix("InferenceServer/")
@@ -124,10 +143,14 @@ mod tests {
     fn prints_parses_and_orders_as_the_old_text() {
         let p = ResourceKey::partition("kpro6");
         let s = ResourceKey::server_id("default/qwen");
+        let pool = ResourceKey::pool("fleet");
         assert_eq!(p.to_string(), "GpuPartition/kpro6");
         assert_eq!(s.to_string(), "InferenceServer/default/qwen");
+        assert_eq!(pool.to_string(), "GpuNodePool/fleet");
+        assert_eq!(pool, "GpuNodePool/fleet");
+        assert_eq!(pool.kind(), "GpuNodePool");
         assert_eq!(s, ResourceKey::server("default", "qwen"));
-        for k in [&p, &s] {
+        for k in [&p, &s, &pool] {
             assert_eq!(k.to_string().parse::<ResourceKey>().unwrap(), *k);
             let json = serde_json::to_string(k).unwrap();
             assert_eq!(json, format!("\"{k}\""));

@@ -432,6 +432,27 @@ fn invalid_manifests_are_rejected_with_the_field_and_the_fix() {
             "spec.env[3].name",
             "servers.allowedEnv",
         ),
+        // Issue 37: a pool and what the agent reads from a partition's labels and annotations.
+        (
+            "pool-max-unavailable-over-100",
+            "GpuNodePool/inference-fleet: spec.maxUnavailable",
+            r#""150%" is not a count ≥ 0 or a percentage 0%–100%; write e.g. 1 or "25%""#,
+        ),
+        (
+            "pool-label-not-a-pool-name",
+            r#"metadata.labels["gpuplane.dev/pool"]"#,
+            "\"Inference_Fleet\" cannot be the name of a GpuNodePool",
+        ),
+        (
+            "accept-layout-not-a-hash",
+            r#"metadata.annotations["gpuplane.dev/accept-layout"]"#,
+            "copy the hash from the partition's stall message",
+        ),
+        (
+            "allow-unverified-gpus-not-a-boolean",
+            r#"metadata.annotations["gpuplane.dev/allow-unverified-gpus"]"#,
+            r#""yes" is neither "true" nor "false""#,
+        ),
     ];
     let files: Vec<String> = std::fs::read_dir(repo().join("examples/invalid"))
         .unwrap()
@@ -461,6 +482,63 @@ fn invalid_manifests_are_rejected_with_the_field_and_the_fix() {
             "{name}: {err}"
         );
     }
+}
+
+/// A pool's manifest beside its members (a directory as applied to a cluster) is read and
+/// checked, not refused as an unknown kind: valid, the host converges and a note says that this
+/// command asks the pool for no slot; invalid, nothing is touched and the message names the
+/// pool's field and the fix.
+#[test]
+fn a_pool_beside_its_members_is_read_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let partition = std::fs::read_to_string(repo().join("examples/kpro6/partition.yaml"))
+        .unwrap()
+        .replace(
+            "    gpuplane.dev/node: kpro6",
+            "    gpuplane.dev/pool: inference-fleet\n    gpuplane.dev/node: kpro6",
+        );
+    std::fs::write(dir.path().join("partition.yaml"), partition).unwrap();
+    std::fs::copy(
+        repo().join("examples/kpro6/server.yaml"),
+        dir.path().join("server.yaml"),
+    )
+    .unwrap();
+    let pool = |max: &str| {
+        format!("apiVersion: gpuplane.dev/v1alpha1\nkind: GpuNodePool\nmetadata:\n  name: inference-fleet\nspec:\n  maxUnavailable: {max}\n")
+    };
+    std::fs::write(dir.path().join("pool.yaml"), pool(r#""25%""#)).unwrap();
+    let o = converge_json(dir.path());
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["converged"], true, "{r}");
+    assert!(
+        err.contains("note: GpuPartition/kpro6 is a member of GpuNodePool/inference-fleet (read from the input and checked)")
+            && err.contains("asks for none"),
+        "{err}"
+    );
+    for (bad, says) in [
+        ("-1", "-1 is not a count ≥ 0"),
+        (r#""abc""#, r#""abc" is not a count ≥ 0"#),
+        (
+            r#""25""#,
+            r#"a count is written without quotes; write 25 or "25%""#,
+        ),
+        ("1.5", "spec.maxUnavailable"),
+    ] {
+        std::fs::write(dir.path().join("pool.yaml"), pool(bad)).unwrap();
+        let o = gpuplane(&["plan", "-f", dir.path().to_str().unwrap()]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {err}");
+        assert!(
+            err.contains("GpuNodePool/inference-fleet") && err.contains(says),
+            "{bad}: {err}"
+        );
+    }
+    // "0%" is a valid budget (it freezes the members' disruptions, as 0 does).
+    std::fs::write(dir.path().join("pool.yaml"), pool(r#""0%""#)).unwrap();
+    let o = gpuplane(&["plan", "-f", dir.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
 
 /// The same resource in two files is refused, naming both, before anything is touched.

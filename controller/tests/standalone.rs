@@ -245,3 +245,43 @@ fn links_planted_where_the_agent_writes_are_never_followed_and_an_open_directory
 fn status_of(d: &Path) -> serde_yaml::Value {
     status(d, "GpuPartition-kpro6.yaml")
 }
+
+/// Issue 37: the agent on manifest files refused a whole directory that held a `GpuNodePool`
+/// beside its members (an unknown kind). It reads the pool and checks it: invalid, nothing on
+/// the host changes and `_invalid.yaml` names the pool's field and the fix (the pool gets no
+/// status file of its own, which nothing would remove once fixed); valid, the host converges.
+#[test]
+fn a_pool_beside_its_members_is_checked_by_the_agent_on_files() {
+    let dir = common::reference_dir();
+    let d = dir.path();
+    let part = std::fs::read_to_string(d.join("m/partition.yaml"))
+        .unwrap()
+        .replace(
+            "    gpuplane.dev/node: kpro6",
+            "    gpuplane.dev/pool: inference-fleet\n    gpuplane.dev/node: kpro6",
+        );
+    std::fs::write(d.join("m/partition.yaml"), part).unwrap();
+    let pool = |max: &str| {
+        format!("apiVersion: gpuplane.dev/v1alpha1\nkind: GpuNodePool\nmetadata:\n  name: inference-fleet\nspec:\n  maxUnavailable: {max}\n")
+    };
+    std::fs::write(d.join("m/pool.yaml"), pool(r#""150%""#)).unwrap();
+    let start = std::fs::read(d.join("host.yaml")).unwrap();
+    run(d);
+    assert_eq!(
+        std::fs::read(d.join("host.yaml")).unwrap(),
+        start,
+        "nothing is written for an invalid pool"
+    );
+    let inv = status(d, "_invalid.yaml");
+    let msg = inv["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains(r#"GpuNodePool/inference-fleet: spec.maxUnavailable: "150%" is not a count ≥ 0 or a percentage 0%–100%; write e.g. 1 or "25%""#),
+        "{inv:?}"
+    );
+    assert!(!d.join("status/GpuNodePool-inference-fleet.yaml").exists());
+    std::fs::write(d.join("m/pool.yaml"), pool(r#""25%""#)).unwrap();
+    run(d);
+    let (s, r, _) = ready(&status_of(d));
+    assert_eq!((s.as_str(), r.as_str()), ("True", "Converged"));
+    assert!(!d.join("status/_invalid.yaml").exists());
+}

@@ -13,6 +13,26 @@ use serde::{Deserialize, Serialize};
 /// The label that makes a `GpuPartition` a member of a pool: `gpuplane.dev/pool=<pool name>`.
 pub const POOL_LABEL: &str = "gpuplane.dev/pool";
 
+/// The longest pool name a partition can name: a label value has at most 63 characters.
+pub const POOL_NAME_MAX: usize = 63;
+
+/// Whether `s` can be the name of a pool that a partition names in its [`POOL_LABEL`]: a
+/// `GpuNodePool`'s name is a DNS-1123 subdomain (lower-case letters, digits, `-` and `.`,
+/// starting and ending with a letter or digit), and as a label value it has at most
+/// [`POOL_NAME_MAX`] characters. A label value outside this (`Fleet_A`) names no pool there can
+/// ever be.
+pub fn is_pool_name(s: &str) -> bool {
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= POOL_NAME_MAX
+        && alnum(b[0])
+        && alnum(b[b.len() - 1])
+        && b.iter().all(|&c| alnum(c) || c == b'-' || c == b'.')
+        && s.split('.')
+            .all(|part| !part.is_empty() && !part.starts_with('-') && !part.ends_with('-'))
+}
+
 /// The pool a partition is a member of: its [`POOL_LABEL`], when set and not empty. Read here,
 /// beside the label, so that every layer of the agent (validation, the reboot gate, the budget)
 /// reads membership the same way.
@@ -50,8 +70,10 @@ pub fn pool_of(p: &crate::GpuPartition) -> Option<&str> {
 pub struct GpuNodePoolSpec {
     /// How many members may be disrupted at once: a count (`2`) or a percentage of the members
     /// (`"25%"`, rounded down, at least 1). Members already unavailable for another reason (a
-    /// failed member, an agent whose Lease expired) count against it. `0` freezes every
-    /// disruptive change. Default 1.
+    /// failed member, an agent whose Lease expired) count against it. `0` (or `"0%"`) freezes
+    /// every disruptive change of the members, like `paused`. Anything else (a negative count,
+    /// a percentage above 100%, a string that is not a percentage such as `"25"`) is refused.
+    /// Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "int_or_percent")]
     pub max_unavailable: Option<MaxUnavailable>,
@@ -84,20 +106,52 @@ fn int_or_percent(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 impl MaxUnavailable {
-    /// The number of slots for a pool of `members`: a count as is (negative: 0), a percentage
-    /// rounded down but at least 1 (a small pool still moves); an unreadable percentage is
-    /// `None`: the pool then freezes rather than guess, and its status says why.
+    /// The number of slots for a pool of `members`: a count as is, a percentage rounded down
+    /// but at least 1 (a small pool still moves), except `"0%"`: none, as `0` (as Kubernetes
+    /// reads a Deployment's or a PodDisruptionBudget's `maxUnavailable`). An invalid value (see
+    /// [`MaxUnavailable::check`]) is `None`: the pool then freezes rather than guess, and its
+    /// status says why.
     pub fn slots(&self, members: usize) -> Option<usize> {
         match self {
-            MaxUnavailable::Count(n) => Some((*n).max(0) as usize),
-            MaxUnavailable::Percent(s) => {
-                match s.strip_suffix('%').and_then(|v| v.parse::<usize>().ok()) {
-                    Some(pct) if pct <= 100 => Some((members * pct / 100).max(1)),
-                    _ => None,
-                }
-            }
+            MaxUnavailable::Count(n) => usize::try_from(*n).ok(),
+            MaxUnavailable::Percent(s) => match percent(s)? {
+                0 => Some(0),
+                pct => Some((members * pct / 100).max(1)),
+            },
         }
     }
+
+    /// Whether the value is a count ≥ 0 or a percentage from `0%` to `100%`; else what is
+    /// wrong and how to write it (without the field's name).
+    pub fn check(&self) -> Result<(), String> {
+        let fix = r#"write e.g. 1 or "25%""#;
+        match self {
+            MaxUnavailable::Count(n) if *n < 0 => Err(format!(
+                "{n} is not a count ≥ 0 or a percentage 0%–100%; {fix}"
+            )),
+            MaxUnavailable::Count(_) => Ok(()),
+            MaxUnavailable::Percent(s) if percent(s).is_some() => Ok(()),
+            MaxUnavailable::Percent(s)
+                if !s.is_empty() && s.len() <= 9 && s.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                Err(format!(
+                    "{s:?} is not a count ≥ 0 or a percentage 0%–100%: a count is written without quotes; write {s} or \"{s}%\""
+                ))
+            }
+            MaxUnavailable::Percent(s) => Err(format!(
+                "{s:?} is not a count ≥ 0 or a percentage 0%–100%; {fix}"
+            )),
+        }
+    }
+}
+
+/// `"25%"` → 25: digits only, then `%`, at most 100.
+fn percent(s: &str) -> Option<usize> {
+    let digits = s.strip_suffix('%')?;
+    if digits.is_empty() || digits.len() > 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<usize>().ok().filter(|p| *p <= 100)
 }
 
 /// What the pool's members are doing, counted the way OpenShift's MachineConfigPool counts.

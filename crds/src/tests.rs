@@ -63,7 +63,7 @@ fn pool_is_cluster_scoped_and_max_unavailable_reads_counts_and_percentages() {
     let yaml = crds_yaml().unwrap();
     assert!(yaml.contains("x-kubernetes-int-or-string: true"));
     assert_eq!(MaxUnavailable::Count(2).slots(20), Some(2));
-    assert_eq!(MaxUnavailable::Count(-1).slots(20), Some(0));
+    assert_eq!(MaxUnavailable::Count(0).slots(20), Some(0));
     assert_eq!(MaxUnavailable::Percent("25%".into()).slots(50), Some(12));
     assert_eq!(MaxUnavailable::Percent("10%".into()).slots(3), Some(1));
     assert_eq!(MaxUnavailable::Percent("lots".into()).slots(3), None);
@@ -78,4 +78,64 @@ fn pool_is_cluster_scoped_and_max_unavailable_reads_counts_and_percentages() {
     let spec: GpuNodePoolSpec = serde_json::from_str(r#"{"maxUnavailable":null}"#).unwrap();
     assert_eq!(spec.max_unavailable(), MaxUnavailable::Count(1));
     assert!(!spec.paused);
+}
+
+/// Kubernetes reads a percentage `maxUnavailable` rounded down and `"0%"` as none: `"0%"` freezes
+/// the pool like `0` (it granted one slot before). A value that is neither a count ≥ 0 nor a
+/// percentage 0%–100% gives no slots, and `check` says what is wrong and how to write it.
+#[test]
+fn zero_percent_freezes_like_zero_and_invalid_values_are_refused_with_the_fix() {
+    assert_eq!(MaxUnavailable::Percent("0%".into()).slots(20), Some(0));
+    assert_eq!(MaxUnavailable::Percent("0%".into()).slots(1), Some(0));
+    assert_eq!(MaxUnavailable::Percent("100%".into()).slots(7), Some(7));
+    assert_eq!(MaxUnavailable::Percent("1%".into()).slots(7), Some(1));
+    assert_eq!(MaxUnavailable::Count(-1).slots(20), None);
+    for bad in [
+        "150%", "abc", "25", "", "%", "-5%", "+5%", " 5%", "5 %", "2.5%", "0x10%",
+    ] {
+        let m = MaxUnavailable::Percent(bad.into());
+        assert_eq!(m.slots(20), None, "{bad:?}");
+        let why = m.check().unwrap_err();
+        assert!(
+            why.contains(&format!(
+                "{bad:?} is not a count ≥ 0 or a percentage 0%–100%"
+            )),
+            "{why}"
+        );
+        assert!(why.contains("write "), "{why}");
+    }
+    assert!(MaxUnavailable::Percent("25".into())
+        .check()
+        .unwrap_err()
+        .contains(r#"write 25 or "25%""#));
+    assert!(MaxUnavailable::Count(-1)
+        .check()
+        .unwrap_err()
+        .contains(r#"-1 is not a count ≥ 0 or a percentage 0%–100%; write e.g. 1 or "25%""#));
+    for good in [
+        MaxUnavailable::Count(0),
+        MaxUnavailable::Count(3),
+        MaxUnavailable::Percent("0%".into()),
+        MaxUnavailable::Percent("25%".into()),
+        MaxUnavailable::Percent("100%".into()),
+    ] {
+        assert_eq!(good.check(), Ok(()), "{good:?}");
+        assert!(good.slots(4).is_some());
+    }
+}
+
+/// A pool label value must be a name a `GpuNodePool` can have: a DNS-1123 subdomain of at most
+/// 63 characters (a label value's limit).
+#[test]
+fn pool_names_are_dns_subdomains_a_label_can_hold() {
+    for good in ["fleet", "inference-fleet", "a", "fleet.eu-1", "0fleet9"] {
+        assert!(is_pool_name(good), "{good}");
+    }
+    let long = "a".repeat(64);
+    for bad in [
+        "", "Fleet", "fleet_a", "-fleet", "fleet-", "fleet..a", "fleet.-a", "a b", "flé", &long,
+    ] {
+        assert!(!is_pool_name(bad), "{bad:?}");
+    }
+    assert!(is_pool_name(&"a".repeat(63)));
 }

@@ -130,7 +130,7 @@ fn check_templates(_chart: &Path) -> BTreeMap<String, Yaml> {
 }
 
 /// The webhook: served over HTTPS by two replicas of its own Deployment with a PDB, registered
-/// for both kinds with the chart's failure policy (spec validation) and, failing closed, for
+/// for the three kinds with the chart's failure policy (spec validation) and, failing closed, for
 /// the agent's updates, status writes, Leases and events; allowed to watch (never write) the
 /// two kinds.
 fn check_webhook(chart: &Path, rendered: &BTreeMap<String, Yaml>) {
@@ -154,7 +154,11 @@ fn check_webhook(chart: &Path, rendered: &BTreeMap<String, Yaml>) {
     assert_eq!(cfg["sideEffects"].as_str(), Some("None"));
     let rule = &cfg["rules"][0];
     assert_eq!(rule["apiGroups"][0].as_str(), Some("gpuplane.dev"));
-    assert_eq!(rule["resources"].as_sequence().map(Vec::len), Some(2));
+    assert_eq!(
+        rule["resources"],
+        serde_yaml::from_str::<Yaml>("[gpupartitions, inferenceservers, gpunodepools]").unwrap(),
+        "spec validation judges the admin's three kinds"
+    );
     // The agent rules fail closed, on their own path, status subresources included.
     for name in ["agent.gpuplane.dev", "leases.gpuplane.dev"] {
         let h = hook(name);

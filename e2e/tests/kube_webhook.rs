@@ -114,7 +114,7 @@ webhooks:
       - apiGroups: ["gpuplane.dev"]
         apiVersions: ["v1alpha1"]
         operations: ["CREATE", "UPDATE"]
-        resources: ["gpupartitions", "inferenceservers"]
+        resources: ["gpupartitions", "inferenceservers", "gpunodepools"]
   - name: agent.gpuplane.dev
     admissionReviewVersions: ["v1"]
     sideEffects: None

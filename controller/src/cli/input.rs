@@ -67,12 +67,40 @@ pub fn load_desired_seeded(
             m
         }
     };
-    desired_seeded(
+    let seeded = desired_seeded(
         &manifests,
         host,
         &input.host.gpu_vendor,
         &input.host.gpu_driver,
-    )
+    )?;
+    if let Some(note) = pool_note(&manifests, &seeded.0) {
+        eprintln!("note: {note}");
+    }
+    Ok(seeded)
+}
+
+/// What a pool means to this command, when the host's partition is a member of one: a pool's
+/// slots are asked through the API server, and one host converged from the command line asks
+/// none (the pool itself, when in the input, was checked like every resource).
+pub fn pool_note(manifests: &Manifests, desired: &Desired) -> Option<String> {
+    let p = manifests
+        .partitions
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(desired.partition.name.as_str()))?;
+    let pool = gpuplane_crds::pool_of(p)?;
+    let read = if manifests
+        .pools
+        .iter()
+        .any(|x| x.metadata.name.as_deref() == Some(pool))
+    {
+        " (read from the input and checked)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "GpuPartition/{} is a member of GpuNodePool/{pool}{read}: a pool's disruption slots are asked through the API server by the Kubernetes agent (gpuplane run); this command changes this one host and asks for none",
+        desired.partition.name
+    ))
 }
 
 /// Picks the partition for the host's node from `manifests` and validates everything against

@@ -8,6 +8,7 @@
 mod kernel_args;
 pub mod offline;
 mod partition;
+pub mod pool;
 pub mod preflight;
 pub mod reboot;
 pub mod select;

@@ -9,6 +9,13 @@
 //! of known size, two servers on one slice or unit, every server check including the rendered
 //! unit — and none depends on the node. The agent stays the final judge: it checks against the
 //! real host again before the first write.
+//!
+//! The stand-in's GPUs have made-up addresses (`ffff:…`): no message leaves here naming one.
+//! Problems of the spec are said in its own terms where they are found (two slices on one NUMA
+//! node: the node and the slices, `partition.rs`); a made-up address left in any other message
+//! is replaced by what the spec said of that GPU ([`in_users_terms`]).
+//!
+//! Pools ([`validate_pool`]) need no stand-in: their rules are the spec's alone (`pool.rs`).
 
 use super::{
     check_servers_together, in_claim_order, resolve_partition, resolve_server, DesiredPartition,
@@ -19,6 +26,9 @@ use gpuplane_crds::{
     Consumer, GpuDriver, GpuPartition, InferenceServer, ServerPolicy, UnitLocation,
 };
 use std::collections::BTreeMap;
+
+/// What the spec said of each stand-in GPU, by its made-up address.
+type MadeUp = BTreeMap<String, String>;
 
 /// One identity field of a stand-in GPU (UUID, serial, slot).
 type IdentityField = fn(&mut GpuIdentity) -> &mut Option<String>;
@@ -40,11 +50,11 @@ pub fn validate(
         let name = p.metadata.name.as_deref().unwrap_or_default();
         let mine: Vec<&InferenceServer> =
             in_claim_order(servers.iter().filter(|s| s.spec.partition_ref.name == name));
-        let host = stand_in_host(p, &mine);
+        let (host, made_up) = stand_in_host(p, &mine);
         let dp = match resolve_partition(p, &host, VENDOR, "nvidia") {
             Ok(dp) => dp,
             Err(e) => {
-                errors.extend(e);
+                errors.extend(in_users_terms(e, &made_up));
                 continue;
             }
         };
@@ -52,10 +62,10 @@ pub fn validate(
         for s in mine {
             match resolve_server(s, &dp) {
                 Ok(d) => resolved.push(d),
-                Err(e) => errors.extend(e),
+                Err(e) => errors.extend(in_users_terms(e, &made_up)),
             }
         }
-        errors.extend(check_servers_together(&resolved));
+        errors.extend(in_users_terms(check_servers_together(&resolved), &made_up));
     }
     for s in servers {
         if !partitions
@@ -73,6 +83,26 @@ pub fn validate(
         }
     }
     (errors, warnings)
+}
+
+/// The problems of a `GpuNodePool`: the same rules the CLI and the agent on manifest files apply
+/// (`pool.rs`), host-independent by nature.
+pub fn validate_pool(pool: &gpuplane_crds::GpuNodePool) -> Vec<SpecError> {
+    super::pool::check(pool)
+}
+
+/// `errors` with every made-up address of the stand-in host replaced by what the spec said of
+/// that GPU: the user wrote no such address, and the node has none.
+fn in_users_terms(mut errors: Vec<SpecError>, made_up: &MadeUp) -> Vec<SpecError> {
+    for e in &mut errors {
+        for (address, said) in made_up {
+            if e.message.contains(address.as_str()) {
+                e.message = e.message.replace(&format!("GPU {address}"), said);
+                e.message = e.message.replace(address.as_str(), said);
+            }
+        }
+    }
+    errors
 }
 
 /// A partition with just the slice `s` names, as large as it asks, where its unit can run,
@@ -154,12 +184,13 @@ fn one_partition_per_node(partitions: &[GpuPartition]) -> Vec<SpecError> {
 }
 
 /// A host on which `p` (and its servers' tensor parallel sizes) can only fail for the spec's
-/// own reasons.
-fn stand_in_host(p: &GpuPartition, servers: &[&InferenceServer]) -> HostState {
+/// own reasons, and what the spec said of each GPU it made up an address for.
+fn stand_in_host(p: &GpuPartition, servers: &[&InferenceServer]) -> (HostState, MadeUp) {
     let mut h = HostState {
         node_name: p.spec.node_name.clone(),
         ..HostState::default()
     };
+    let mut made_up = MadeUp::new();
     let mut next = 0u32;
     let add_gpu = |h: &mut HostState, address: String, numa: i32| {
         h.pci_devices.entry(address.clone()).or_insert(PciDevice {
@@ -172,12 +203,17 @@ fn stand_in_host(p: &GpuPartition, servers: &[&InferenceServer]) -> HostState {
             ..PciDevice::default()
         });
     };
-    let mut fresh = |h: &mut HostState, numa: i32| {
+    // A GPU at a made-up address, `said` being what the spec says of it.
+    let mut fresh = |h: &mut HostState, numa: i32, said: String| {
         next += 1;
         // Bus numbers above any a partition names by hand are unlikely to collide; a collision
         // only adds a GPU that was named anyway.
         let address = format!("ffff:{:02x}:{:02x}.0", next / 32, next % 32);
-        add_gpu(h, address, numa);
+        if !h.pci_devices.contains_key(&address) {
+            made_up.insert(address.clone(), said);
+        }
+        add_gpu(h, address.clone(), numa);
+        address
     };
     for s in &p.spec.slices {
         let wanted = servers
@@ -193,27 +229,30 @@ fn stand_in_host(p: &GpuPartition, servers: &[&InferenceServer]) -> HostState {
             }
         } else if let Some(n) = s.gpus.numa_node {
             for _ in 0..wanted {
-                fresh(&mut h, n);
+                fresh(&mut h, n, format!("a GPU on NUMA node {n}"));
             }
         } else if let Some(c) = s.gpus.count {
             for _ in 0..c.min(1024) {
-                fresh(&mut h, -1);
+                fresh(
+                    &mut h,
+                    -1,
+                    format!("a GPU of slice {:?} (count {c})", s.name),
+                );
             }
         }
         // GPUs named by identity: one stand-in GPU per distinct name (a name listed twice is
         // still the spec's error), with that identity.
-        let named: [(&Option<Vec<String>>, IdentityField); 3] = [
-            (&s.gpus.uuids, |i| &mut i.uuid),
-            (&s.gpus.serials, |i| &mut i.serial),
-            (&s.gpus.slots, |i| &mut i.slot),
+        let named: [(&str, &Option<Vec<String>>, IdentityField); 3] = [
+            ("uuid", &s.gpus.uuids, |i| &mut i.uuid),
+            ("serial", &s.gpus.serials, |i| &mut i.serial),
+            ("slot", &s.gpus.slots, |i| &mut i.slot),
         ];
-        for (names, field) in named {
+        for (kind, names, field) in named {
             let mut seen = std::collections::BTreeSet::new();
             for n in names.iter().flatten().take(1024) {
                 if seen.insert(n) {
-                    fresh(&mut h, -1);
-                    let last = h.pci_devices.values_mut().next_back();
-                    if let Some(d) = last {
+                    let address = fresh(&mut h, -1, format!("the GPU with {kind} {n:?}"));
+                    if let Some(d) = h.pci_devices.get_mut(&address) {
                         *field(&mut d.identity) = Some(n.clone());
                     }
                 }
@@ -232,7 +271,7 @@ fn stand_in_host(p: &GpuPartition, servers: &[&InferenceServer]) -> HostState {
             );
         }
     }
-    h
+    (h, made_up)
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ pub fn resolve_partition(
     let terms = layout_terms(p, gpu_vendor);
     let mut check = Check::new(&res, host, gpu_vendor, name, &terms);
     check.node_and_slices(spec);
+    check.overlapping_selectors(spec);
     // First pass: explicit selectors (addresses, NUMA); count selectors take what is left.
     let mut chosen: Vec<Option<Vec<String>>> = spec
         .slices
@@ -45,6 +46,7 @@ pub fn resolve_partition(
     }
     check.passthrough_and_snp(spec);
     check.host(spec, gpuplane_crds::pool_of(p));
+    check.metadata(p);
     check.problems.finish()?;
     let mut terms = terms;
     terms.contested = std::mem::take(&mut check.contested);
@@ -115,6 +117,10 @@ struct Check<'a> {
     /// GPU address → the slices whose selectors all pick it, when the host moved it there
     /// (see [`Check::claim`]); the GPU stays with the slice that claimed it first.
     contested: BTreeMap<String, BTreeSet<String>>,
+    /// Pairs of slices (earlier, later) whose selectors overlap by the spec alone (one NUMA
+    /// node, one UUID, serial or slot): reported in the spec's terms
+    /// ([`Check::overlapping_selectors`]), so their GPUs' claims are not reported again.
+    overlap: BTreeSet<(String, String)>,
 }
 
 impl<'a> Check<'a> {
@@ -157,6 +163,7 @@ impl<'a> Check<'a> {
             accepted,
             gone,
             contested: BTreeMap::new(),
+            overlap: BTreeSet::new(),
         }
     }
 
@@ -200,6 +207,83 @@ impl<'a> Check<'a> {
     /// `spec.host`: kernel arguments and the reboot policy (`kernel_args.rs`).
     fn host(&mut self, spec: &GpuPartitionSpec, pool: Option<&str>) {
         super::kernel_args::check(spec, pool, &mut self.problems);
+    }
+
+    /// The labels and annotations the agent reads: the pool it is a member of (`pool.rs`), and
+    /// the layout guard's annotations. Each takes only values it can act on: a value it would
+    /// not understand is refused, never silently ignored.
+    fn metadata(&mut self, p: &GpuPartition) {
+        super::pool::membership(p, &mut self.problems);
+        let ann = |k: &str| p.metadata.annotations.as_ref().and_then(|a| a.get(k));
+        let at = |k: &str| format!("metadata.annotations[\"{k}\"]");
+        let accept = crate::layout::ACCEPT_ANNOTATION;
+        if let Some(v) = ann(accept) {
+            if !crate::layout::is_layout_hash(v.trim()) {
+                self.problems.add(
+                    at(accept),
+                    format!(
+                        "{v:?} is not a layout hash ({} lower-case hex digits); copy the hash from the partition's stall message (\"annotate the partition {accept}=<hash>\", reason HostLayoutChanged, GpuReplaced or GpuMissing) or from its status.layoutHash, or remove the annotation",
+                        crate::layout::LAYOUT_HASH_LEN
+                    ),
+                );
+            }
+        }
+        let unverified = crate::layout::UNVERIFIED_ANNOTATION;
+        if let Some(v) = ann(unverified) {
+            if !matches!(v.trim(), "true" | "false") {
+                self.problems.add(
+                    at(unverified),
+                    format!("{v:?} is neither \"true\" nor \"false\"; write \"true\" to let a GPU whose identity cannot be read go to a VM, \"false\" (or no annotation) not to"),
+                );
+            }
+        }
+    }
+
+    /// Two slices whose selectors pick the same GPUs whatever the host: the same `numaNode`, or
+    /// one UUID, serial or slot listed by both. Said in the spec's terms (the NUMA node, the
+    /// value, the slice names), which hold on any host and in the webhook, whose stand-in host
+    /// has made-up addresses (`offline.rs`); the claims of those GPUs are then not reported again
+    /// by address. Only slices with exactly one selector kind are compared (the others are
+    /// refused as such).
+    fn overlapping_selectors(&mut self, spec: &GpuPartitionSpec) {
+        let one = |s: &GpuSlice| s.gpus.kinds().len() == 1;
+        for (j, b) in spec.slices.iter().enumerate().filter(|(_, s)| one(s)) {
+            for (i, a) in spec.slices[..j].iter().enumerate().filter(|(_, s)| one(s)) {
+                let before = format!("slice {:?} (spec.slices[{i}])", a.name);
+                let mut found = false;
+                if let (Some(n), Some(m)) = (a.gpus.numa_node, b.gpus.numa_node) {
+                    if n == m {
+                        found = true;
+                        self.problems.add(
+                            field(j, "gpus.numaNode"),
+                            format!("NUMA node {n} is also the selector of {before}: each would take every GPU on that node, and a GPU may belong to one slice only; select one of the two by another NUMA node, or by addresses, uuids, serials, slots or count"),
+                        );
+                    }
+                }
+                let lists = [
+                    ("uuids", &a.gpus.uuids, &b.gpus.uuids),
+                    ("serials", &a.gpus.serials, &b.gpus.serials),
+                    ("slots", &a.gpus.slots, &b.gpus.slots),
+                ];
+                for (kind, x, y) in lists {
+                    let (Some(x), Some(y)) = (x, y) else {
+                        continue;
+                    };
+                    for (k, v) in y.iter().enumerate() {
+                        if x.contains(v) && !y[..k].contains(v) {
+                            found = true;
+                            self.problems.add(
+                                field(j, &format!("gpus.{kind}[{k}]")),
+                                format!("{v:?} is also listed by {before}; a GPU may belong to one slice only: list it in one of the two"),
+                            );
+                        }
+                    }
+                }
+                if found {
+                    self.overlap.insert((a.name.clone(), b.name.clone()));
+                }
+            }
+        }
     }
 
     /// The partition names its node and has at least one slice.
@@ -482,6 +566,8 @@ impl<'a> Check<'a> {
                     e.insert(other.clone());
                     e.insert(s.name.clone());
                 }
+                // Reported in the spec's terms already.
+                Some(other) if self.overlap.contains(&(other.clone(), s.name.clone())) => {}
                 Some(other) => self.problems.add(
                     field(i, "gpus"),
                     format!(

@@ -1,6 +1,11 @@
 //! This host's share of a set of manifests: its partition (by `spec.nodeName`) and the servers
 //! on it, all validated against the observed host. The one decision made before any host
 //! write, shared by `gpuplane plan`/`converge` and the file agent (`run --manifests`). Pure.
+//!
+//! A `GpuNodePool` in the manifests (a directory of a pool's members, as applied to a cluster)
+//! is checked like the rest (`pool.rs`): an invalid one refuses the input. A valid one is not
+//! needed here: slots are asked through the API server by the Kubernetes agent, and these
+//! front doors converge one host without asking.
 
 use super::{check_servers_together, resolve_partition, resolve_server, Desired, SpecError};
 use crate::host::model::HostState;
@@ -54,8 +59,15 @@ pub fn for_host(
             })
         }
     };
-    let dp = resolve_partition(partition, observed, gpu_vendor, gpu_driver)
-        .map_err(SelectError::Invalid)?;
+    let pools: Vec<SpecError> = manifests
+        .pools
+        .iter()
+        .flat_map(super::pool::check)
+        .collect();
+    let dp = resolve_partition(partition, observed, gpu_vendor, gpu_driver).map_err(|mut e| {
+        e.extend(pools.iter().cloned());
+        SelectError::Invalid(e)
+    })?;
     let mut servers = Vec::new();
     let mut errors: Vec<SpecError> = unknown_partitions(manifests);
     for s in manifests
@@ -78,6 +90,7 @@ pub fn for_host(
             .is_none()
     });
     errors.extend(check_servers_together(&servers));
+    errors.extend(pools);
     if !errors.is_empty() {
         return Err(SelectError::Invalid(errors));
     }

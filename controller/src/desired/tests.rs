@@ -467,3 +467,27 @@ fn a_smoke_test_that_can_never_pass_is_refused_with_the_field() {
     let m = parse(&ok);
     assert!(resolve_server(&m.servers[0], &kpro6()).is_ok());
 }
+
+/// On the real host too, two slices of one NUMA node are named by the node and the slices (not
+/// by each GPU of the node, one line per address), as the webhook says it.
+#[test]
+fn two_slices_on_one_numa_node_are_one_problem_in_the_specs_terms() {
+    let errors = partition_errors(
+        r#"
+apiVersion: gpuplane.dev/v1alpha1
+kind: GpuPartition
+metadata: {name: kpro6}
+spec:
+  nodeName: kpro6
+  slices:
+    - {name: inference, gpus: {numaNode: 0}, driver: nvidia}
+    - {name: training, gpus: {numaNode: 0}, driver: nvidia}
+"#,
+    );
+    assert_eq!(
+        errors,
+        [
+            r#"GpuPartition/kpro6: spec.slices[1].gpus.numaNode: NUMA node 0 is also the selector of slice "inference" (spec.slices[0]): each would take every GPU on that node, and a GPU may belong to one slice only; select one of the two by another NUMA node, or by addresses, uuids, serials, slots or count"#
+        ]
+    );
+}

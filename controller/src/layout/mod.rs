@@ -26,6 +26,17 @@ pub const ACCEPT_ANNOTATION: &str = "gpuplane.dev/accept-layout";
 /// The annotation that lets a GPU of unknown identity go to a VM.
 pub const UNVERIFIED_ANNOTATION: &str = "gpuplane.dev/allow-unverified-gpus";
 
+/// The length of a [`layout_hash`]: 12 lower-case hex digits.
+pub const LAYOUT_HASH_LEN: usize = 12;
+
+/// Whether `s` has the form of a [`layout_hash`] (what [`ACCEPT_ANNOTATION`] takes): exactly
+/// [`LAYOUT_HASH_LEN`] lower-case hex digits.
+pub fn is_layout_hash(s: &str) -> bool {
+    s.len() == LAYOUT_HASH_LEN
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// What the layout guard needs beyond the resolved slices (from the partition object).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Terms {

@@ -1,4 +1,4 @@
-//! Reading `GpuPartition` and `InferenceServer` resources from YAML files.
+//! Reading `GpuPartition`, `InferenceServer` and `GpuNodePool` resources from YAML files.
 //!
 //! Accepts a file or a directory (every `*.yaml`/`*.yml` in it, sorted), each possibly
 //! holding several documents. Unknown kinds and malformed documents are errors that name
@@ -6,7 +6,7 @@
 
 pub mod schema;
 
-use gpuplane_crds::{GpuPartition, InferenceServer};
+use gpuplane_crds::{GpuNodePool, GpuPartition, InferenceServer};
 use serde::Deserialize;
 use std::path::Path;
 
@@ -15,6 +15,9 @@ use std::path::Path;
 pub struct Manifests {
     pub partitions: Vec<GpuPartition>,
     pub servers: Vec<InferenceServer>,
+    /// Pools, read so that a directory of a pool's members (as applied to a cluster) can hold
+    /// the pool too: checked like the others (`desired::pool`), never asked for a slot here.
+    pub pools: Vec<GpuNodePool>,
     /// `Kind/[namespace/]name` of every resource read → where it was read (`file, document n`).
     origins: std::collections::BTreeMap<String, String>,
 }
@@ -81,7 +84,7 @@ impl Manifests {
                     "apiVersion {api:?} is not gpuplane.dev/v1alpha1"
                 )));
             }
-            if kind == "GpuPartition" || kind == "InferenceServer" {
+            if KINDS.contains(&kind.as_str()) {
                 let json = serde_json::to_value(&value).map_err(|e| invalid(e.to_string()))?;
                 let errors = schema::check(&kind, &json);
                 if !errors.is_empty() {
@@ -119,9 +122,17 @@ impl Manifests {
                     self.note_origin(key, format!("{origin}, document {}", i + 1))?;
                     self.servers.push(s);
                 }
+                "GpuNodePool" => {
+                    let p: GpuNodePool =
+                        from_value(value).map_err(|e| invalid(format!("GpuNodePool: {e}")))?;
+                    let key = format!("GpuNodePool/{}", p.metadata.name.as_deref().unwrap_or(""));
+                    self.note_origin(key, format!("{origin}, document {}", i + 1))?;
+                    self.pools.push(p);
+                }
                 other => {
                     return Err(invalid(format!(
-                        "kind {other:?} is not GpuPartition or InferenceServer"
+                        "kind {other:?} is not one of {}",
+                        KINDS.join(", ")
                     )))
                 }
             }
@@ -191,6 +202,9 @@ impl Manifests {
         Ok(m)
     }
 }
+
+/// The kinds a manifest may hold.
+pub const KINDS: &[&str] = &["GpuPartition", "InferenceServer", "GpuNodePool"];
 
 /// Whether [`Manifests::load`] reads this entry of a directory: `*.yaml` and `*.yml`.
 pub fn is_manifest_file(p: &Path) -> bool {

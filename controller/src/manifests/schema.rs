@@ -115,6 +115,12 @@ fn readable(m: &str) -> String {
         let value = m.split(" does not match").next().unwrap_or(m);
         return format!("{value} is not a valid Kubernetes name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit");
     }
+    // An int-or-string field (`maxUnavailable`) given a float, a list, an object or a boolean.
+    if let Some((value, types)) = m.split_once(" is not of types ") {
+        if types.contains("\"integer\", \"string\"") {
+            return format!("{value} is neither a whole number nor a string; write a count or a percentage, e.g. 1 or \"25%\"");
+        }
+    }
     if m == "[] has less than 1 item" {
         return "lists nothing; at least one entry is needed".into();
     }
@@ -161,6 +167,7 @@ fn validators() -> &'static Vec<(String, jsonschema::Validator)> {
         [
             gpuplane_crds::GpuPartition::crd(),
             gpuplane_crds::InferenceServer::crd(),
+            gpuplane_crds::GpuNodePool::crd(),
         ]
         .into_iter()
         .filter_map(|crd| {
@@ -227,7 +234,8 @@ fn metadata_schema() -> Value {
 }
 
 /// Recursively: objects with known properties refuse others; `nullable` admits null; integer
-/// formats bound their values.
+/// formats bound their values; `x-kubernetes-int-or-string` admits an integer or a string only
+/// (as the API server's structural schema does).
 fn close(v: &mut Value) {
     let Some(o) = v.as_object_mut() else {
         if let Some(a) = v.as_array_mut() {
@@ -239,9 +247,17 @@ fn close(v: &mut Value) {
     if o.contains_key("properties") && !o.contains_key("additionalProperties") && !preserve {
         o.insert("additionalProperties".into(), Value::Bool(false));
     }
+    if o.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) && !o.contains_key("type") {
+        o.insert("type".into(), json!(["integer", "string"]));
+    }
     if o.remove("nullable") == Some(Value::Bool(true)) {
-        if let Some(Value::String(t)) = o.get("type").cloned() {
-            o.insert("type".into(), json!([t, "null"]));
+        match o.get_mut("type") {
+            Some(Value::String(t)) => {
+                let t = t.clone();
+                o.insert("type".into(), json!([t, "null"]));
+            }
+            Some(Value::Array(ts)) => ts.push(json!("null")),
+            _ => {}
         }
     }
     if let Some((min, max)) = o.get("format").and_then(Value::as_str).and_then(bounds) {

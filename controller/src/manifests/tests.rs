@@ -46,3 +46,47 @@ fn only_regular_files_of_bounded_size_are_read() {
     let e = refused(Manifests::load(d.path()));
     assert!(e.contains("larger than 4 MiB"), "{e}");
 }
+
+const POOL: &str = "apiVersion: gpuplane.dev/v1alpha1\nkind: GpuNodePool\nmetadata: {name: fleet}\nspec: {maxUnavailable: \"25%\"}\n";
+
+/// Issue 37: a pool beside its members (a directory as applied to a cluster) made the whole
+/// directory unreadable ("kind GpuNodePool is not GpuPartition or InferenceServer"): it is read,
+/// its schema checked like the other kinds', and a second definition named.
+#[test]
+fn a_pool_beside_its_members_is_read_and_schema_checked() {
+    let mut m = Manifests::default();
+    m.add_text(&format!("{PART}---\n{POOL}"), "dir/all.yaml")
+        .unwrap();
+    assert_eq!((m.partitions.len(), m.pools.len()), (1, 1));
+    assert_eq!(m.pools[0].metadata.name.as_deref(), Some("fleet"));
+    let e = m.add_text(POOL, "dir/again.yaml").unwrap_err().to_string();
+    assert!(e.contains("GpuNodePool/fleet is defined twice"), "{e}");
+    let schema = |text: &str| {
+        Manifests::default()
+            .add_text(text, "p.yaml")
+            .unwrap_err()
+            .to_string()
+    };
+    let e = schema(&POOL.replace("maxUnavailable", "maxUnavailble"));
+    assert!(e.contains("spec.maxUnavailble: unknown field"), "{e}");
+    let e = schema(&POOL.replace("\"25%\"", "1.5"));
+    assert!(
+        e.contains("spec.maxUnavailable: 1.5 is neither a whole number nor a string"),
+        "{e}"
+    );
+    // Unset and null are the default (1).
+    for spec in [
+        "{}",
+        "{maxUnavailable: null}",
+        "{maxUnavailable: 0, paused: true}",
+    ] {
+        Manifests::default()
+            .add_text(&POOL.replace("{maxUnavailable: \"25%\"}", spec), "p.yaml")
+            .unwrap();
+    }
+    let e = schema("apiVersion: gpuplane.dev/v1alpha1\nkind: ConfigMap\nmetadata: {name: x}\n");
+    assert!(
+        e.contains("is not one of GpuPartition, InferenceServer, GpuNodePool"),
+        "{e}"
+    );
+}

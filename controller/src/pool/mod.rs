@@ -252,20 +252,34 @@ fn refusal(
         ));
     }
     let mu = pool.spec.max_unavailable();
-    let Some(budget) = mu.slots(members.len()) else {
-        return Some(format!(
-            "maxUnavailable {mu:?} is neither a count nor a percentage from 0% to 100%"
-        ));
-    };
+    if let Some(why) = invalid(pool) {
+        return Some(why);
+    }
+    let budget = mu.slots(members.len()).unwrap_or(0);
     let busy = unavailable(st, members, Some(who));
     if busy.len() < budget {
         return None;
+    }
+    if budget == 0 {
+        return Some(format!(
+            "maxUnavailable {} gives no slot: the members' disruptions are frozen (as with spec.paused); raise it to let a member change its host",
+            show_max(&mu)
+        ));
     }
     Some(format!(
         "{} of {budget} slots taken (maxUnavailable {}): {}",
         busy.len(),
         show_max(&mu),
         busy.join(", ")
+    ))
+}
+
+/// Why the pool's `maxUnavailable` cannot be read, if it cannot: the last line of defence for a
+/// pool admitted while the webhook was down (every door refuses it, `desired::pool`).
+fn invalid(pool: &GpuNodePool) -> Option<String> {
+    let why = pool.spec.max_unavailable().check().err()?;
+    Some(format!(
+        "spec.maxUnavailable: {why}; no slot is granted until the pool is fixed"
     ))
 }
 
@@ -357,8 +371,10 @@ fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member],
             },
         );
     };
-    let (paused, p_reason, p_msg) = match (&st.failure, pool.spec.paused) {
-        (Some(f), _) => (
+    let bad = invalid(pool);
+    let (paused, p_reason, p_msg) = match (&bad, &st.failure, pool.spec.paused) {
+        (Some(why), _, _) => (true, "InvalidSpec", why.clone()),
+        (None, Some(f), _) => (
             true,
             "MemberFailed",
             format!(
@@ -366,8 +382,8 @@ fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member],
                 f.member, f.node, f.step, f.reason, f.message
             ),
         ),
-        (None, true) => (true, "Paused", "spec.paused is true".to_string()),
-        (None, false) => (false, "NotPaused", "members may take slots".to_string()),
+        (None, None, true) => (true, "Paused", "spec.paused is true".to_string()),
+        (None, None, false) => (false, "NotPaused", "members may take slots".to_string()),
     };
     cond(st, types::PAUSED, paused, p_reason, p_msg.clone());
     let degraded = st.failure.is_some() || st.degraded_member_count > 0;
@@ -412,8 +428,10 @@ fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member],
         counts.clone(),
     );
     // kstatus: at most one of the pair is True.
-    let stuck = st.failure.is_some();
-    let (rec, stl, reason) = if stuck {
+    let stuck = st.failure.is_some() || bad.is_some();
+    let (rec, stl, reason) = if bad.is_some() {
+        (false, true, "InvalidSpec")
+    } else if stuck {
         (false, true, "MemberFailed")
     } else if updating > 0 || !all {
         (true, false, "Updating")

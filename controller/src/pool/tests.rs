@@ -148,7 +148,7 @@ fn a_paused_pool_grants_nothing_and_a_bad_percentage_freezes_it() {
     assert_eq!(cond(&p, types::PAUSED).status, "True");
     let mut p = pool(MaxUnavailable::Percent("half".into()));
     assert!(
-        matches!(ask(&mut p, &ms, "m00", slot("x")), Answer::Denied(w) if w.contains("neither"))
+        matches!(ask(&mut p, &ms, "m00", slot("x")), Answer::Denied(w) if w.contains("spec.maxUnavailable: \"half\" is not a count"))
     );
     let mut p = pool(MaxUnavailable::Count(0));
     assert!(matches!(
@@ -252,4 +252,58 @@ fn a_slot_kept_for_starting_servers_is_given_back_at_the_bound() {
         "{m00:?}"
     );
     assert_eq!(ask(&mut p, &ms, "m01", slot("restart")), Answer::Granted);
+}
+
+/// Issue 37: `"0%"` granted one slot while `0` froze the pool; Kubernetes reads 0% as none. Both
+/// now freeze the members' disruptions, and the refusal says so.
+#[test]
+fn zero_percent_grants_no_slot_as_zero_does() {
+    let ms = members(4);
+    for max in [
+        MaxUnavailable::Count(0),
+        MaxUnavailable::Percent("0%".into()),
+    ] {
+        let mut p = pool(max.clone());
+        let Answer::Denied(why) = ask(&mut p, &ms, "m00", slot("restart")) else {
+            panic!("{max:?} granted a slot")
+        };
+        assert!(
+            why.contains("gives no slot") && why.contains("frozen"),
+            "{why}"
+        );
+        assert!(p.status.as_ref().unwrap().slots.is_empty());
+    }
+}
+
+/// The last line of defence: a pool admitted with an invalid `maxUnavailable` (the webhook down)
+/// grants nothing, and its own status says why: `Paused=True` and `Stalled=True`, reason
+/// `InvalidSpec`, the field and the fix.
+#[test]
+fn an_invalid_max_unavailable_freezes_the_pool_and_its_status_says_why() {
+    let ms = members(3);
+    for max in [
+        MaxUnavailable::Count(-1),
+        MaxUnavailable::Percent("150%".into()),
+        MaxUnavailable::Percent("25".into()),
+    ] {
+        let mut p = pool(max.clone());
+        let Answer::Denied(why) = ask(&mut p, &ms, "m00", slot("restart")) else {
+            panic!("{max:?} granted a slot")
+        };
+        assert!(
+            why.starts_with("spec.maxUnavailable: ") && why.contains("write "),
+            "{why}"
+        );
+        for t in [types::PAUSED, types::STALLED] {
+            let c = cond(&p, t);
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                ("True", "InvalidSpec"),
+                "{t}"
+            );
+            assert!(c.message.contains("spec.maxUnavailable"), "{}", c.message);
+        }
+        assert_eq!(cond(&p, types::RECONCILING).status, "False");
+        assert_eq!(cond(&p, types::READY).status, "False");
+    }
 }

@@ -252,7 +252,7 @@ fn round(
     status_files::write(&opts.status_dir, &status, &units);
     for (key, st) in &status {
         let (ns, name) = match key {
-            ResourceKey::Partition { name } => ("", name.as_str()),
+            ResourceKey::Partition { name } | ResourceKey::Pool { name } => ("", name.as_str()),
             ResourceKey::Server { namespace, name } => (namespace.as_str(), name.as_str()),
         };
         metrics.set_conditions(key.kind(), ns, name, &st.conditions);

@@ -136,10 +136,15 @@ fn previous(dir: &Path, name: &str) -> Vec<gpuplane_crds::condition::Condition> 
 
 /// Marks each resource that `errs` names `Ready=False InvalidSpec`, with its own messages, in
 /// its status file: a reader of one resource's file sees the refusal there, not the last good
-/// pass. (`_invalid.yaml`, written next, has the whole list.)
+/// pass. (`_invalid.yaml`, written next, has the whole list.) A pool has no status file here:
+/// this agent asks no pool, and nothing would remove the file once the pool is fixed; its
+/// refusal is in `_invalid.yaml`.
 pub fn write_refusals(dir: &Path, errs: &[crate::desired::SpecError]) {
     let mut by: BTreeMap<crate::resource_key::ResourceKey, Vec<String>> = BTreeMap::new();
-    for e in errs {
+    let own_file = |e: &&crate::desired::SpecError| {
+        !matches!(e.resource, crate::resource_key::ResourceKey::Pool { .. })
+    };
+    for e in errs.iter().filter(own_file) {
         by.entry(e.resource.clone())
             .or_default()
             .push(format!("{}: {}", e.field, e.message));

@@ -2,7 +2,8 @@
 //! message the CLI prints, instead of becoming an `InvalidSpec` condition later.
 //!
 //! `gpuplane webhook --listen ADDR --tls-cert FILE --tls-key FILE` serves `POST /validate`
-//! (AdmissionReview v1) for `GpuPartition` and `InferenceServer`, `POST /validate-agent` (the
+//! (AdmissionReview v1) for `GpuPartition`, `InferenceServer` and `GpuNodePool` (its spec: a
+//! pool's status is the agents', judged by no webhook yet), `POST /validate-agent` (the
 //! agent rules alone, [`agent`]) and `GET /healthz`. The review runs the host-independent
 //! validation the CLI runs ([`crate::desired::offline`]), over the object and the cluster's
 //! other objects (held by informer caches, watched, not listed per review), so it also refuses

@@ -4,7 +4,7 @@ use super::agent::{AgentNode, Agents, Placement};
 use crate::desired::offline;
 use crate::manifests::schema;
 use gpuplane_crds::condition::Time;
-use gpuplane_crds::{GpuPartition, InferenceServer};
+use gpuplane_crds::{GpuNodePool, GpuPartition, InferenceServer};
 use serde_json::{json, Value};
 
 /// The cluster's objects of both kinds, as the API server holds them now.
@@ -67,7 +67,7 @@ fn answer(uid: Value, allowed: bool, message: String, warnings: Vec<String>) -> 
 fn decide(req: &Value, cluster: &Cluster) -> (bool, String, Vec<String>) {
     let kind = req["kind"]["kind"].as_str().unwrap_or_default();
     let op = req["operation"].as_str().unwrap_or_default();
-    if op == "DELETE" || !(kind == "GpuPartition" || kind == "InferenceServer") {
+    if op == "DELETE" || !crate::manifests::KINDS.contains(&kind) {
         return (true, String::new(), vec![]);
     }
     let obj = &req["object"];
@@ -81,15 +81,32 @@ fn decide(req: &Value, cluster: &Cluster) -> (bool, String, Vec<String>) {
         .as_str()
         .or(req["namespace"].as_str())
         .unwrap_or("default");
-    let resource = if kind == "GpuPartition" {
-        crate::resource_key::ResourceKey::partition(name)
-    } else {
-        crate::resource_key::ResourceKey::server(ns, name)
+    let resource = match kind {
+        "GpuPartition" => crate::resource_key::ResourceKey::partition(name),
+        "GpuNodePool" => crate::resource_key::ResourceKey::pool(name),
+        _ => crate::resource_key::ResourceKey::server(ns, name),
     };
     let errors = schema::check(kind, obj);
     if !errors.is_empty() {
         let lines: Vec<String> = errors.iter().map(|e| format!("{resource}: {e}")).collect();
         return (false, denial(&lines), vec![]);
+    }
+    if kind == "GpuNodePool" {
+        // A pool's rules are its own: no other object is needed to judge it.
+        return match serde_json::from_value::<GpuNodePool>(obj.clone()) {
+            Ok(p) => {
+                let errors: Vec<String> = offline::validate_pool(&p)
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect();
+                if errors.is_empty() {
+                    (true, String::new(), vec![])
+                } else {
+                    (false, denial(&errors), vec![])
+                }
+            }
+            Err(e) => (false, denial(&[format!("{resource}: {e}")]), vec![]),
+        };
     }
     let mut cluster = cluster.clone();
     // The subject goes last, so a rule that picks the later of two claims picks it.

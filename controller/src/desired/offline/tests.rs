@@ -97,3 +97,144 @@ spec:
         ["GpuPartition/p: spec.slices[2].gpus: set exactly one of addresses, numaNode, count, uuids, serials or slots (this slice sets count and serials)"]
     );
 }
+
+/// A partition from YAML.
+fn partition(text: &str) -> Vec<GpuPartition> {
+    let mut m = crate::manifests::Manifests::default();
+    m.add_text(text, "p.yaml").unwrap();
+    m.partitions
+}
+
+/// Issue 37: two slices on one NUMA node were refused with "GPU ffff:00:01.0 is also in slice
+/// "a"", an address of the stand-in host that the node does not have. The message names the
+/// NUMA node and the slices, as the user wrote them; the same holds for one UUID, serial or slot
+/// in two slices, and no message of any overlapping spec names a made-up address.
+#[test]
+fn overlapping_slices_are_named_in_the_specs_terms_never_by_a_made_up_address() {
+    let two_on_numa_0 = r#"
+apiVersion: gpuplane.dev/v1alpha1
+kind: GpuPartition
+metadata: {name: p}
+spec:
+  nodeName: n
+  slices:
+    - {name: inference, gpus: {numaNode: 0}, driver: nvidia}
+    - {name: training, gpus: {numaNode: 0}, driver: nvidia}
+"#;
+    let errors = msgs(&validate(&partition(two_on_numa_0), &[]).0);
+    assert_eq!(
+        errors,
+        [
+            r#"GpuPartition/p: spec.slices[1].gpus.numaNode: NUMA node 0 is also the selector of slice "inference" (spec.slices[0]): each would take every GPU on that node, and a GPU may belong to one slice only; select one of the two by another NUMA node, or by addresses, uuids, serials, slots or count"#
+        ]
+    );
+    let uuid = "GPU-624a3d49-0000-1111-2222-333344445555";
+    let by_identity = format!(
+        r#"
+apiVersion: gpuplane.dev/v1alpha1
+kind: GpuPartition
+metadata: {{name: p}}
+spec:
+  nodeName: n
+  slices:
+    - {{name: a, gpus: {{uuids: ["{uuid}"]}}, driver: nvidia}}
+    - {{name: b, gpus: {{serials: ["1654924066922"]}}, driver: nvidia}}
+    - {{name: c, gpus: {{uuids: ["GPU-other", "{uuid}"]}}, driver: vfio-pci}}
+    - {{name: d, gpus: {{slots: ["7"]}}, driver: nvidia}}
+    - {{name: e, gpus: {{slots: ["7"]}}, driver: nvidia}}
+    - {{name: f, gpus: {{numaNode: 1}}, driver: nvidia}}
+    - {{name: g, gpus: {{count: 2}}, driver: nvidia}}
+    - {{name: h, gpus: {{numaNode: 1}}, driver: nvidia}}
+"#
+    );
+    let errors = msgs(&validate(&partition(&by_identity), &[]).0);
+    assert_eq!(
+        errors,
+        [
+            format!(r#"GpuPartition/p: spec.slices[2].gpus.uuids[1]: "{uuid}" is also listed by slice "a" (spec.slices[0]); a GPU may belong to one slice only: list it in one of the two"#),
+            r#"GpuPartition/p: spec.slices[4].gpus.slots[0]: "7" is also listed by slice "d" (spec.slices[3]); a GPU may belong to one slice only: list it in one of the two"#.to_string(),
+            r#"GpuPartition/p: spec.slices[7].gpus.numaNode: NUMA node 1 is also the selector of slice "f" (spec.slices[5]): each would take every GPU on that node, and a GPU may belong to one slice only; select one of the two by another NUMA node, or by addresses, uuids, serials, slots or count"#.to_string(),
+        ]
+    );
+    // The reference with its second slice moved onto NUMA node 0, its server asking for 8 GPUs.
+    let mut m = crate::testutil::manifests();
+    m.partitions[0].spec.slices[1].gpus.numa_node = Some(0);
+    m.partitions[0].spec.slices[1].driver = gpuplane_crds::GpuDriver::Nvidia;
+    m.partitions[0].spec.slices[1].consumer = None;
+    m.servers[0].spec.tensor_parallel_size = 8;
+    let errors = msgs(&validate(&m.partitions, &m.servers).0);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("NUMA node 0 is also the selector of slice \"inference\"")),
+        "{errors:?}"
+    );
+    for e in &errors {
+        assert!(!e.contains("ffff:"), "a made-up address: {e}");
+    }
+}
+
+/// Whatever a message of the resolution says, a made-up address in it is replaced by what the
+/// spec said of that GPU.
+#[test]
+fn a_made_up_address_left_in_a_message_is_said_in_the_users_terms() {
+    let mut made_up = MadeUp::new();
+    made_up.insert("ffff:00:01.0".into(), "a GPU on NUMA node 0".into());
+    let e = SpecError {
+        resource: crate::resource_key::ResourceKey::partition("p"),
+        field: "spec.slices[1].gpus".into(),
+        message: "GPU ffff:00:01.0 is also in slice \"a\"; see ffff:00:01.0".into(),
+    };
+    let out = in_users_terms(vec![e], &made_up);
+    assert_eq!(
+        out[0].message,
+        "a GPU on NUMA node 0 is also in slice \"a\"; see a GPU on NUMA node 0"
+    );
+}
+
+/// Issue 37: `accept-layout: "yes"` and `allow-unverified-gpus: "yes"` were accepted and
+/// ignored in silence. Both are host-independent: the webhook refuses them.
+#[test]
+fn the_layout_annotations_take_only_values_the_agent_acts_on() {
+    let with = |k: &str, v: &str| {
+        let mut m = manifests();
+        m.partitions[0]
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(k.into(), v.into());
+        msgs(&validate(&m.partitions, &m.servers).0)
+    };
+    let accept = "gpuplane.dev/accept-layout";
+    for bad in [
+        "yes",
+        "true",
+        "0B1C2D3E4F50",
+        "0b1c2d3e4f5",
+        "0b1c2d3e4f50a",
+        "",
+        "0b1c2d3e4f5g",
+    ] {
+        let e = with(accept, bad);
+        assert_eq!(e.len(), 1, "{bad:?}: {e:?}");
+        assert!(
+            e[0].starts_with(&format!(
+                "GpuPartition/kpro6: metadata.annotations[\"{accept}\"]: {bad:?} is not a layout hash (12 lower-case hex digits); copy the hash from the partition's stall message"
+            )),
+            "{e:?}"
+        );
+    }
+    assert_eq!(with(accept, "0b1c2d3e4f50"), Vec::<String>::new());
+    let unverified = "gpuplane.dev/allow-unverified-gpus";
+    for bad in ["yes", "1", "True", ""] {
+        let e = with(unverified, bad);
+        assert_eq!(e.len(), 1, "{bad:?}: {e:?}");
+        assert!(
+            e[0].contains(&format!("{bad:?} is neither \"true\" nor \"false\"")),
+            "{e:?}"
+        );
+    }
+    for ok in ["true", "false"] {
+        assert_eq!(with(unverified, ok), Vec::<String>::new());
+    }
+}

@@ -259,3 +259,131 @@ fn a_partition_for_a_node_no_agent_serves_is_admitted_with_a_warning() {
     let r = review_of("GpuPartition", "CREATE", &other, &c);
     assert!(r["response"]["warnings"].is_null(), "{r}");
 }
+
+/// The message of a denied review, or a panic naming the review.
+fn denied(r: &Value) -> String {
+    assert_eq!(r["response"]["allowed"], false, "{r}");
+    r["response"]["status"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Issue 37: a `GpuNodePool` reached no door; `maxUnavailable` of -1, "150%", "abc" and "25"
+/// were admitted. Each is denied with the field and the fix; a count ≥ 0 or 0%–100% passes.
+#[test]
+fn a_pool_is_judged_at_the_door() {
+    let pool = |max: Value| {
+        json!({"apiVersion": "gpuplane.dev/v1alpha1", "kind": "GpuNodePool",
+               "metadata": {"name": "inference-fleet"}, "spec": {"maxUnavailable": max}})
+    };
+    let judge = |max: Value| {
+        review(
+            &request("GpuNodePool", "CREATE", pool(max)),
+            &Cluster::default(),
+            &Agents::default(),
+            &AgentNode::Unbound,
+        )
+    };
+    for (bad, says) in [
+        (
+            json!(-1),
+            "-1 is not a count ≥ 0 or a percentage 0%–100%; write e.g. 1 or \"25%\"",
+        ),
+        (
+            json!("150%"),
+            "\"150%\" is not a count ≥ 0 or a percentage 0%–100%; write e.g. 1 or \"25%\"",
+        ),
+        (
+            json!("abc"),
+            "\"abc\" is not a count ≥ 0 or a percentage 0%–100%; write e.g. 1 or \"25%\"",
+        ),
+        (
+            json!("25"),
+            "a count is written without quotes; write 25 or \"25%\"",
+        ),
+        (json!(1.5), "1.5 is neither a whole number nor a string"),
+    ] {
+        let m = denied(&judge(bad.clone()));
+        assert!(
+            m.starts_with("invalid spec (reason InvalidSpec)")
+                && m.contains("GpuNodePool/inference-fleet")
+                && m.contains("spec.maxUnavailable: ")
+                && m.contains(says),
+            "{bad}: {m}"
+        );
+    }
+    for good in [
+        json!(0),
+        json!(2),
+        json!("0%"),
+        json!("25%"),
+        json!("100%"),
+        json!(null),
+    ] {
+        let r = judge(good.clone());
+        assert_eq!(r["response"]["allowed"], true, "{good}: {r}");
+    }
+    // Unknown fields are the schema's, as for the other kinds.
+    let mut typo = pool(json!(1));
+    typo["spec"]["pasued"] = json!(true);
+    let m = denied(&review(
+        &request("GpuNodePool", "UPDATE", typo),
+        &Cluster::default(),
+        &Agents::default(),
+        &AgentNode::Unbound,
+    ));
+    assert!(m.contains("spec.pasued: unknown field"), "{m}");
+}
+
+/// Issue 37: the pool label and the layout annotations of a partition are judged at
+/// `kubectl apply`, with the fix.
+#[test]
+fn a_partitions_pool_label_and_layout_annotations_are_judged_at_the_door() {
+    let cases: [(&str, &str, &str, &str); 3] = [
+        (
+            "labels",
+            "gpuplane.dev/pool",
+            "Fleet_A",
+            "metadata.labels[\"gpuplane.dev/pool\"]: \"Fleet_A\" cannot be the name of a GpuNodePool",
+        ),
+        (
+            "annotations",
+            "gpuplane.dev/accept-layout",
+            "yes",
+            "metadata.annotations[\"gpuplane.dev/accept-layout\"]: \"yes\" is not a layout hash (12 lower-case hex digits); copy the hash from the partition's stall message",
+        ),
+        (
+            "annotations",
+            "gpuplane.dev/allow-unverified-gpus",
+            "yes",
+            "metadata.annotations[\"gpuplane.dev/allow-unverified-gpus\"]: \"yes\" is neither \"true\" nor \"false\"",
+        ),
+    ];
+    for (map, key, value, says) in cases {
+        let mut p = serde_json::to_value(&manifests().partitions[0]).unwrap();
+        p["metadata"][map][key] = json!(value);
+        let m = denied(&review(
+            &request("GpuPartition", "UPDATE", p),
+            &cluster(),
+            &Agents::default(),
+            &AgentNode::Unbound,
+        ));
+        assert!(m.contains(&format!("GpuPartition/kpro6: {says}")), "{m}");
+    }
+}
+
+/// Issue 37: two slices on one NUMA node were denied naming `ffff:00:01.0`, an address of the
+/// webhook's stand-in host that the node does not have. The denial names the NUMA node and the
+/// slices.
+#[test]
+fn two_slices_on_one_numa_node_are_denied_in_the_users_terms() {
+    let mut p = manifests().partitions[0].clone();
+    p.spec.slices[1].gpus.numa_node = Some(0);
+    let m = denied(&review_of("GpuPartition", "UPDATE", &p, &cluster()));
+    assert!(
+        m.contains("GpuPartition/kpro6: spec.slices[1].gpus.numaNode: NUMA node 0 is also the selector of slice \"inference\" (spec.slices[0])"),
+        "{m}"
+    );
+    assert!(!m.contains("ffff:"), "a made-up address: {m}");
+}
