@@ -13,6 +13,8 @@
 //!   message, never guessed at.
 //! - Arguments are words without whitespace, quotes or shell metacharacters ([`check_arg`]), so
 //!   writing one into a double-quoted shell value or the kernel's command line needs no escaping.
+//! - Words the agent adds go before a lone `--` when the line has one (the words after it are
+//!   init's, not the kernel's); words after it are neither read as the kernel's nor removed.
 
 pub mod cmdline;
 pub mod grub;
@@ -62,15 +64,21 @@ impl Bootloader {
         }
     }
 
-    /// The kernel arguments the file gives the kernel, in order.
+    /// The kernel arguments the file gives the kernel, in order: its words before a lone `--`
+    /// (those after it go to init).
     pub fn args(self, text: &str) -> Result<Vec<String>, String> {
+        Ok(kernel_part(self.words(text)?))
+    }
+
+    /// Every word of the command line the file gives the boot, init's after a `--` included.
+    pub fn words(self, text: &str) -> Result<Vec<String>, String> {
         bounded(text)?;
         match self {
             Bootloader::ProxmoxBootTool => Ok(cmdline::words(text)?
                 .into_iter()
                 .map(|(s, e)| text[s..e].to_string())
                 .collect()),
-            Bootloader::Grub => grub::args(text),
+            Bootloader::Grub => grub::words(text),
         }
     }
 
@@ -155,6 +163,14 @@ fn allowed(c: char) -> bool {
     c.is_ascii_alphanumeric() || "_.,:=/+@%-".contains(c)
 }
 
+/// The kernel's words of a command line's `words`: those before the first lone `--`.
+pub fn kernel_part(mut words: Vec<String>) -> Vec<String> {
+    if let Some(i) = words.iter().position(|w| cmdline::is_separator(w)) {
+        words.truncate(i);
+    }
+    words
+}
+
 /// The kernel's own arguments in `/proc/cmdline` (bounded: the first [`MAX_FILE_BYTES`]):
 /// whitespace-separated words, double quotes keeping spaces inside one word, everything after
 /// a lone `--` left out (those go to init).
@@ -168,15 +184,12 @@ pub fn running_args(proc_cmdline: &str) -> Vec<String> {
             cmdline::words(&t).unwrap_or_default()
         }
     };
-    let mut out = Vec::new();
-    for (s, e) in spans {
-        let w = t.get(s..e).unwrap_or_default();
-        if w == "--" {
-            break;
-        }
-        out.push(w.to_string());
-    }
-    out
+    kernel_part(
+        spans
+            .into_iter()
+            .map(|(s, e)| t.get(s..e).unwrap_or_default().to_string())
+            .collect(),
+    )
 }
 
 /// What `have` lacks of `present` and holds of `absent`: (missing, unwanted), each in the
