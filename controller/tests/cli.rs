@@ -432,6 +432,23 @@ fn invalid_manifests_are_rejected_with_the_field_and_the_fix() {
             "spec.env[3].name",
             "servers.allowedEnv",
         ),
+        // Issue 37: kernel arguments are an allow-list; none switches off what the partition's
+        // confidential VM needs.
+        (
+            "kernel-arg-disables-snp",
+            "spec.host.kernelArgs.present[0]",
+            "the confidential VM 200 of spec.slices[1] (\"confidential-vm\"; its config has amd-sev: type=snp) could not start; remove it from present",
+        ),
+        (
+            "kernel-arg-runs-a-program",
+            "spec.host.kernelArgs.allowKeys[0]",
+            "the agent never writes it, not even with allowKeys",
+        ),
+        (
+            "kernel-arg-not-managed",
+            "spec.host.kernelArgs.present[1]",
+            "or list console in spec.host.kernelArgs.allowKeys",
+        ),
     ];
     let files: Vec<String> = std::fs::read_dir(repo().join("examples/invalid"))
         .unwrap()

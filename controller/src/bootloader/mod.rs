@@ -11,28 +11,22 @@
 //! - Input is bounded ([`MAX_FILE_BYTES`]) and never panics; what cannot be parsed with
 //!   certainty (a shell expansion in the GRUB value, an unterminated quote) is refused with a
 //!   message, never guessed at.
-//! - Arguments are words without whitespace, quotes or shell metacharacters ([`check_arg`]), so
-//!   writing one into a double-quoted shell value or the kernel's command line needs no escaping.
+//! - Arguments are words without whitespace, quotes or shell metacharacters ([`check_word`]), so
+//!   writing one into a double-quoted shell value or the kernel's command line needs no escaping;
+//!   which arguments the agent may write at all is an allow-list ([`check_arg`], `policy.rs`).
 //! - Words the agent adds go before a lone `--` when the line has one (the words after it are
 //!   init's, not the kernel's); words after it are neither read as the kernel's nor removed.
 
 pub mod cmdline;
 pub mod grub;
+pub mod policy;
 
 use serde::{Deserialize, Serialize};
 
 /// The largest bootloader config file read or edited.
 pub const MAX_FILE_BYTES: usize = 64 * 1024;
-/// Kernel arguments that choose what the host boots into: a GPU partition has no business
-/// with them, and a mistake there leaves a host that does not come up.
-const FORBIDDEN_KEYS: &[&str] = &[
-    "root",
-    "rootflags",
-    "rootfstype",
-    "init",
-    "rdinit",
-    "systemd.unit",
-];
+
+pub use policy::Side;
 
 /// Which bootloader reads the kernel command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -87,7 +81,7 @@ impl Bootloader {
     pub fn edit(self, text: &str, present: &[String], absent: &[String]) -> Result<String, String> {
         bounded(text)?;
         for a in present.iter().chain(absent) {
-            check_arg(a)?;
+            check_word(a)?;
         }
         match self {
             Bootloader::ProxmoxBootTool => {
@@ -120,18 +114,31 @@ pub fn bounded(text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether `a` is a kernel argument the agent may write: 1 to 256 characters of letters, digits
-/// and `_ . , : = / + @ % -`, not starting with `-` (so no whitespace, quotes, `$`, backslashes
-/// or other shell metacharacters, and never `--`, which ends the kernel's arguments), and not
-/// one that chooses the root file system or init.
-pub fn check_arg(a: &str) -> Result<(), String> {
+/// Whether `a` is a kernel argument the agent may write, listed on `side` of
+/// `spec.host.kernelArgs`, with the admin's opt-in `allow_keys`: one word ([`check_word`]) whose
+/// key is among the keys the agent manages with a value it writes, or a key the admin listed
+/// (`policy.rs`: the allow-list, and the keys no opt-in opens).
+pub fn check_arg(a: &str, side: Side, allow_keys: &[String]) -> Result<(), String> {
+    check_word(a)?;
+    policy::check(a, side, allow_keys)
+}
+
+/// Whether `a` is one word the agent can write without quoting and whose key no opt-in opens:
+/// 1 to 256 characters of letters, digits and `_ . , : = / + @ % -`, not starting with `-` (so
+/// no whitespace, quotes, `$`, backslashes or other shell metacharacters, and never `--`, which
+/// ends the kernel's arguments), and not one [`policy::never`] refuses (what the host boots, a
+/// shell, systemd's options, init's environment). The editors check every word with it.
+pub fn check_word(a: &str) -> Result<(), String> {
     let shown = crate::text::sanitize(a, 80);
     if a.is_empty() {
-        return Err("an empty kernel argument".into());
+        return Err(
+            "an empty kernel argument; write one word such as vfio-pci.disable_idle_d3=1".into(),
+        );
     }
     if a.len() > gpuplane_crds::KERNEL_ARG_MAX_LEN {
         return Err(format!(
-            "kernel argument {shown:?} is longer than {} characters",
+            "kernel argument {shown:?} ({} characters) is longer than {} characters",
+            a.chars().count(),
             gpuplane_crds::KERNEL_ARG_MAX_LEN
         ));
     }
@@ -142,18 +149,18 @@ pub fn check_arg(a: &str) -> Result<(), String> {
             format!("{c:?}")
         };
         return Err(format!(
-            "kernel argument {shown:?} contains {what}: one argument is one word of letters, digits and _ . , : = / + @ % - (no whitespace, quotes or shell characters)"
+            "kernel argument {shown:?} contains {what}: one argument is one word of letters, digits and _ . , : = / + @ % - (no whitespace, quotes or shell characters), e.g. vfio-pci.disable_idle_d3=1; list each word on its own"
         ));
     }
     if a.starts_with('-') {
         return Err(format!(
-            "kernel argument {shown:?} starts with '-': arguments after \"--\" go to init, not the kernel"
+            "kernel argument {shown:?} starts with '-': arguments after \"--\" go to init, not the kernel; write the word without it, e.g. iommu=pt"
         ));
     }
-    let key = a.split('=').next().unwrap_or(a);
-    if FORBIDDEN_KEYS.contains(&key) {
+    let (key, _) = policy::split(a);
+    if let Some(why) = policy::never(key) {
         return Err(format!(
-            "kernel argument {shown:?} chooses what the host boots into ({key}=); the agent does not manage it"
+            "kernel argument {shown:?}: {why}; the agent never writes or removes it, not even with spec.host.kernelArgs.allowKeys"
         ));
     }
     Ok(())

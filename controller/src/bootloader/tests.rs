@@ -226,7 +226,7 @@ fn arguments_are_checked_strictly() {
         "quiet",
         "console=ttyS0,115200n8",
     ] {
-        assert!(check_arg(ok).is_ok(), "{ok}");
+        assert!(check_word(ok).is_ok(), "{ok}");
     }
     for (bad, want) in [
         ("", "empty"),
@@ -243,13 +243,21 @@ fn arguments_are_checked_strictly() {
         ("init=/bin/sh", "boots into"),
         ("root=/dev/sdb1", "boots into"),
         ("rdinit=/x", "boots into"),
+        ("systemd.run=/x", "systemd's options"),
     ] {
-        let e = check_arg(bad).unwrap_err();
+        let e = check_word(bad).unwrap_err();
         assert!(e.contains(want), "{bad:?}: {e}");
+        // What the editors refuse, validation refuses.
+        assert!(check_arg(bad, Side::Present, &[]).is_err(), "{bad:?}");
     }
-    assert!(check_arg(&"a".repeat(257))
+    assert!(check_word(&"a".repeat(257))
         .unwrap_err()
         .contains("longer than 256"));
+    // The editors refuse a word no opt-in opens, whoever asks.
+    let e = Bootloader::ProxmoxBootTool
+        .edit("root=/dev/sda1\n", &v(&["systemd.run=/bin/sh"]), &[])
+        .unwrap_err();
+    assert!(e.contains("never"), "{e}");
 }
 
 /// Issue 37: on the kernel's command line the words after a lone `--` go to init. The agent's
