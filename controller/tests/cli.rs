@@ -433,7 +433,7 @@ fn invalid_manifests_are_rejected_with_the_field_and_the_fix() {
             "servers.allowedEnv",
         ),
         // Issue 37: kernel arguments are an allow-list; none switches off what the partition's
-        // confidential VM needs.
+        // confidential VM needs; a refusal says the form expected, not a regular expression.
         (
             "kernel-arg-disables-snp",
             "spec.host.kernelArgs.present[0]",
@@ -448,6 +448,11 @@ fn invalid_manifests_are_rejected_with_the_field_and_the_fix() {
             "kernel-arg-not-managed",
             "spec.host.kernelArgs.present[1]",
             "or list console in spec.host.kernelArgs.allowKeys",
+        ),
+        (
+            "maintenance-window-not-hhmm",
+            "spec.host.maintenanceWindow.start",
+            "(e.g. \"02:00\", quoted in YAML)",
         ),
     ];
     let files: Vec<String> = std::fs::read_dir(repo().join("examples/invalid"))
