@@ -453,6 +453,28 @@ fn invalid_manifests_are_rejected_with_the_field_and_the_fix() {
             r#"metadata.annotations["gpuplane.dev/allow-unverified-gpus"]"#,
             r#""yes" is neither "true" nor "false""#,
         ),
+        // Issue 37: kernel arguments are an allow-list; none switches off what the partition's
+        // confidential VM needs; a refusal says the form expected, not a regular expression.
+        (
+            "kernel-arg-disables-snp",
+            "spec.host.kernelArgs.present[0]",
+            "the confidential VM 200 of spec.slices[1] (\"confidential-vm\"; its config has amd-sev: type=snp) could not start; remove it from present",
+        ),
+        (
+            "kernel-arg-runs-a-program",
+            "spec.host.kernelArgs.allowKeys[0]",
+            "the agent never writes it, not even with allowKeys",
+        ),
+        (
+            "kernel-arg-not-managed",
+            "spec.host.kernelArgs.present[1]",
+            "or list console in spec.host.kernelArgs.allowKeys",
+        ),
+        (
+            "maintenance-window-not-hhmm",
+            "spec.host.maintenanceWindow.start",
+            "(e.g. \"02:00\", quoted in YAML)",
+        ),
     ];
     let files: Vec<String> = std::fs::read_dir(repo().join("examples/invalid"))
         .unwrap()

@@ -23,7 +23,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("modelfiles", &["text"]),
     ("bootloader", &["text"]),
     ("sglang", &["systemd", "text"]),
-    ("manifests", &["resource_key"]),
+    ("manifests", &["resource_key", "text"]),
     // The host and its model, steps.
     (
         "step",

@@ -287,6 +287,12 @@ pub const KERNEL_ARG_MAX_LEN: usize = 256;
 /// What one kernel argument may look like: letters, digits and `_ . , : = / + @ % -` only (no
 /// whitespace, quotes or shell metacharacters), not starting with `-`.
 pub const KERNEL_ARG_PATTERN: &str = r"^[A-Za-z0-9_.,:=/+@%][A-Za-z0-9_.,:=/+@%-]*$";
+/// The most keys `kernelArgs.allowKeys` may list.
+pub const KERNEL_ARG_ALLOW_KEYS_MAX: usize = 16;
+/// The longest key `kernelArgs.allowKeys` may list.
+pub const KERNEL_ARG_KEY_MAX_LEN: usize = 64;
+/// What a key of `kernelArgs.allowKeys` may look like: the part of an argument before `=`.
+pub const KERNEL_ARG_KEY_PATTERN: &str = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$";
 
 /// What a partition needs of its host beyond its GPUs.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
@@ -295,7 +301,10 @@ pub struct HostSpec {
     /// Kernel arguments the host must boot with (`present`) or without (`absent`). The agent
     /// writes them where the bootloader reads them (`/etc/kernel/cmdline` on hosts managed by
     /// `proxmox-boot-tool`, else `GRUB_CMDLINE_LINUX_DEFAULT` in `/etc/default/grub`), refreshes
-    /// the bootloader, and reports `RebootRequired` until `/proc/cmdline` matches.
+    /// the bootloader, and reports `RebootRequired` until `/proc/cmdline` matches. Only the keys
+    /// the agent manages (the IOMMU, VFIO passthrough, AMD SEV, keeping other drivers off the
+    /// GPUs) with the values that serve passthrough, or keys listed in `allowKeys`; never one that
+    /// switches off what a `vfio-pci` slice or a confidential VM of the partition needs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_args: Option<KernelArgs>,
     /// Who reboots the host to apply new kernel arguments: `Manual` (default: a person) or
@@ -366,6 +375,22 @@ pub struct KernelArgs {
         )
     )]
     pub absent: Vec<String>,
+    /// Keys beyond the ones the agent manages by itself (the IOMMU, VFIO passthrough, AMD SEV,
+    /// keeping other drivers off the GPUs: the README lists them and their values) that
+    /// `present` and `absent` may use, with any value, e.g. `[console]`: the admin takes
+    /// responsibility for them. A managed key listed here takes any value too (`iommu` for
+    /// `iommu=off`). Keys that choose what the host boots, open a shell, run a program or set
+    /// init's environment (`root`, `init`, `systemd.*`, `rd.break`, `single`, `LD_PRELOAD`, ...)
+    /// are refused even here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 16),
+        inner(
+            length(min = 1, max = 64),
+            regex(pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+        )
+    )]
+    pub allow_keys: Vec<String>,
 }
 
 /// Who reboots the host.

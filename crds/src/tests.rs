@@ -55,6 +55,19 @@ fn kernel_arg_pattern_is_in_the_schema() {
         "present and absent"
     );
     assert!(yaml.contains(&format!("maxItems: {}", partition::KERNEL_ARGS_MAX)));
+    // allowKeys: the key pattern, its length and count.
+    assert_eq!(yaml.matches(partition::KERNEL_ARG_KEY_PATTERN).count(), 1);
+    let spec: GpuPartitionSpec = serde_json::from_str(
+        r#"{"nodeName":"n","slices":[],"host":{"kernelArgs":{"present":["console=ttyS0"],"allowKeys":["console"]}}}"#,
+    )
+    .unwrap();
+    let k = spec.host.unwrap().kernel_args.unwrap();
+    assert_eq!(k.allow_keys, ["console"]);
+    assert!(yaml.contains(&format!(
+        "maxItems: {}",
+        partition::KERNEL_ARG_ALLOW_KEYS_MAX
+    )));
+    assert!(yaml.contains(&format!("maxLength: {}", partition::KERNEL_ARG_KEY_MAX_LEN)));
 }
 
 #[test]

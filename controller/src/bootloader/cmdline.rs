@@ -2,6 +2,9 @@
 //! GRUB's variable): words found the way the kernel splits them (`next_arg` in `lib/cmdline.c`:
 //! whitespace separates, double quotes keep whitespace inside one word), and edits that touch
 //! only the words they add or remove.
+//!
+//! A lone `--` ends the kernel's arguments (`parse_args` in `kernel/params.c`): the words after
+//! it are init's. The editor reads, removes and adds only the kernel's words, before it.
 
 /// The byte spans of the words of `text`, in order. An unterminated double quote is an error:
 /// where the word ends would be a guess.
@@ -32,11 +35,35 @@ pub fn words(text: &str) -> Result<Vec<(usize, usize)>, String> {
     Ok(out)
 }
 
-/// `text` with each word of `absent` removed wherever it stands (with the blank before it, or
-/// after it when it is first on its line) and each word of `present` it does not hold appended
-/// after the last word (before the line ending); every other byte kept.
+/// Whether word `w` ends the kernel's arguments: a lone `--` (quoted too: the kernel takes the
+/// quotes off before it compares).
+pub fn is_separator(w: &str) -> bool {
+    w == "--" || w == "\"--\""
+}
+
+/// The byte spans of the kernel's words of `text` (those before the first lone `--`), and the
+/// span of that `--` when there is one.
+pub fn kernel_words(text: &str) -> Result<KernelWords, String> {
+    let mut spans = words(text)?;
+    match spans.iter().position(|&(s, e)| is_separator(&text[s..e])) {
+        Some(i) => {
+            let sep = spans[i];
+            spans.truncate(i);
+            Ok((spans, Some(sep)))
+        }
+        None => Ok((spans, None)),
+    }
+}
+
+/// The kernel's words' spans and the separator's span (see [`kernel_words`]).
+pub type KernelWords = (Vec<(usize, usize)>, Option<(usize, usize)>);
+
+/// `text` with each of the kernel's words (before a lone `--`) that `absent` lists removed
+/// wherever it stands (with the blank before it, or after it when it is first on its line) and
+/// each word of `present` the kernel's words lack added after the last of them — so before the
+/// `--` when there is one, where the kernel (not init) reads it; every other byte kept.
 pub fn edit(text: &str, present: &[String], absent: &[String]) -> Result<String, String> {
-    let spans = words(text)?;
+    let (spans, _) = kernel_words(text)?;
     let b = text.as_bytes();
     // Byte ranges to cut, each a word with one run of blanks (space or tab) on one side.
     let mut cuts: Vec<(usize, usize)> = Vec::new();
@@ -66,13 +93,11 @@ pub fn edit(text: &str, present: &[String], absent: &[String]) -> Result<String,
         at = to.max(at);
     }
     out.push_str(&text[at..]);
-    let kept: Vec<String> = words(&out)?
-        .into_iter()
-        .map(|(s, e)| out[s..e].to_string())
-        .collect();
+    let (kept_spans, separator) = kernel_words(&out)?;
+    let kept: Vec<&str> = kept_spans.iter().map(|&(s, e)| &out[s..e]).collect();
     let mut add: Vec<&String> = Vec::new();
     for p in present {
-        if !kept.contains(p) && !add.contains(&p) {
+        if !kept.contains(&p.as_str()) && !add.contains(&p) {
             add.push(p);
         }
     }
@@ -81,9 +106,11 @@ pub fn edit(text: &str, present: &[String], absent: &[String]) -> Result<String,
     }
     let joined: Vec<&str> = add.iter().map(|s| s.as_str()).collect();
     let joined = joined.join(" ");
-    Ok(match words(&out)?.last() {
-        Some(&(_, e)) => format!("{} {joined}{}", &out[..e], &out[e..]),
-        None => {
+    Ok(match (kept_spans.last(), separator) {
+        (Some(&(_, e)), _) => format!("{} {joined}{}", &out[..e], &out[e..]),
+        // Only init's words: the new ones go before the `--`.
+        (None, Some((s, _))) => format!("{}{joined} {}", &out[..s], &out[s..]),
+        (None, None) => {
             // No word at all: the new words go before whatever line ending there is.
             let body = out.trim_end_matches(['\n', '\r']);
             let ending = &out[body.len()..];

@@ -34,8 +34,14 @@ struct Assignment {
 }
 
 /// The kernel arguments the file gives the default entry: the words of `GRUB_CMDLINE_LINUX`
-/// then those of `GRUB_CMDLINE_LINUX_DEFAULT`.
+/// then those of `GRUB_CMDLINE_LINUX_DEFAULT` (`grub-mkconfig` writes them in that order), up to
+/// a lone `--` (the words after it go to init).
 pub fn args(text: &str) -> Result<Vec<String>, String> {
+    Ok(super::kernel_part(words(text)?))
+}
+
+/// Every word the file gives the default entry's command line, init's after a `--` included.
+pub fn words(text: &str) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     for var in [ALL_VAR, DEFAULT_VAR] {
         if let Some(a) = last_assignment(text, var)? {
@@ -49,7 +55,11 @@ pub fn args(text: &str) -> Result<Vec<String>, String> {
 
 /// `text` with `absent` removed from both variables' values and each word of `present` that
 /// neither holds added to `GRUB_CMDLINE_LINUX_DEFAULT` (a new assignment line at the end when
-/// the file has none); every other byte kept.
+/// the file has none); every other byte kept. Only the kernel's words count: a lone `--` ends
+/// them. A `--` in `GRUB_CMDLINE_LINUX` gives every word of `GRUB_CMDLINE_LINUX_DEFAULT` (which
+/// follows it) to init: the new words then go into `GRUB_CMDLINE_LINUX`, before its `--`, and
+/// `GRUB_CMDLINE_LINUX_DEFAULT` is left alone; a `--` in `GRUB_CMDLINE_LINUX_DEFAULT` has the new
+/// words go before it.
 pub fn edit(text: &str, present: &[String], absent: &[String]) -> Result<String, String> {
     let all = last_assignment(text, ALL_VAR)?;
     let default = last_assignment(text, DEFAULT_VAR)?;
@@ -60,14 +70,24 @@ pub fn edit(text: &str, present: &[String], absent: &[String]) -> Result<String,
         .filter(|p| !have.contains(p))
         .cloned()
         .collect();
+    let all_ends_kernel = match &all {
+        Some(a) => cmdline::kernel_words(&a.value)
+            .map_err(|e| format!("{ALL_VAR}: {e}"))?
+            .1
+            .is_some(),
+        None => false,
+    };
     let mut edits: Vec<((usize, usize), String)> = Vec::new();
     if let Some(a) = &all {
-        let v = cmdline::edit(&a.value, &[], absent)?;
+        let into_all: &[String] = if all_ends_kernel { &add } else { &[] };
+        let v = cmdline::edit(&a.value, into_all, absent)?;
         if v != a.value {
             edits.push((a.span, render(a, &v)));
         }
     }
     match &default {
+        // Every word of it follows GRUB_CMDLINE_LINUX's `--`: init's, not the agent's.
+        _ if all_ends_kernel => {}
         Some(a) => {
             let v = cmdline::edit(&a.value, &add, absent)?;
             if v != a.value {
@@ -134,11 +154,21 @@ pub type DropInWords = Vec<(String, Vec<String>)>;
 pub type WithDropIns = (Vec<String>, DropInWords);
 
 /// The kernel arguments the default entry gets from `/etc/default/grub` (`main`) and then the
-/// drop-ins (`(path, text)` in the order `grub-mkconfig` sources them: `*.cfg` by name), and the
-/// words each drop-in adds. A drop-in assignment must keep the variable's value and add to it
-/// (`VAR="$VAR words"` or `${VAR}`, as a word of its own): one that sets it anew, refers to
-/// anything else or cannot be read with certainty is refused, naming the file.
+/// drop-ins (`(path, text)` in the order `grub-mkconfig` sources them: `*.cfg` by name), up to a
+/// lone `--`, and the words each drop-in adds. A drop-in assignment must keep the variable's
+/// value and add to it (`VAR="$VAR words"` or `${VAR}`, as a word of its own): one that sets it
+/// anew, refers to anything else, holds a `--` or cannot be read with certainty is refused,
+/// naming the file.
 pub fn args_with_drop_ins(
+    main: &str,
+    drop_ins: &[(String, String)],
+) -> Result<WithDropIns, String> {
+    let (words, added) = words_with_drop_ins(main, drop_ins)?;
+    Ok((super::kernel_part(words), added))
+}
+
+/// [`args_with_drop_ins`] with every word of the command line, init's after a `--` included.
+pub fn words_with_drop_ins(
     main: &str,
     drop_ins: &[(String, String)],
 ) -> Result<WithDropIns, String> {
@@ -162,6 +192,8 @@ pub fn args_with_drop_ins(
                         kept = true;
                     } else if w.contains([SELF_ALL, SELF_DEFAULT]) {
                         return Err(format!("{path}: {var}: a variable inside a word; the agent reads only ${var} as a word of its own"));
+                    } else if cmdline::is_separator(w) {
+                        return Err(format!("{path}: {var}: a \"--\" (the words after it go to init, not the kernel): where the agent's words would land is not certain; move it into /etc/default/grub"));
                     } else {
                         words.push(w.to_string());
                         next.push(w.to_string());

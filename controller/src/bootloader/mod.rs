@@ -11,26 +11,22 @@
 //! - Input is bounded ([`MAX_FILE_BYTES`]) and never panics; what cannot be parsed with
 //!   certainty (a shell expansion in the GRUB value, an unterminated quote) is refused with a
 //!   message, never guessed at.
-//! - Arguments are words without whitespace, quotes or shell metacharacters ([`check_arg`]), so
-//!   writing one into a double-quoted shell value or the kernel's command line needs no escaping.
+//! - Arguments are words without whitespace, quotes or shell metacharacters ([`check_word`]), so
+//!   writing one into a double-quoted shell value or the kernel's command line needs no escaping;
+//!   which arguments the agent may write at all is an allow-list ([`check_arg`], `policy.rs`).
+//! - Words the agent adds go before a lone `--` when the line has one (the words after it are
+//!   init's, not the kernel's); words after it are neither read as the kernel's nor removed.
 
 pub mod cmdline;
 pub mod grub;
+pub mod policy;
 
 use serde::{Deserialize, Serialize};
 
 /// The largest bootloader config file read or edited.
 pub const MAX_FILE_BYTES: usize = 64 * 1024;
-/// Kernel arguments that choose what the host boots into: a GPU partition has no business
-/// with them, and a mistake there leaves a host that does not come up.
-const FORBIDDEN_KEYS: &[&str] = &[
-    "root",
-    "rootflags",
-    "rootfstype",
-    "init",
-    "rdinit",
-    "systemd.unit",
-];
+
+pub use policy::Side;
 
 /// Which bootloader reads the kernel command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -62,15 +58,21 @@ impl Bootloader {
         }
     }
 
-    /// The kernel arguments the file gives the kernel, in order.
+    /// The kernel arguments the file gives the kernel, in order: its words before a lone `--`
+    /// (those after it go to init).
     pub fn args(self, text: &str) -> Result<Vec<String>, String> {
+        Ok(kernel_part(self.words(text)?))
+    }
+
+    /// Every word of the command line the file gives the boot, init's after a `--` included.
+    pub fn words(self, text: &str) -> Result<Vec<String>, String> {
         bounded(text)?;
         match self {
             Bootloader::ProxmoxBootTool => Ok(cmdline::words(text)?
                 .into_iter()
                 .map(|(s, e)| text[s..e].to_string())
                 .collect()),
-            Bootloader::Grub => grub::args(text),
+            Bootloader::Grub => grub::words(text),
         }
     }
 
@@ -79,7 +81,7 @@ impl Bootloader {
     pub fn edit(self, text: &str, present: &[String], absent: &[String]) -> Result<String, String> {
         bounded(text)?;
         for a in present.iter().chain(absent) {
-            check_arg(a)?;
+            check_word(a)?;
         }
         match self {
             Bootloader::ProxmoxBootTool => {
@@ -112,18 +114,31 @@ pub fn bounded(text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether `a` is a kernel argument the agent may write: 1 to 256 characters of letters, digits
-/// and `_ . , : = / + @ % -`, not starting with `-` (so no whitespace, quotes, `$`, backslashes
-/// or other shell metacharacters, and never `--`, which ends the kernel's arguments), and not
-/// one that chooses the root file system or init.
-pub fn check_arg(a: &str) -> Result<(), String> {
+/// Whether `a` is a kernel argument the agent may write, listed on `side` of
+/// `spec.host.kernelArgs`, with the admin's opt-in `allow_keys`: one word ([`check_word`]) whose
+/// key is among the keys the agent manages with a value it writes, or a key the admin listed
+/// (`policy.rs`: the allow-list, and the keys no opt-in opens).
+pub fn check_arg(a: &str, side: Side, allow_keys: &[String]) -> Result<(), String> {
+    check_word(a)?;
+    policy::check(a, side, allow_keys)
+}
+
+/// Whether `a` is one word the agent can write without quoting and whose key no opt-in opens:
+/// 1 to 256 characters of letters, digits and `_ . , : = / + @ % -`, not starting with `-` (so
+/// no whitespace, quotes, `$`, backslashes or other shell metacharacters, and never `--`, which
+/// ends the kernel's arguments), and not one [`policy::never`] refuses (what the host boots, a
+/// shell, systemd's options, init's environment). The editors check every word with it.
+pub fn check_word(a: &str) -> Result<(), String> {
     let shown = crate::text::sanitize(a, 80);
     if a.is_empty() {
-        return Err("an empty kernel argument".into());
+        return Err(
+            "an empty kernel argument; write one word such as vfio-pci.disable_idle_d3=1".into(),
+        );
     }
     if a.len() > gpuplane_crds::KERNEL_ARG_MAX_LEN {
         return Err(format!(
-            "kernel argument {shown:?} is longer than {} characters",
+            "kernel argument {shown:?} ({} characters) is longer than {} characters",
+            a.chars().count(),
             gpuplane_crds::KERNEL_ARG_MAX_LEN
         ));
     }
@@ -134,18 +149,18 @@ pub fn check_arg(a: &str) -> Result<(), String> {
             format!("{c:?}")
         };
         return Err(format!(
-            "kernel argument {shown:?} contains {what}: one argument is one word of letters, digits and _ . , : = / + @ % - (no whitespace, quotes or shell characters)"
+            "kernel argument {shown:?} contains {what}: one argument is one word of letters, digits and _ . , : = / + @ % - (no whitespace, quotes or shell characters), e.g. vfio-pci.disable_idle_d3=1; list each word on its own"
         ));
     }
     if a.starts_with('-') {
         return Err(format!(
-            "kernel argument {shown:?} starts with '-': arguments after \"--\" go to init, not the kernel"
+            "kernel argument {shown:?} starts with '-': arguments after \"--\" go to init, not the kernel; write the word without it, e.g. iommu=pt"
         ));
     }
-    let key = a.split('=').next().unwrap_or(a);
-    if FORBIDDEN_KEYS.contains(&key) {
+    let (key, _) = policy::split(a);
+    if let Some(why) = policy::never(key) {
         return Err(format!(
-            "kernel argument {shown:?} chooses what the host boots into ({key}=); the agent does not manage it"
+            "kernel argument {shown:?}: {why}; the agent never writes or removes it, not even with spec.host.kernelArgs.allowKeys"
         ));
     }
     Ok(())
@@ -153,6 +168,14 @@ pub fn check_arg(a: &str) -> Result<(), String> {
 
 fn allowed(c: char) -> bool {
     c.is_ascii_alphanumeric() || "_.,:=/+@%-".contains(c)
+}
+
+/// The kernel's words of a command line's `words`: those before the first lone `--`.
+pub fn kernel_part(mut words: Vec<String>) -> Vec<String> {
+    if let Some(i) = words.iter().position(|w| cmdline::is_separator(w)) {
+        words.truncate(i);
+    }
+    words
 }
 
 /// The kernel's own arguments in `/proc/cmdline` (bounded: the first [`MAX_FILE_BYTES`]):
@@ -168,15 +191,12 @@ pub fn running_args(proc_cmdline: &str) -> Vec<String> {
             cmdline::words(&t).unwrap_or_default()
         }
     };
-    let mut out = Vec::new();
-    for (s, e) in spans {
-        let w = t.get(s..e).unwrap_or_default();
-        if w == "--" {
-            break;
-        }
-        out.push(w.to_string());
-    }
-    out
+    kernel_part(
+        spans
+            .into_iter()
+            .map(|(s, e)| t.get(s..e).unwrap_or_default().to_string())
+            .collect(),
+    )
 }
 
 /// What `have` lacks of `present` and holds of `absent`: (missing, unwanted), each in the

@@ -226,7 +226,7 @@ fn arguments_are_checked_strictly() {
         "quiet",
         "console=ttyS0,115200n8",
     ] {
-        assert!(check_arg(ok).is_ok(), "{ok}");
+        assert!(check_word(ok).is_ok(), "{ok}");
     }
     for (bad, want) in [
         ("", "empty"),
@@ -243,13 +243,120 @@ fn arguments_are_checked_strictly() {
         ("init=/bin/sh", "boots into"),
         ("root=/dev/sdb1", "boots into"),
         ("rdinit=/x", "boots into"),
+        ("systemd.run=/x", "systemd's options"),
     ] {
-        let e = check_arg(bad).unwrap_err();
+        let e = check_word(bad).unwrap_err();
         assert!(e.contains(want), "{bad:?}: {e}");
+        // What the editors refuse, validation refuses.
+        assert!(check_arg(bad, Side::Present, &[]).is_err(), "{bad:?}");
     }
-    assert!(check_arg(&"a".repeat(257))
+    assert!(check_word(&"a".repeat(257))
         .unwrap_err()
         .contains("longer than 256"));
+    // The editors refuse a word no opt-in opens, whoever asks.
+    let e = Bootloader::ProxmoxBootTool
+        .edit("root=/dev/sda1\n", &v(&["systemd.run=/bin/sh"]), &[])
+        .unwrap_err();
+    assert!(e.contains("never"), "{e}");
+}
+
+/// Issue 37: on the kernel's command line the words after a lone `--` go to init. The agent's
+/// words go before it (the kernel reads them), init's words stay init's (never removed, never
+/// counted as the kernel's), every other byte is kept.
+#[test]
+fn words_the_agent_adds_go_before_the_double_dash() {
+    let d3 = v(&["vfio-pci.disable_idle_d3=1"]);
+    let text = "root=ZFS=rpool/ROOT/pve-1 boot=zfs  iommu=pt -- --log-level=debug iommu=pt\n";
+    let out = Bootloader::ProxmoxBootTool
+        .edit(text, &d3, &v(&["iommu=pt"]))
+        .unwrap();
+    assert_eq!(
+        out,
+        "root=ZFS=rpool/ROOT/pve-1 boot=zfs vfio-pci.disable_idle_d3=1 -- --log-level=debug iommu=pt\n"
+    );
+    assert_eq!(
+        Bootloader::ProxmoxBootTool.args(&out).unwrap(),
+        v(&[
+            "root=ZFS=rpool/ROOT/pve-1",
+            "boot=zfs",
+            "vfio-pci.disable_idle_d3=1"
+        ])
+    );
+    // Applying it again changes nothing.
+    assert_eq!(
+        Bootloader::ProxmoxBootTool
+            .edit(&out, &d3, &v(&["iommu=pt"]))
+            .unwrap(),
+        out
+    );
+    // A word init has is not the kernel's: it is added before the `--`.
+    assert_eq!(
+        cmdline::edit("root=/dev/sda1 -- vfio-pci.disable_idle_d3=1\n", &d3, &[]).unwrap(),
+        "root=/dev/sda1 vfio-pci.disable_idle_d3=1 -- vfio-pci.disable_idle_d3=1\n"
+    );
+    // Nothing before the `--`: the words go first. A quoted "--" ends the arguments too.
+    assert_eq!(
+        cmdline::edit("-- x\n", &d3, &[]).unwrap(),
+        "vfio-pci.disable_idle_d3=1 -- x\n"
+    );
+    assert_eq!(
+        cmdline::edit("root=/dev/sda1 \"--\" x", &d3, &[]).unwrap(),
+        "root=/dev/sda1 vfio-pci.disable_idle_d3=1 \"--\" x"
+    );
+}
+
+/// GRUB: `grub-mkconfig` writes `GRUB_CMDLINE_LINUX` then `GRUB_CMDLINE_LINUX_DEFAULT`. A `--` in
+/// the second has the words go before it; a `--` in the first gives every word of the second
+/// to init, so the words go into the first, before its `--`.
+#[test]
+fn grub_words_go_before_the_double_dash() {
+    let d3 = v(&["vfio-pci.disable_idle_d3=1"]);
+    let out = Bootloader::Grub
+        .edit(
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"quiet iommu=pt -- splash\"\nGRUB_CMDLINE_LINUX=\"\"\n",
+            &d3,
+            &v(&["iommu=pt"]),
+        )
+        .unwrap();
+    assert_eq!(
+        out,
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"quiet vfio-pci.disable_idle_d3=1 -- splash\"\nGRUB_CMDLINE_LINUX=\"\"\n"
+    );
+    let text = "GRUB_CMDLINE_LINUX=\"iommu=pt -- single\"\nGRUB_CMDLINE_LINUX_DEFAULT=\"quiet iommu=pt\"\n";
+    assert_eq!(Bootloader::Grub.args(text).unwrap(), v(&["iommu=pt"]));
+    let out = Bootloader::Grub.edit(text, &d3, &v(&["iommu=pt"])).unwrap();
+    assert_eq!(
+        out,
+        "GRUB_CMDLINE_LINUX=\"vfio-pci.disable_idle_d3=1 -- single\"\nGRUB_CMDLINE_LINUX_DEFAULT=\"quiet iommu=pt\"\n"
+    );
+    assert_eq!(
+        Bootloader::Grub.args(&out).unwrap(),
+        v(&["vfio-pci.disable_idle_d3=1"])
+    );
+    assert_eq!(
+        Bootloader::Grub.edit(&out, &d3, &v(&["iommu=pt"])).unwrap(),
+        out
+    );
+    // No GRUB_CMDLINE_LINUX_DEFAULT at all: still into GRUB_CMDLINE_LINUX, no new line.
+    assert_eq!(
+        Bootloader::Grub
+            .edit("GRUB_CMDLINE_LINUX=\"-- x\"\n", &d3, &[])
+            .unwrap(),
+        "GRUB_CMDLINE_LINUX=\"vfio-pci.disable_idle_d3=1 -- x\"\n"
+    );
+    // A drop-in that puts a `--` in is refused by name (where the words land is not certain).
+    let e = grub::args_with_drop_ins(
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"\n",
+        &[(
+            "/etc/default/grub.d/x.cfg".into(),
+            "GRUB_CMDLINE_LINUX=\"$GRUB_CMDLINE_LINUX -- x\"\n".into(),
+        )],
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("/etc/default/grub.d/x.cfg") && e.contains("\"--\""),
+        "{e}"
+    );
 }
 
 #[test]

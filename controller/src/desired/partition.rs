@@ -204,9 +204,29 @@ impl<'a> Check<'a> {
         }
     }
 
-    /// `spec.host`: kernel arguments and the reboot policy (`kernel_args.rs`).
+    /// `spec.host`: kernel arguments and the reboot policy (`kernel_args.rs`); an argument
+    /// that switches off what a vfio-pci slice or a confidential VM consumer needs (the latter
+    /// judged as [`Check::passthrough_and_snp`] does: the VM's config says `amd-sev: type=snp`).
     fn host(&mut self, spec: &GpuPartitionSpec, pool: Option<&str>) {
         super::kernel_args::check(spec, pool, &mut self.problems);
+        let confidential: Vec<super::kernel_args::ConfidentialSlice<'_>> = spec
+            .slices
+            .iter()
+            .enumerate()
+            .filter_map(|(index, s)| {
+                let vm = s.consumer.as_ref().and_then(|c| c.vm.as_ref())?;
+                self.host
+                    .vms
+                    .get(&vm.vmid)
+                    .is_some_and(|v| v.is_snp())
+                    .then_some(super::kernel_args::ConfidentialSlice {
+                        index,
+                        name: s.name.as_str(),
+                        vmid: vm.vmid,
+                    })
+            })
+            .collect();
+        super::kernel_args::check_prerequisites(spec, &confidential, &mut self.problems);
     }
 
     /// The labels and annotations the agent reads: the pool it is a member of (`pool.rs`), and

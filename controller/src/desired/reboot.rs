@@ -129,7 +129,7 @@ pub fn parse_window(w: &MaintenanceWindow) -> Result<Window, String> {
     let t = |field: &str, v: &str| {
         minutes(v).ok_or_else(|| {
             format!(
-                "{field}: {:?} is not a time of day as HH:MM (00:00 to 23:59, UTC)",
+                "{field}: {:?} is not a time of day as HH:MM, 00:00 to 23:59 UTC with two digits each (e.g. \"02:00\", quoted in YAML)",
                 crate::text::sanitize(v, 16)
             )
         })
@@ -137,8 +137,8 @@ pub fn parse_window(w: &MaintenanceWindow) -> Result<Window, String> {
     let (start, end) = (t("start", &w.start)?, t("end", &w.end)?);
     if start == end {
         return Err(format!(
-            "start and end are both {}: the window would be empty (or a whole day: say 00:00 to 23:59)",
-            w.start
+            "start and end are both {:?}: the window would be empty; give it a length (e.g. start: \"02:00\", end: \"04:00\"), or for a whole day say 00:00 to 23:59",
+            crate::text::sanitize(&w.start, 16)
         ));
     }
     Ok(Window {

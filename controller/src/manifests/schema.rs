@@ -72,7 +72,7 @@ pub fn check(kind: &str, doc: &Value) -> Vec<SchemaError> {
                     .collect(),
                 None => vec![SchemaError {
                     field,
-                    message: readable(&message),
+                    message: message_of(&e),
                 }],
             }
         })
@@ -103,17 +103,74 @@ fn child(parent: &str, name: &str) -> String {
     }
 }
 
+/// The longest rendering of the offending value a message echoes.
+const SHOWN_MAX: usize = 80;
+
+/// What each pattern of the CRDs (and of `metadata`) asks for, in words with an example: a
+/// refusal says the form expected and how to write it, never the regular expression.
+const PATTERNS: &[(&str, &str)] = &[
+    (DNS_SUBDOMAIN, "is not a valid Kubernetes name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit (e.g. kpro6)"),
+    (DNS_LABEL, "is not a valid Kubernetes name: lower-case letters, digits and '-', starting and ending with a letter or digit (e.g. confidential-vm)"),
+    (gpuplane_crds::KERNEL_ARG_PATTERN, "is not one kernel argument: one word of letters, digits and _ . , : = / + @ % -, not starting with '-' (no whitespace, quotes or shell characters), e.g. vfio-pci.disable_idle_d3=1; list each word on its own"),
+    (gpuplane_crds::KERNEL_ARG_KEY_PATTERN, "is not a kernel argument's key: the part before '=', letters, digits and _ . -, not starting with '.' or '-' (e.g. console for console=ttyS0)"),
+    (r"^([01][0-9]|2[0-3]):[0-5][0-9]$", "is not a time of day as HH:MM, 00:00 to 23:59 UTC with two digits each (e.g. \"02:00\", quoted in YAML)"),
+    (gpuplane_crds::PCI_ADDRESS_PATTERN, "is not a PCI address: [domain:]bus:device.function in lower-case hex (e.g. 0000:81:00.0 or 81:00.0, as lspci -D shows)"),
+    (r"^[a-zA-Z][a-zA-Z0-9_\-]+$", "is not a Proxmox PCI mapping name: a letter, then at least one letter, digit, '_' or '-' (e.g. pro6000-vm, as in /etc/pve/mapping/pci.cfg)"),
+    (r"^[A-Za-z_][A-Za-z0-9_]*$", "is not an environment variable name: a letter or '_', then letters, digits or '_' (e.g. CUDA_HOME)"),
+    (r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$", "is not a tool name: a letter or '_', then at most 63 letters, digits, '_' or '-' (e.g. get_weather)"),
+];
+
+/// What pattern `p` asks for, in words ([`PATTERNS`]); never the expression itself.
+fn pattern_words(p: &str) -> &'static str {
+    PATTERNS
+        .iter()
+        .find(|(q, _)| *q == p)
+        .map(|(_, w)| *w)
+        .unwrap_or("does not have the form this field takes (kubectl explain describes it)")
+}
+
+/// The offending value as a message echoes it: JSON, one line, at most [`SHOWN_MAX`] bytes; a
+/// longer string or list is cut and says how long it was.
+fn shown(v: &Value) -> String {
+    let text = v.to_string();
+    if text.len() <= SHOWN_MAX {
+        return text;
+    }
+    match v {
+        Value::String(s) => format!(
+            "{:?} ({} characters)",
+            crate::text::sanitize(s, SHOWN_MAX - 24),
+            s.chars().count()
+        ),
+        Value::Array(a) => format!(
+            "{} ({} items)",
+            crate::text::sanitize(&text, SHOWN_MAX - 16),
+            a.len()
+        ),
+        _ => crate::text::sanitize(&text, SHOWN_MAX),
+    }
+}
+
+/// The validator's error in the words of a spec error: the offending value capped
+/// ([`shown`]), a pattern said in words ([`PATTERNS`]), then [`readable`].
+fn message_of(e: &jsonschema::ValidationError<'_>) -> String {
+    let value = shown(e.instance());
+    if let jsonschema::error::ValidationErrorKind::Pattern { pattern } = e.kind() {
+        return format!("{value} {}", pattern_words(pattern));
+    }
+    let m = e.to_string();
+    let full = e.instance().to_string();
+    match m.strip_prefix(&full) {
+        Some(rest) => readable(&format!("{value}{rest}")),
+        None => readable(&crate::text::sanitize(&m, 2 * SHOWN_MAX + 200)),
+    }
+}
+
 /// The validator's message in the words of a spec error: an empty required string "is
 /// required", integer bounds without a trailing `.0`.
 fn readable(m: &str) -> String {
     if m == "\"\" is shorter than 1 character" {
         return "is required: it must not be empty".into();
-    }
-    if m.ends_with(&format!("does not match \"{DNS_SUBDOMAIN}\""))
-        || m.ends_with(&format!("does not match \"{DNS_LABEL}\""))
-    {
-        let value = m.split(" does not match").next().unwrap_or(m);
-        return format!("{value} is not a valid Kubernetes name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit");
     }
     // An int-or-string field (`maxUnavailable`) given a float, a list, an object or a boolean.
     if let Some((value, types)) = m.split_once(" is not of types ") {

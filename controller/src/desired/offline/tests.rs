@@ -238,3 +238,104 @@ fn the_layout_annotations_take_only_values_the_agent_acts_on() {
         assert_eq!(with(unverified, ok), Vec::<String>::new());
     }
 }
+
+/// `spec.host.kernelArgs` with these lists.
+fn kernel_args(present: &[&str], absent: &[&str], allow: &[&str]) -> gpuplane_crds::HostSpec {
+    let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect();
+    gpuplane_crds::HostSpec {
+        kernel_args: Some(gpuplane_crds::KernelArgs {
+            present: v(present),
+            absent: v(absent),
+            allow_keys: v(allow),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Issue 37 at the webhook's door (no host): the allow-list, the opt-in and the keys no opt-in
+/// opens are decided on the spec alone, as the agent decides them.
+#[test]
+fn the_kernel_argument_allow_list_is_decided_without_a_host() {
+    let mut m = manifests();
+    m.partitions[0].spec.host = Some(kernel_args(
+        &[
+            "systemd.run=/bin/sh",
+            "systemd.setenv=LD_PRELOAD=/tmp/x.so",
+            "rd.break",
+            "single",
+            "module_blacklist=vfio_pci",
+            "iommu=off",
+            "console=ttyS0",
+        ],
+        &[],
+        &[],
+    ));
+    let errors = msgs(&validate(&m.partitions, &m.servers).0);
+    assert_eq!(errors.len(), 7, "{errors:?}");
+    for (i, e) in errors.iter().enumerate() {
+        assert!(
+            e.contains(&format!("spec.host.kernelArgs.present[{i}]"))
+                && e.contains("spec.host.kernelArgs.allowKeys"),
+            "{e}"
+        );
+    }
+    // Opted in: a harmless key passes, a dangerous one never does.
+    m.partitions[0].spec.host = Some(kernel_args(
+        &["console=ttyS0", "vfio-pci.disable_vga=1"],
+        &[],
+        &["console"],
+    ));
+    assert_eq!(
+        msgs(&validate(&m.partitions, &m.servers).0),
+        Vec::<String>::new()
+    );
+    m.partitions[0].spec.host = Some(kernel_args(&["init=/bin/sh"], &[], &["init"]));
+    let errors = msgs(&validate(&m.partitions, &m.servers).0);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("spec.host.kernelArgs.allowKeys[0]")
+                && e.contains("not even with allowKeys")),
+        "{errors:?}"
+    );
+}
+
+/// Issue 37: switching the IOMMU off, which every vfio-pci slice (the confidential one among
+/// them) needs, is refused without a host, even opted in. What only an SEV-SNP VM needs is
+/// judged on the VM's config, which the webhook cannot see: `iommu=pt` passes here and the agent
+/// refuses it (`desired::kernel_args`' tests), as `iommu.mode: Passthrough` is.
+#[test]
+fn switching_off_the_iommu_under_a_vfio_slice_is_refused_without_a_host() {
+    let mut m = manifests();
+    for (word, key) in [
+        ("amd_iommu=off", "amd_iommu"),
+        ("iommu=off", "iommu"),
+        ("intel_iommu=off", "intel_iommu"),
+    ] {
+        m.partitions[0].spec.host = Some(kernel_args(&[word], &[], &[key]));
+        let errors = msgs(&validate(&m.partitions, &m.servers).0);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].contains("spec.host.kernelArgs.present[0]")
+                && errors[0].contains("switches the IOMMU off")
+                && errors[0]
+                    .contains("slice \"confidential-vm\" (spec.slices[1], driver vfio-pci)")
+                && errors[0].contains("remove it from present"),
+            "{errors:?}"
+        );
+    }
+    // Without a vfio-pci slice it is the admin's opt-in.
+    let mut nvidia_only = m.clone();
+    nvidia_only.partitions[0].spec.slices.truncate(1);
+    nvidia_only.partitions[0].spec.host = Some(kernel_args(&["iommu=off"], &[], &["iommu"]));
+    assert_eq!(
+        msgs(&validate(&nvidia_only.partitions, &nvidia_only.servers).0),
+        Vec::<String>::new()
+    );
+    // SNP-only prerequisites need the VM's config: left to the agent.
+    m.partitions[0].spec.host = Some(kernel_args(&["iommu=pt"], &[], &[]));
+    assert_eq!(
+        msgs(&validate(&m.partitions, &m.servers).0),
+        Vec::<String>::new()
+    );
+}

@@ -9,8 +9,9 @@ fn spec(reboot: RebootPolicy, window: Option<(&str, &str, Vec<Weekday>)>) -> Gpu
     let mut s = crate::testutil::manifests().partitions[0].spec.clone();
     s.host = Some(HostSpec {
         kernel_args: Some(KernelArgs {
-            present: vec!["a=1".into()],
+            present: vec!["vfio-pci.disable_idle_d3=1".into()],
             absent: vec![],
+            allow_keys: vec![],
         }),
         reboot,
         maintenance_window: window.map(|(start, end, days)| MaintenanceWindow {

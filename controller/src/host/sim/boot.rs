@@ -56,9 +56,16 @@ impl SimBoot {
         }
     }
 
-    /// The arguments the config of `b` gives the next boot (GRUB's with its drop-ins), and the
-    /// drop-ins' own words.
+    /// The kernel arguments the config of `b` gives the next boot (GRUB's with its drop-ins; up
+    /// to a lone `--`), and the drop-ins' own words.
     fn args(&self, b: Bootloader, text: &str) -> Result<bootloader::grub::WithDropIns, String> {
+        let (words, added) = self.words(b, text)?;
+        Ok((bootloader::kernel_part(words), added))
+    }
+
+    /// Every word of the command line the config of `b` gives the next boot, init's after a
+    /// `--` included (what the boot entries carry), and the drop-ins' own words.
+    fn words(&self, b: Bootloader, text: &str) -> Result<bootloader::grub::WithDropIns, String> {
         match b {
             Bootloader::Grub => {
                 let d: Vec<(String, String)> = self
@@ -67,9 +74,9 @@ impl SimBoot {
                     .filter(|(n, _)| n.ends_with(".cfg"))
                     .map(|(n, t)| (format!("{}/{n}", bootloader::grub::DROP_IN_DIR), t.clone()))
                     .collect();
-                bootloader::grub::args_with_drop_ins(text, &d)
+                bootloader::grub::words_with_drop_ins(text, &d)
             }
-            _ => b.args(text).map(|a| (a, vec![])),
+            _ => b.words(text).map(|a| (a, vec![])),
         }
     }
 
@@ -172,7 +179,7 @@ impl SimHost {
             .file(b)
             .ok_or_else(|| fail(step, format!("{} does not exist", b.config_path())))?
             .clone();
-        let args = boot.args(b, &text).map_err(|e| fail(step, e))?.0;
+        let args = boot.words(b, &text).map_err(|e| fail(step, e))?.0;
         let entries = match b {
             // proxmox-boot-tool's entries carry the file's words as they are.
             Bootloader::ProxmoxBootTool => args,

@@ -92,3 +92,118 @@ fn kernel_args_are_checked_by_the_schema_too() {
         assert!(fields.contains(&f), "{f} missing in {e:?}");
     }
 }
+
+/// Every pattern of the schemas, found by walking them.
+fn patterns(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(o) => {
+            if let Some(Value::String(p)) = o.get("pattern") {
+                out.push(p.clone());
+            }
+            o.values().for_each(|c| patterns(c, out));
+        }
+        Value::Array(a) => a.iter().for_each(|c| patterns(c, out)),
+        _ => {}
+    }
+}
+
+/// Issue 37: a refusal by pattern says which form is expected, with an example, never the
+/// regular expression; every pattern of the CRDs has its words.
+#[test]
+fn pattern_refusals_say_the_form_not_the_regular_expression() {
+    use kube::CustomResourceExt;
+    let mut all = vec![];
+    for crd in [
+        gpuplane_crds::GpuPartition::crd(),
+        gpuplane_crds::InferenceServer::crd(),
+    ] {
+        patterns(&serde_json::to_value(&crd).unwrap(), &mut all);
+    }
+    patterns(&metadata_schema(), &mut all);
+    assert!(all.len() >= 10, "{all:?}");
+    for p in &all {
+        assert!(
+            PATTERNS.iter().any(|(q, _)| q == p),
+            "pattern {p} has no words in PATTERNS"
+        );
+    }
+    let p: serde_yaml::Value =
+        serde_yaml::from_str(include_str!("../../../../examples/kpro6/partition.yaml")).unwrap();
+    let mut doc = serde_json::to_value(p).unwrap();
+    doc["spec"]["host"] = json!({
+        "kernelArgs": {"present": ["a b"], "absent": ["--x"], "allowKeys": ["a=b"]},
+        "reboot": "Auto",
+        "maintenanceWindow": {"start": "2:00", "end": "25:00"}
+    });
+    doc["spec"]["slices"][1]["consumer"]["vm"]["pciMapping"] = json!("1-vm");
+    let e = check("GpuPartition", &doc);
+    for (field, words) in [
+        (
+            "spec.host.maintenanceWindow.start",
+            "\"2:00\" is not a time of day as HH:MM",
+        ),
+        (
+            "spec.host.maintenanceWindow.end",
+            "\"25:00\" is not a time of day",
+        ),
+        (
+            "spec.host.kernelArgs.present[0]",
+            "\"a b\" is not one kernel argument",
+        ),
+        ("spec.host.kernelArgs.absent[0]", "not starting with '-'"),
+        ("spec.host.kernelArgs.allowKeys[0]", "the part before '='"),
+        ("spec.slices[1].consumer.vm.pciMapping", "e.g. pro6000-vm"),
+    ] {
+        let m = e
+            .iter()
+            .find(|e| e.field == field)
+            .unwrap_or_else(|| panic!("{field} missing in {e:?}"));
+        assert!(m.message.contains(words), "{field}: {}", m.message);
+        assert!(m.message.contains("e.g."), "says how: {}", m.message);
+        assert!(
+            !m.message.contains('^') && !m.message.contains("does not match"),
+            "no regular expression: {}",
+            m.message
+        );
+    }
+}
+
+/// Issue 37: untrusted text a refusal echoes is capped: a 5000-character argument, a list of
+/// too many.
+#[test]
+fn echoed_values_are_capped() {
+    let p: serde_yaml::Value =
+        serde_yaml::from_str(include_str!("../../../../examples/kpro6/partition.yaml")).unwrap();
+    let mut doc = serde_json::to_value(p).unwrap();
+    let many: Vec<String> = (0..40)
+        .map(|i| format!("vfio-pci.ids=10de:{i:04}"))
+        .collect();
+    doc["spec"]["host"] = json!({
+        "kernelArgs": {"present": ["a".repeat(5000)], "absent": many},
+    });
+    let e = check("GpuPartition", &doc);
+    let long = e
+        .iter()
+        .find(|e| e.field == "spec.host.kernelArgs.present[0]" && e.message.contains("longer"))
+        .unwrap_or_else(|| panic!("{e:?}"));
+    assert!(
+        long.message.len() < 200
+            && long
+                .message
+                .contains("(5000 characters) is longer than 256"),
+        "{}",
+        long.message
+    );
+    let list = e
+        .iter()
+        .find(|e| e.field == "spec.host.kernelArgs.absent")
+        .unwrap_or_else(|| panic!("{e:?}"));
+    assert!(
+        list.message.len() < 200 && list.message.contains("(40 items) has more than 32"),
+        "{}",
+        list.message
+    );
+    for e in &e {
+        assert!(e.message.len() < 600, "{}: {}", e.field, e.message);
+    }
+}

@@ -25,6 +25,7 @@ fn args() -> KernelArgs {
     KernelArgs {
         present: vec!["vfio-pci.disable_idle_d3=1".into()],
         absent: vec!["iommu=pt".into()],
+        allow_keys: vec![],
     }
 }
 
