@@ -530,7 +530,7 @@ fn a_pool_rolls_out_within_its_budget_a_tenants_failure_never_pauses_it_a_hosts_
     set_faults(
         &host5,
         serde_json::json!([{
-            "step": "writeUnit", "matching": agent_server(5), "times": 100000,
+            "step": "writeUnit", "times": 100000,
             "error": "No space left on device"
         }]),
     );
