@@ -383,6 +383,13 @@ fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member],
             ),
         ),
         (None, None, true) => (true, "Paused", "spec.paused is true".to_string()),
+        // A budget of none (`0`, `"0%"`) freezes the
+        // members as `paused` does; the pool says so rather than "members may take slots".
+        (None, None, false) if pool.spec.max_unavailable().slots(members.len()) == Some(0) => (
+            true,
+            "NoBudget",
+            "maxUnavailable gives no slot: no member may start a disruptive change (set it above 0 to resume)".to_string(),
+        ),
         (None, None, false) => (false, "NotPaused", "members may take slots".to_string()),
     };
     cond(st, types::PAUSED, paused, p_reason, p_msg.clone());

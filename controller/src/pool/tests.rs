@@ -272,6 +272,9 @@ fn zero_percent_grants_no_slot_as_zero_does() {
             "{why}"
         );
         assert!(p.status.as_ref().unwrap().slots.is_empty());
+        // The pool itself says it is frozen, not "members may take slots".
+        let c = cond(&p, types::PAUSED);
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "NoBudget"));
     }
 }
 
