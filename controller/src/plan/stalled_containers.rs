@@ -21,14 +21,17 @@
 use super::layout_guard::Verdict;
 use super::{PlannedStep, Step};
 use crate::desired::{DesiredPartition, ResolvedConsumer};
-use crate::host::model::HostState;
-use crate::layout::matching::match_gpus;
+use crate::host::ledger::{Ledger, LedgerGpu};
+use crate::host::model::{HostState, PciDevice};
+use crate::layout::matching::{match_gpus, Matching};
 use crate::proxmox::lxc_conf::NVIDIA_MAJOR;
 use std::collections::BTreeSet;
 
 /// The writes that narrow each frozen LXC slice's container to the GPUs the ledger gave it.
 pub(super) fn narrow(d: &DesiredPartition, host: &HostState, v: &Verdict) -> Vec<PlannedStep> {
     let mut out = Vec::new();
+    // Matched once, and only when some slice is frozen (`plan()` runs on every step).
+    let mut bus: Option<Bus> = None;
     for s in d.slices.iter().filter(|s| v.frozen(&s.name)) {
         let Some(ResolvedConsumer::Lxc(vmid)) = s.consumer else {
             continue;
@@ -36,15 +39,20 @@ pub(super) fn narrow(d: &DesiredPartition, host: &HostState, v: &Verdict) -> Vec
         let Some(c) = host.containers.get(&vmid) else {
             continue;
         };
+        let bus = bus.get_or_insert_with(|| Bus::new(d, host));
         let have = &c.gpu_mounts.minors;
-        let keep = own_minors(d, host, &s.name, have);
+        let keep: BTreeSet<u32> = have
+            .iter()
+            .copied()
+            .filter(|m| bus.owned_by(*m, &s.name))
+            .collect();
         let any_minor = c.gpu_mounts.cgroup_allow_any_minor.contains(&NVIDIA_MAJOR);
         if &keep == have && !any_minor {
             continue;
         }
         let dropped: Vec<String> = have
             .difference(&keep)
-            .map(|m| format!("/dev/nvidia{m} ({})", now_at(d, host, *m)))
+            .map(|m| format!("/dev/nvidia{m} ({})", bus.describe(*m)))
             .collect();
         let mut why = format!(
             "slice {} is stalled: container {vmid} keeps only the GPUs the ledger gave it",
@@ -67,61 +75,68 @@ pub(super) fn narrow(d: &DesiredPartition, host: &HostState, v: &Verdict) -> Vec
     out
 }
 
-/// The minors of `have` whose GPU now is one the ledger gave `slice` (the same physical GPU by
-/// the ledger's matching, on the host driver).
-fn own_minors(
-    d: &DesiredPartition,
-    host: &HostState,
-    slice: &str,
-    have: &BTreeSet<u32>,
-) -> BTreeSet<u32> {
-    let Some((ledger, m, observed)) = matched(d, host) else {
-        // No ledger of this partition: nothing proves any line right.
-        return BTreeSet::new();
-    };
-    have.iter()
-        .copied()
-        .filter(|minor| {
-            observed
-                .iter()
-                .find(|g| {
-                    g.nvidia_minor == Some(*minor) && g.driver.as_deref() == Some(&d.host_driver)
-                })
-                .and_then(|g| m.was(&g.address))
-                .is_some_and(|li| ledger.gpus[li].owner.as_deref() == Some(slice))
-        })
-        .collect()
+/// The GPUs on the bus, matched once against this partition's ledger: which physical GPU each
+/// NVIDIA minor names now.
+struct Bus<'a> {
+    /// The ledger and its matching; `None`: no ledger of this partition (nothing vouches for
+    /// any line).
+    ledger: Option<(&'a Ledger, Matching)>,
+    observed: Vec<&'a PciDevice>,
+    host_driver: &'a str,
 }
 
-type Matched<'a> = (
-    &'a crate::host::ledger::Ledger,
-    crate::layout::matching::Matching,
-    Vec<&'a crate::host::model::PciDevice>,
-);
+impl<'a> Bus<'a> {
+    fn new(d: &'a DesiredPartition, host: &'a HostState) -> Bus<'a> {
+        let vendor = d.layout.as_ref().map(|t| t.gpu_vendor.as_str());
+        let observed: Vec<_> = vendor.map(|v| host.gpus(v).collect()).unwrap_or_default();
+        let ledger = vendor
+            .and(host.gpu_ledger.as_ref())
+            .filter(|l| l.partition == d.name)
+            .map(|l| (l, match_gpus(l, &observed)));
+        Bus {
+            ledger,
+            observed,
+            host_driver: &d.host_driver,
+        }
+    }
 
-/// The ledger of this partition matched against the GPUs on the bus.
-fn matched<'a>(d: &'a DesiredPartition, host: &'a HostState) -> Option<Matched<'a>> {
-    let vendor = d.layout.as_ref()?.gpu_vendor.as_str();
-    let ledger = host.gpu_ledger.as_ref().filter(|l| l.partition == d.name)?;
-    let observed: Vec<_> = host.gpus(vendor).collect();
-    let m = match_gpus(ledger, &observed);
-    Some((ledger, m, observed))
-}
+    /// The GPU at `minor` now, and the ledger's entry for it when it is the same physical GPU.
+    fn at(&self, minor: u32) -> (Option<&'a PciDevice>, Option<&'a LedgerGpu>) {
+        let g = self
+            .observed
+            .iter()
+            .copied()
+            .find(|g| g.nvidia_minor == Some(minor));
+        let l = self.ledger.as_ref().and_then(|(l, m)| {
+            let li = m.was(&g?.address)?;
+            Some(&l.gpus[li])
+        });
+        (g, l)
+    }
 
-/// What `/dev/nvidia<minor>` is now, for the step's reason.
-fn now_at(d: &DesiredPartition, host: &HostState, minor: u32) -> String {
-    let Some((ledger, m, observed)) = matched(d, host) else {
-        return "no ledger vouches for it".into();
-    };
-    let Some(g) = observed.iter().find(|g| g.nvidia_minor == Some(minor)) else {
-        return "no GPU has this minor now".into();
-    };
-    match m.was(&g.address).map(|li| &ledger.gpus[li]) {
-        Some(l) => match &l.owner {
-            Some(o) => format!("now GPU {} of slice {o}", g.address),
-            None => format!("now GPU {}, in no slice", g.address),
-        },
-        None => format!("now GPU {}, not one this slice had", g.address),
+    /// Whether `minor` names, on the host driver, a GPU the ledger gave `slice`.
+    fn owned_by(&self, minor: u32, slice: &str) -> bool {
+        match self.at(minor) {
+            (Some(g), Some(l)) => {
+                g.driver.as_deref() == Some(self.host_driver) && l.owner.as_deref() == Some(slice)
+            }
+            _ => false,
+        }
+    }
+
+    /// What `/dev/nvidia<minor>` is now, for the step's reason.
+    fn describe(&self, minor: u32) -> String {
+        if self.ledger.is_none() {
+            return "no ledger vouches for it".into();
+        }
+        match self.at(minor) {
+            (None, _) => "no GPU has this minor now".into(),
+            (Some(g), Some(l)) => match &l.owner {
+                Some(o) => format!("now GPU {} of slice {o}", g.address),
+                None => format!("now GPU {}, in no slice", g.address),
+            },
+            (Some(g), None) => format!("now GPU {}, not one this slice had", g.address),
+        }
     }
 }
 

@@ -86,18 +86,16 @@ fn slots(
     members: &Members,
 ) -> Option<String> {
     for s in old.slots.iter().filter(|s| !new.slots.contains(s)) {
-        if s.node == mine {
-            continue;
-        }
-        match member_node(members, &s.member) {
-            Some(None) => continue,
-            Some(Some(_)) => {
-                return Some(format!(
+        if s.node != mine {
+            let refused = unless_left(members, &s.member, who, || {
+                format!(
                     "{who}; it may not free or change node {}'s slot (member {})",
                     s.node, s.member
-                ))
+                )
+            });
+            if refused.is_some() {
+                return refused;
             }
-            None => return Some(unknown(who)),
         }
     }
     let added: Vec<_> = new
@@ -161,16 +159,17 @@ fn entries(
                     e.node, e.name
                 ))
             }
-            None => match member_node(members, &e.name) {
-                Some(None) => {}
-                Some(Some(_)) => {
-                    return Some(format!(
+            None => {
+                let refused = unless_left(members, &e.name, who, || {
+                    format!(
                         "{who}; it may not remove node {}'s member entry ({})",
                         e.node, e.name
-                    ))
+                    )
+                });
+                if refused.is_some() {
+                    return refused;
                 }
-                None => return Some(unknown(who)),
-            },
+            }
         }
     }
     for e in new.members.iter().filter(|e| e.node != mine) {
@@ -183,6 +182,21 @@ fn entries(
         }
     }
     None
+}
+
+/// `None` when `member` has left the pool (what every writer drops), else the refusal `why`,
+/// or that the pool's members are unknown.
+fn unless_left(
+    members: &Members,
+    member: &str,
+    who: &str,
+    why: impl FnOnce() -> String,
+) -> Option<String> {
+    match member_node(members, member) {
+        Some(None) => None,
+        Some(Some(_)) => Some(why()),
+        None => Some(unknown(who)),
+    }
 }
 
 fn unknown(who: &str) -> String {
