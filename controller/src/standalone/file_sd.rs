@@ -13,16 +13,7 @@ pub fn write(path: &Path, json: &str) {
         tracing::warn!("--file-sd {}: not a file path", path.display());
         return;
     }
-    let r = path
-        .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
-        .map_err(|e| e.to_string())
-        .and_then(|_| {
-            crate::atomic_file::write(path, json.as_bytes(), 0o644).map_err(|e| e.to_string())
-        });
-    if let Err(e) = r {
-        tracing::warn!("cannot write {}: {e}", path.display());
-    }
+    super::write_or_log(path, json);
 }
 
 #[cfg(test)]

@@ -59,6 +59,22 @@ pub struct StandaloneOptions {
     pub max_rounds: Option<u64>,
 }
 
+/// Replaces one of the agent's own files (a status file, the file_sd list) through the one
+/// atomic writer (`crate::atomic_file`: a link planted under the name is replaced, never written
+/// through), creating its directory if it went missing; a failure is logged, never stops a pass.
+fn write_or_log(path: &std::path::Path, text: &str) {
+    let r = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .map_err(|e| e.to_string())
+        .and_then(|_| {
+            crate::atomic_file::write(path, text.as_bytes(), 0o644).map_err(|e| e.to_string())
+        });
+    if let Err(e) = r {
+        tracing::warn!("cannot write {}: {e}", path.display());
+    }
+}
+
 /// Refuses a status directory, or a file_sd file's directory, that someone other than root (or
 /// the agent's own user) can write: whoever can write it could replace the files the agent and
 /// Prometheus read (issue 37). Each is created when missing.

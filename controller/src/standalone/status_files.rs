@@ -185,18 +185,9 @@ pub fn file_name(resource: &str) -> String {
     format!("{}-{rest}.yaml", safe(kind))
 }
 
-/// Replaces `dir/name` atomically through the one writer (`crate::atomic_file`: a link planted
-/// under the name is replaced, never written through); failures are logged.
+/// Replaces `dir/name` (see [`super::write_or_log`]).
 fn put(dir: &Path, name: &str, text: &str) {
-    let path = dir.join(name);
-    let r = std::fs::create_dir_all(dir)
-        .map_err(|e| e.to_string())
-        .and_then(|_| {
-            crate::atomic_file::write(&path, text.as_bytes(), 0o644).map_err(|e| e.to_string())
-        });
-    if let Err(e) = r {
-        tracing::warn!("cannot write {}: {e}", path.display());
-    }
+    super::write_or_log(&dir.join(name), text);
 }
 
 #[cfg(test)]
