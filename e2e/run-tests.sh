@@ -7,9 +7,17 @@
 #
 # Each target's output is printed whole when it ends ("== test NAME (ok, 12s)").
 #
+# Order: the fast signal first — the unit tests, the property tests (*_props) and the CLI's
+# (cli), one after another before anything boots; a failure there is printed at once, in a
+# "FAST SIGNAL" line (the run goes on: one failure never hides the rest). Then the lanes side by
+# side: the other targets in one, the VM targets (vm_*, qemu under TCG) in VM_LANES more, which
+# take the next VM target from one queue, the longest first (VM_ORDER), so that no lane idles
+# while the other holds a long target. The VMs themselves are bounded by e2e/vm/run.sh
+# (VM_SLOTS): a target's own tests run side by side too.
+#
 # Environment: TEST_THREADS (default 2) is passed to each test binary as --test-threads;
-# TEST_LANES (default 2) runs the VM targets (vm_*) in a second lane beside the others, 1 runs
-# every target one after another.
+# TEST_LANES (default 2) runs the lanes side by side, 1 runs every target one after another;
+# VM_LANES (default 2) is the number of VM lanes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FILTER=${1:-}
@@ -73,27 +81,57 @@ step() {
 }
 # lane FILE: runs the steps listed in FILE ("I KIND NAME" lines) one after another.
 lane() { while read -r i kind name; do step "$i" "$kind" "$name"; done <"$1"; }
+# vm_lane: runs the VM queue's next step until the queue is empty (the queue shared by every VM
+# lane, popped under a lock).
+vm_lane() { local line
+  while :; do
+    line=$({ flock 9; head -1 "$T/lane.vm"; sed -i 1d "$T/lane.vm"; } 9>"$T/vm.lock")
+    [ -n "$line" ] || return 0
+    # shellcheck disable=SC2086
+    step $line
+  done; }
+# The VM targets, longest first (by their times on two cores); one not listed goes last.
+VM_ORDER="vm_lxc vm_crash vm_host vm_reboot vm_kernel_args vm_renumber vm_deb vm_serving vm_smoke"
+# is_fast NAME KIND: the fast signal's targets.
+is_fast() { [ "$2" != test ] || [[ $1 == *_props || $1 == cli ]]; }
 i=0
-: >"$T/lane.vm"; : >"$T/lane.main"
+: >"$T/lane.fast"; : >"$T/lane.vm"; : >"$T/lane.main"
 while read -r manifest kind name; do
   i=$((i + 1))
   [ -z "$FILTER" ] || [[ "$name $kind" =~ $FILTER ]] || continue
-  # Two lanes (TEST_LANES=2, the default): the VM targets (qemu under TCG) beside the rest. The
+  # Lanes (TEST_LANES=2, the default): the VM targets (qemu under TCG) beside the rest. The
   # others mostly wait on real servers (a kube-apiserver test keeps about a fifth of two cores
   # busy), so the lanes fit beside each other; TEST_LANES=1 runs everything in one lane.
-  if [ "$lanes" -ge 2 ] && [[ $name == vm_* ]]; then echo "$i $kind $name" >>"$T/lane.vm"
+  if is_fast "$name" "$kind"; then echo "$i $kind $name" >>"$T/lane.fast"
+  elif [ "$lanes" -ge 2 ] && [[ $name == vm_* ]]; then echo "$i $kind $name" >>"$T/lane.vm"
   else echo "$i $kind $name" >>"$T/lane.main"; fi
 done <"$T/steps"
 [ -n "$FILTER" ] || echo "$((i + 1)) doc doc" >>"$T/lane.main"
-echo "== running $(cat "$T/lane.vm" "$T/lane.main" | grep -c .) test steps in $([ -s "$T/lane.vm" ] && echo 2 || echo 1) lane(s)"
-lane "$T/lane.vm" & vm=$!
+# The VM queue, longest first.
+for n in $VM_ORDER; do grep " $n\$" "$T/lane.vm" || true; done >"$T/lane.vm.sorted"
+grep -v -F -x -f "$T/lane.vm.sorted" "$T/lane.vm" >>"$T/lane.vm.sorted" || true
+mv "$T/lane.vm.sorted" "$T/lane.vm"
+cat "$T/lane.fast" "$T/lane.vm" "$T/lane.main" >"$T/steps.all"
+all=$(grep -c . "$T/steps.all")
+vm_lanes=$([ -s "$T/lane.vm" ] && echo "${VM_LANES:-2}" || echo 0)
+echo "== running $all test steps: $(grep -c . "$T/lane.fast") for the fast signal first, then the rest in $((1 + vm_lanes)) lane(s)"
+lane "$T/lane.fast"
+fast_failed=$(cat "$T/res/"* 2>/dev/null | grep '^FAILED' || true)
+if [ -n "$fast_failed" ]; then
+  echo "== FAST SIGNAL: failed before anything booted (output above; the other targets run on):"
+  echo "$fast_failed"
+elif [ -s "$T/lane.fast" ]; then
+  echo "== fast signal: $(grep -c . "$T/lane.fast") targets passed in $(( $(date +%s) - total0 )) s"
+fi
+vms=()
+for _ in $(seq 1 "$vm_lanes"); do vm_lane & vms+=($!); done
 lane "$T/lane.main"
-wait $vm
+for p in "${vms[@]}"; do wait "$p"; done
 # The summary in the steps' order; a step that left no result line counts as failed.
 : >"$T/summary"
 while read -r i kind name; do
   if [ -s "$T/res/$i" ]; then cat "$T/res/$i"; else printf '%-8s %5ss  %-32s\n' FAILED "?" "$name (no result)"; fi
-done < <(sort -n "$T/lane.vm" "$T/lane.main") >>"$T/summary"
+done < <(sort -n "$T/steps.all") >>"$T/summary"
 failed=$(grep -c '^FAILED' "$T/summary")
 echo
 echo "== test summary: $(grep -c . "$T/summary") targets, $failed failed, $(( $(date +%s) - total0 )) s"

@@ -7,15 +7,11 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::Instant;
 
 /// What to do when the VM set-up is missing.
 pub const HINT: &str = "the VM test set-up is missing: run e2e/setup/install-vm-deps.sh and then \
                         e2e/vm/build-image.sh (as root)";
-
-/// One VM at a time: two cores do not run two TCG guests well.
-static VM: Mutex<()> = Mutex::new(());
 
 /// Fails (does not skip) when the VM set-up is missing.
 pub fn preflight() {
@@ -40,9 +36,10 @@ pub struct VmRun {
     pub secs: f64,
 }
 
-/// Boots the VM once: `run.sh SCRIPT FILES...` with extra environment (e.g. `KARGS`).
+/// Runs `SCRIPT` on the VM once: `run.sh SCRIPT FILES...` with extra environment (`KARGS`,
+/// `VM_ARGS`, `VM_BOOT=fresh`, ...): restored from the machine's snapshot unless `VM_BOOT=fresh`.
+/// run.sh itself bounds how many VMs run at once over every test process (`VM_SLOTS`).
 pub fn run(script: &Path, files: &[PathBuf], env: &[(&str, &str)]) -> VmRun {
-    let _one = VM.lock().unwrap_or_else(|e| e.into_inner());
     let started = Instant::now();
     let out = Command::new("bash")
         .arg(repo_root().join("e2e/vm/run.sh"))
@@ -172,14 +169,14 @@ pub fn boot_shared(scenarios: &[&str]) -> SharedBoot {
     for s in scenarios {
         files.push(repo_root().join("e2e/vm/scenarios").join(format!("{s}.sh")));
     }
-    let kargs = format!("gpuplane.scenarios={}", scenarios.join(","));
+    let args = format!("gpuplane.scenarios={}", scenarios.join(","));
     let r = run(
         &repo_root().join("e2e/vm/shared-boot.sh"),
         &files,
-        &[("KARGS", &kargs), ("VM_TIMEOUT", "1800")],
+        &[("VM_ARGS", &args), ("VM_TIMEOUT", "1800")],
     );
     let _ = std::fs::remove_dir_all(&dir);
-    eprintln!("--- shared boot ({kargs}): {:.0}s\n{}", r.secs, r.stdout);
+    eprintln!("--- shared boot ({args}): {:.0}s\n{}", r.secs, r.stdout);
     assert!(
         r.code != Some(2),
         "the VM is not set up: run e2e/setup/install-vm-deps.sh and e2e/vm/build-image.sh\n{}",

@@ -66,7 +66,12 @@ fn boots() -> &'static Boots {
             entry,
             "both bootloaders' entries give the kernel the same command line"
         );
-        let out2 = boot_scenario_with("kernel-args.sh", &files, &[("KARGS", entry.as_str())]);
+        // Boot 2 boots the kernel (no snapshot): the command line under test is the boot's.
+        let out2 = boot_scenario_with(
+            "kernel-args.sh",
+            &files,
+            &[("KARGS", entry.as_str()), ("VM_BOOT", "fresh")],
+        );
         let _ = std::fs::remove_dir_all(&dir);
         Boots {
             first,

@@ -64,6 +64,8 @@ fn the_chart_runs_the_agent_on_a_real_kubelet_node() {
         &[
             ("VM_IMAGE", "kube-node"),
             ("VM_MEM", "4096"),
+            // Booted: the node's services start at boot, and no snapshot of this image is kept.
+            ("VM_BOOT", "fresh"),
             ("VM_TIMEOUT", "2700"),
         ],
     );

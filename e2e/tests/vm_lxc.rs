@@ -48,12 +48,12 @@ fn boot() -> &'static Report {
             repo_root().join("e2e/vm/nvidia-standin"),
             tar,
         ];
-        let kargs = if crash { "gpuplane.lxccrash=1" } else { "" };
+        let args = if crash { "gpuplane.lxccrash=1" } else { "" };
         let timeout = if crash { "3000" } else { "1200" };
         let out = boot_scenario_with(
             "lxc.sh",
             &files,
-            &[("VM_CT", "1"), ("KARGS", kargs), ("VM_TIMEOUT", timeout)],
+            &[("VM_CT", "1"), ("VM_ARGS", args), ("VM_TIMEOUT", timeout)],
         );
         let _ = std::fs::remove_dir_all(&dir);
         assert!(

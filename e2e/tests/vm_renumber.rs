@@ -49,7 +49,13 @@ fn boots() -> &'static Boots {
             std::fs::write(&f, state).unwrap();
             files.push(f);
         }
-        let out2 = boot_scenario_with("renumber.sh", &files, &[("VM_PCI_LAYOUT", "renumbered")]);
+        // Boot 2 boots the kernel (no snapshot): what is under test is the layout the kernel
+        // enumerates at boot, and the agent's first look at it.
+        let out2 = boot_scenario_with(
+            "renumber.sh",
+            &files,
+            &[("VM_PCI_LAYOUT", "renumbered"), ("VM_BOOT", "fresh")],
+        );
         let _ = std::fs::remove_dir_all(&dir);
         Boots {
             before,

@@ -9,7 +9,8 @@
 //!   e2e/setup/install-vm-deps.sh && e2e/vm/build-image.sh
 //! Run: cargo test -p gpuplane-e2e --test vm_smoke -- --nocapture   (two boots, ~1-2 min)
 
-use gpuplane_e2e::vm::{self, preflight, HINT};
+use gpuplane_e2e::paths::repo_root;
+use gpuplane_e2e::vm::{self, gpuplane_for_vm, preflight, HINT};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -212,5 +213,84 @@ fn vm_gpu_host_layout_iommu_and_vfio() {
     let out = boot("pt", "iommu=pt", false, &tmp);
     check_layout(&parse_devs(&out), "identity");
 
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// What [`a_restored_machine_is_the_booted_one`] runs: the layout (CHECK_SCRIPT, with a rebind to
+/// vfio-pci), the host digest the scenarios start from (scenario-lib.sh), then a failure.
+const SAME_SCRIPT: &str = r#"
+. /usr/local/bin/scenario-lib.sh
+echo "DIGEST $(host_digest)"
+echo "ARGS $(job_arg gpuplane.smoke)"
+echo "PLANTED failure"
+exit 7
+"#;
+
+/// A restored machine (the default: the snapshot of a booted one) and a booted one
+/// (`VM_BOOT=fresh`) show the same PCI and IOMMU layout, the same rebind, the same host digest and
+/// the job's arguments, and a script's failure comes back the same from both: the restore hides
+/// nothing a boot would show.
+#[test]
+fn a_restored_machine_is_the_booted_one() {
+    preflight();
+    let tmp = std::env::temp_dir().join(format!("gpuplane-vm-same-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let script = tmp.join("same.sh");
+    let body = CHECK_SCRIPT
+        .replacen("set -u\n", "set -u\nVFIO=1\n", 1)
+        .replacen("[ \"$VFIO\" = 1 ] || exit 0\n", "", 1);
+    std::fs::write(&script, format!("{body}{SAME_SCRIPT}")).unwrap();
+    let files = [
+        gpuplane_for_vm(),
+        repo_root().join("e2e/vm/scenario-lib.sh"),
+    ];
+    let mut outs = vec![];
+    for how in ["restore", "fresh"] {
+        let r = vm::run(
+            &script,
+            &files,
+            &[("VM_BOOT", how), ("VM_ARGS", "gpuplane.smoke=same")],
+        );
+        eprintln!(
+            "--- {how}: {:.1}s, exit {:?}\n{}{}",
+            r.secs, r.code, r.stdout, r.stderr
+        );
+        assert_eq!(
+            r.code,
+            Some(7),
+            "{how}: the script's failure is its exit status\n{}",
+            r.stderr
+        );
+        let said = if how == "fresh" {
+            "booted fresh"
+        } else {
+            "restored from snapshot"
+        };
+        assert!(
+            r.stderr.contains(said),
+            "{how}: run.sh says what it did\n{}",
+            r.stderr
+        );
+        for want in [
+            "PLANTED failure",
+            "ARGS same",
+            "VFIO driver vfio-pci",
+            "DIGEST [\"",
+        ] {
+            assert!(r.stdout.contains(want), "{how}: no {want:?}\n{}", r.stdout);
+        }
+        outs.push(r.stdout);
+    }
+    let (restored, booted) = (&outs[0], &outs[1]);
+    check_layout(&parse_devs(restored), "DMA-FQ");
+    let diff: Vec<(&str, &str)> = restored
+        .lines()
+        .zip(booted.lines())
+        .filter(|(a, b)| a != b)
+        .collect();
+    assert!(
+        diff.is_empty() && restored.lines().count() == booted.lines().count(),
+        "the restored machine differs from the booted one: {diff:#?}"
+    );
     let _ = std::fs::remove_dir_all(&tmp);
 }

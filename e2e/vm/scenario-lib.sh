@@ -1,10 +1,12 @@
 # Sourced by the scenarios in e2e/vm/scenarios/ inside the VM, where e2e/src/vm.rs installs it as
-# /usr/local/bin/scenario-lib.sh: the gpuplane binary and its flags for the emulated host, and
+# /usr/local/bin/scenario-lib.sh (on the job disk, job-runner.sh): the gpuplane binary and its flags for the emulated host, and
 # helpers that print machine-readable lines for e2e/tests/vm_host/, and reset_host/host_digest for
 # a boot shared by several scenarios (e2e/vm/shared-boot.sh).
 G=/usr/local/bin/gpuplane
 GP="--host local --node-name vmhost --gpu-vendor 1234 --gpu-driver bochs-drm"
 M=/root/m; mkdir -p $M
+# job_arg NAME: VALUE of the job's argument NAME=VALUE (run.sh VM_ARGS), empty when not given
+job_arg() { tr ' ' '\n' </job/args | sed -n "s/^$1=//p" | head -1; }
 # json: stdin's JSON on one line ({} when it is not JSON)
 json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps(d, separators=(",",":")))' 2>/dev/null || echo '{}'; }
 # converge DIR: gpuplane converge -f $M/DIR; prints "RC DIR n", "JSON DIR {...}", "STDERR DIR ..."

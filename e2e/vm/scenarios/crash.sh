@@ -34,7 +34,7 @@
 # Transitions: split (NUMA 1 to vfio-pci behind a Proxmox PCI mapping, vfio-pci not yet loaded),
 # back (the reverse), server (a real unit running the SGLang stand-in is written and started) and
 # move (the GPU that running server holds goes to the VM: stop, rebind, mapping, unit, start).
-# The kernel argument gpuplane.crash=split,back (KARGS) limits the transitions (default: all four).
+# The job argument gpuplane.crash=split,back (run.sh VM_ARGS) limits the transitions (default: all four).
 set -u
 . /usr/local/bin/scenario-lib.sh
 install_standin
@@ -43,7 +43,7 @@ mkdir -p /etc/pve/lxc /etc/pve/qemu-server /etc/pve/mapping
 printf 'name: snp-guest\nhostpci0: mapping=emu-vm,pcie=1\n' > /etc/pve/qemu-server/300.conf
 # Foreign lines the agent must keep: a comment, a NIC mapping of this node, another node's GPU.
 printf '# mappings kept by hand\nnic\n\tmap id=8086:100e,node=vmhost,path=0000:44:02.0\n\n# the other node\nremote\n\tmap id=10de:2335,node=othernode,path=0000:c1:00.0\n' > /etc/pve/mapping/pci.cfg
-ONLY=$(sed -n 's/.*gpuplane\.crash=\([a-z,]*\).*/\1/p' /proc/cmdline | tr , ' ')
+ONLY=$(job_arg gpuplane.crash | tr , ' ')
 ONLY=${ONLY:-split back server move}
 
 # server DIR CARD: the stand-in keeps /dev/dri/CARD open, as SGLang keeps /dev/nvidiaN open

@@ -147,11 +147,11 @@ for style in mount devn; do
   converge $style-back; show $style-back; inside $style-back
 done
 
-# Opt-in (kernel argument gpuplane.lxccrash=1, about 15 more minutes): a kill -9 after every
+# Opt-in (job argument gpuplane.lxccrash=1, about 15 more minutes): a kill -9 after every
 # host write of the split and of the way back, mount style, then a fresh converge and one more:
 #   CRASHN T n                      the uninterrupted transition's writes
 #   CRASH T k killrc recoverrc recoverwrites againwrites state minors
-if grep -q 'gpuplane.lxccrash=1' /proc/cmdline; then
+if [ "$(job_arg gpuplane.lxccrash)" = 1 ]; then
   echo "== crash: a kill after every write of the split and back (mount style)"
   pct stop 129; ctconf mount
   cstate() { echo "$(pct status 129 | sed 's/^status: //') $(grep -o '/dev/nvidia[0-9]* ' /etc/pve/lxc/129.conf | tr -d ' ' | sort | tr '\n' ,)"; }
