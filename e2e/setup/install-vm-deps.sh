@@ -2,7 +2,8 @@
 # Installs the Debian packages the VM-based end-to-end tests need:
 #   - qemu-system-x86 to emulate the GPU host (TCG, q35, intel-iommu),
 #   - linux-image-amd64 (+ initramfs-tools) for the guest kernel, its initrd and modules,
-#   - debootstrap, e2fsprogs (mkfs.ext4 -d, debugfs) to build and patch the guest root filesystem,
+#   - debootstrap, e2fsprogs (mkfs.ext4 -d, debugfs) to build and patch the guest root filesystem
+#     and make the job disks (e2e/vm/run.sh), zstd for the snapshots' saved state,
 #   - busybox-static, cpio for small initramfs experiments.
 # Idempotent: does nothing (and touches no network) when everything is already installed.
 # Needs root (or sudo) and a Debian mirror reachable through apt.
@@ -16,6 +17,7 @@ PKGS=(
   debootstrap
   debian-archive-keyring
   e2fsprogs
+  zstd
   busybox-static
   cpio
   coreutils
