@@ -27,7 +27,7 @@ JOB_DISK_MB=2048
 
 # machine_init: checks the shape's environment (VM_PCI_LAYOUT, VM_NET, VM_CT, VM_MEM, VM_IMAGE,
 # KARGS, VM_QEMU_ARGS) and sets IMAGE, MEM and the arrays MACHINE (every qemu argument but the per-run files)
-# and KERNEL_ARGS (the kernel command line, one word each).
+# and KERNEL_ARGS (the kernel command line, one word each: BASE_ARGS, the machine's, then KARGS).
 machine_init() {
   IMAGE=$E2E_CACHE/base.img
   case "${VM_IMAGE:-base}" in
@@ -59,15 +59,15 @@ machine_init() {
   # no_timer_check: under TCG on a loaded host the kernel's early IO-APIC timer check can miss its
   # ticks and panic ("timer doesn't work through Interrupt-remapped IO-APIC"); it tests the
   # emulator's timing, not anything of ours.
-  KERNEL_ARGS=(console=ttyS0 root=/dev/vda rw quiet intel_iommu=on panic=-1 systemd.show_status=0 no_timer_check)
+  BASE_ARGS=(console=ttyS0 root=/dev/vda rw quiet intel_iommu=on panic=-1 systemd.show_status=0 no_timer_check)
   # The e1000 is a group companion, not a network.
   net=(-netdev hubport,id=nd-none,hubid=9)
   if [ "${VM_NET:-}" = user ]; then
     net+=(-netdev user,id=nd-user -device virtio-net-pci,netdev=nd-user,bus=pcie.0,addr=0x4)
-    KERNEL_ARGS+=(gpuplane.net=1)
+    BASE_ARGS+=(gpuplane.net=1)
   fi
   # shellcheck disable=SC2206
-  KERNEL_ARGS+=(${KARGS:-})
+  KERNEL_ARGS=("${BASE_ARGS[@]}" ${KARGS:-})
   if [ "${VM_CT:-}" = 1 ]; then
     [ -f "$E2E_CACHE/ct.img" ] || { echo "run.sh: $E2E_CACHE/ct.img missing; $E2E_HINT" >&2; exit 2; }
     # Snapshot mode: what the guest writes to the container disk is dropped when the VM ends.

@@ -182,7 +182,7 @@ boots() {
       return 0
     fi
     echo "run.sh: the guest rebooted; boot $n runs the entry the bootloader stand-in recorded: $entry" >&2
-    append=$entry
+    append="${BASE_ARGS[*]} $entry"
   done
 }
 make_job "$@"
