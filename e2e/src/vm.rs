@@ -1,6 +1,7 @@
-//! The emulated GPU host (qemu, `e2e/vm/run.sh`): the set-up check, booting the VM with a script
-//! and files (one VM at a time), the scenarios of `e2e/vm/scenarios/` with their shared shell
-//! helpers, the SGLang stand-in tarball, and reading the `TAG name rest` lines scenarios print.
+//! The emulated GPU host (qemu, `e2e/vm/run.sh`): the set-up check, running a script and files on
+//! the VM (a restore of the machine's snapshot, or with `VM_BOOT=fresh` a boot; run.sh bounds how
+//! many run at once), the scenarios of `e2e/vm/scenarios/` with their shared shell helpers, the
+//! SGLang stand-in tarball, and reading the `TAG name rest` lines scenarios print.
 
 use crate::paths::{cache_dir, find_in_path, gpuplane_bin, repo_root};
 use serde_json::Value;
@@ -96,8 +97,8 @@ pub fn boot_scenario_with_standin(script: &str, name: &str) -> String {
     out
 }
 
-/// One boot of `e2e/vm/shared-boot.sh`: several scenarios that need the same image and kernel
-/// arguments, run one after another with `reset_host` (scenario-lib.sh) between them.
+/// One run of `e2e/vm/shared-boot.sh`: scenarios of one machine, run one after another with
+/// `reset_host` (scenario-lib.sh) after each.
 pub struct SharedBoot {
     /// What each scenario printed and its exit status, by scenario name (`story`, not `story.sh`).
     pub scenarios: BTreeMap<String, (String, Option<i32>)>,
@@ -156,9 +157,10 @@ pub fn parse_shared(out: &str) -> SharedBoot {
     b
 }
 
-/// Boots the base image once and runs `scenarios` (names under `e2e/vm/scenarios/`, without
-/// `.sh`) in that order with the gpuplane binary, the SGLang stand-in and scenario-lib.sh, the
-/// host reset between them. Does not assert on the scenarios: each test judges its own.
+/// Runs `scenarios` (names under `e2e/vm/scenarios/`, without `.sh`) on one VM in that order with
+/// the gpuplane binary, the SGLang stand-in and scenario-lib.sh, the host reset after each and
+/// described before the first and after each reset. Does not assert on the scenarios: each test
+/// judges its own.
 pub fn boot_shared(scenarios: &[&str]) -> SharedBoot {
     let (dir, tar) = standin_tar("gpuplane-vm-shared");
     let mut files = vec![

@@ -4,7 +4,7 @@
 //! (sd_notify) before a stand-in `pve-guests.service` (Proxmox's guest autostart) starts, which
 //! then finds its GPUs on vfio-pci. The boot's journal shows the order.
 //!
-//!     cargo test -p gpuplane-e2e --test vm_deb -- --nocapture   (two boots, ~1-2 min)
+//!     cargo test -p gpuplane-e2e --test vm_deb -- --nocapture   (a restore, then a real reboot: ~1-2 min)
 
 use gpuplane_e2e::packaging::build_deb;
 use gpuplane_e2e::paths::repo_root;
@@ -23,7 +23,10 @@ fn the_deb_binds_the_gpus_before_guests_autostart() {
     );
     std::fs::remove_dir_all(&dir).ok();
     let out = r.stdout;
-    eprintln!("--- deb-boot.sh: {:.0}s (two boots)\n{out}", r.secs);
+    eprintln!(
+        "--- deb-boot.sh: {:.0}s (a restore and a reboot)\n{out}",
+        r.secs
+    );
     assert_eq!(r.code, Some(0), "{out}\n{}", r.stderr);
 
     assert!(out.contains("DPKG rc=0"), "{out}");

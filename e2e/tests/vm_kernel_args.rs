@@ -1,12 +1,12 @@
 //! Kernel arguments written where the bootloader reads them, and a reboot that is verified
 //! (issue 25, part 3), on a real kernel in the qemu GPU host (`e2e/vm/scenarios/kernel-args.sh`).
 //!
-//! Boot 1 (`KARGS=iommu=pt`: the host as it was booted) runs two stories with the same partition
+//! Run 1 (a restore of the `KARGS=iommu=pt` machine: the host as it was booted) runs two stories with the same partition
 //! (`spec.host.kernelArgs: {present: [vfio-pci.disable_idle_d3=1], absent: [iommu=pt]}`, a host
 //! slice and a vfio-pci slice for VM 300): `cmdline`, a host with `/etc/kernel/cmdline`
 //! (proxmox-boot-tool), and `grub`, a host with `/etc/default/grub`. The agent edits the file,
 //! runs the refresh command, reports `RebootRequired=True` with the difference, and the
-//! vfio-pci slice waits. Boot 2 is the reboot: the harness boots the kernel with the command
+//! vfio-pci slice waits. Boot 2 is the reboot, a real boot (`VM_BOOT=fresh`): the harness boots the kernel with the command
 //! line of the boot entry the refresh made, the agent's state restored, and the same spec
 //! converges: `/proc/cmdline` holds the arguments, `RebootRequired=False`, the partition Ready,
 //! the vfio-pci slice bound — and the kernel itself took the argument (vfio_pci's
@@ -20,8 +20,8 @@
 //! stories' entries are the same command line, so one second boot serves both.
 //!
 //! Needs `e2e/setup/install-vm-deps.sh`, `e2e/vm/build-image.sh` and `cargo build --bin
-//! gpuplane` (or `GPUPLANE_BIN`). Two boots, 6 to 8 minutes on a busy 2-core machine
-//! (each boot 2 to 3 min under TCG; the journal of each story is printed with `--nocapture`):
+//! gpuplane` (or `GPUPLANE_BIN`). A restore and a boot, 1.5 to 3 minutes on a busy 2-core
+//! machine (the journal of each story is printed with `--nocapture`):
 //!
 //!     cargo build --bin gpuplane && cargo test -p gpuplane-e2e --test vm_kernel_args -- --nocapture
 

@@ -10,7 +10,7 @@
 //! `boot_standins`), and the harness plays the bootloader: `run.sh VM_REBOOT=entry` boots that
 //! entry when the guest reboots.
 //!
-//!     cargo test --workspace --test vm_reboot -- --nocapture   (two boots, ~4 min)
+//!     cargo test --workspace --test vm_reboot -- --nocapture   (a restore, then a real reboot: ~2 min)
 
 use gpuplane_e2e::paths::repo_root;
 use gpuplane_e2e::vm::{gpuplane_for_vm, preflight, run, standin_tar, tagged as lines};

@@ -2,8 +2,8 @@
 //! same stand-in GPUs in the same physical slots, every PCI address changed between two boots,
 //! while the agent's state (`/var/lib/gpuplane`, with its GPU ledger, and `/etc/pve`) stayed.
 //!
-//! Boot 1 (run.sh's default layout) converges two stories and prints each one's state; boot 2
-//! (`VM_PCI_LAYOUT=renumbered`: the NUMA nodes' bus ranges swapped, slot 112's root port moved
+//! Run 1 (a restore of run.sh's default machine) converges two stories and prints each one's state; boot 2
+//! (a real boot, `VM_PCI_LAYOUT=renumbered`: the NUMA nodes' bus ranges swapped, slot 112's root port moved
 //! off NUMA node 1 onto the root complex) starts each story from its state and converges the
 //! same spec again (`e2e/vm/scenarios/renumber.sh`):
 //! - follow: a `slots` slice (slots 111 and 112, for VM 300 through the mapping emu-vm) finds
@@ -15,7 +15,7 @@
 //!   partition's `gpuplane.dev/accept-layout` annotation: then slot 111 alone goes to the VM.
 //!
 //! Needs `e2e/setup/install-vm-deps.sh`, `e2e/vm/build-image.sh` and `cargo build --bin
-//! gpuplane` (or `GPUPLANE_BIN`). Two boots, about 4 minutes:
+//! gpuplane` (or `GPUPLANE_BIN`). A restore and a boot, about 2 minutes:
 //!
 //!     cargo build --bin gpuplane && cargo test -p gpuplane-e2e --test vm_renumber -- --nocapture
 

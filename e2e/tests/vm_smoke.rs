@@ -1,13 +1,16 @@
-//! Smoke test of the emulated GPU host (e2e/vm/run.sh): boots Debian's kernel under qemu (TCG,
-//! q35 + intel-iommu) and checks, from inside the guest, what the agent will rely on: four
+//! Smoke test of the emulated GPU host (e2e/vm/run.sh): Debian's kernel under qemu (TCG,
+//! q35 + intel-iommu), restored from the machine's snapshot, checked from inside the guest for
+//! what the agent will rely on: four
 //! display-class stand-in GPUs (bochs-display, vendor 0x1234) spread over two NUMA nodes, each
 //! alone in its IOMMU group, one more behind a PCIe-to-PCI bridge sharing its group with an e1000
 //! (a "group companion"), group type DMA-FQ by default and identity with `iommu=pt`, and a real
-//! rebind to vfio-pci.
+//! rebind to vfio-pci. And a restored machine is the booted one: the same layout, rebind and host
+//! digest from a restore and from a boot (`VM_BOOT=fresh`), and a script's failure comes back
+//! the same from both.
 //!
 //! Needs the VM set-up; without it the test fails (on purpose) and says how to make it:
 //!   e2e/setup/install-vm-deps.sh && e2e/vm/build-image.sh
-//! Run: cargo test -p gpuplane-e2e --test vm_smoke -- --nocapture   (two boots, ~1-2 min)
+//! Run: cargo test -p gpuplane-e2e --test vm_smoke -- --nocapture   (three restores and a boot, ~1 min)
 
 use gpuplane_e2e::paths::repo_root;
 use gpuplane_e2e::vm::{self, gpuplane_for_vm, preflight, HINT};
