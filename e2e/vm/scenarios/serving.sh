@@ -117,6 +117,10 @@ def wait(what, f, secs):
 ts = wait("both jobs' targets up", lambda: (lambda t: t if len(t) == 2 and all(x["health"] == "up" for x in t) else None)(targets()), 240)
 print("TARGETS", spelling, json.dumps([{k: x[k] for k in ("scrapeUrl", "health", "labels")} for x in ts], separators=(",", ":")))
 url = ts[0]["scrapeUrl"].rsplit("/", 1)[0]
+# The agent restarts the server for a new spelling on its own time: a target Prometheus found up
+# may be the old server, about to stop. Traffic goes to the server that spells its metrics so.
+mark = "sglang:num_running_reqs" if spelling == "colon" else "sglang_num_running_reqs"
+wait("the server spelling its metrics " + spelling, lambda: mark in get(url + "/metrics"), 240)
 for _ in range(8):
     get(url + "/generate", json.dumps({"text": "hi"}).encode()); time.sleep(0.3)
 def query(expr):
