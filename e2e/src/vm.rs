@@ -162,7 +162,8 @@ pub fn parse_shared(out: &str) -> SharedBoot {
 /// described before the first and after each reset. Does not assert on the scenarios: each test
 /// judges its own.
 pub fn boot_shared(scenarios: &[&str]) -> SharedBoot {
-    let (dir, tar) = standin_tar("gpuplane-vm-shared");
+    // A directory of its own: runs of one test process go side by side, and each removes its own.
+    let (dir, tar) = standin_tar(&format!("gpuplane-vm-shared-{}", scenarios.join("-")));
     let mut files = vec![
         gpuplane_for_vm(),
         tar,

@@ -90,19 +90,27 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/gpuplane-vm.XXXXXX")
 qpid=""
 on_signal() {
   [ -n "$qpid" ] && kill "$qpid" 2>/dev/null
-  rm -f "$W/disk.img" "$W/job.img"
+  [ -n "${TICKET:-}" ] && rm -f "$TICKET"
+  rm -rf "$W/disk.img" "$W/job.img" "$W/job"
   exit 130
 }
 trap on_signal INT TERM
 
-# make_job: the job disk W/job.img (job-runner.sh reads it): an ext4 file system, made without
-# mounting (mke2fs -d), holding the script, the files, the job's arguments, the clock and a seed.
-make_job() {
+# stage_job FILE...: the job's files copied into W/job at once (the caller's files may be gone
+# after a wait for a slot): the script, the files, the job's arguments.
+stage_job() {
   local j=$W/job f
   rm -rf "$j"; mkdir -p "$j/files"
   install -m 0755 "$SCRIPT" "$j/job.sh"
   for f in "$@"; do install -m 0755 "$f" "$j/files/${f##*/}"; done
   printf '%s\n' "${VM_ARGS:-}" >"$j/args"
+}
+
+# make_job: the job disk W/job.img (job-runner.sh reads it), just before the machine runs: an ext4
+# file system, made without mounting (mke2fs -d), holding what stage_job staged, the clock and a
+# seed.
+make_job() {
+  local j=$W/job
   date +%s >"$j/epoch"
   head -c 64 /dev/urandom >"$j/seed"
   rm -f "$W/job.img"; truncate -s "${JOB_DISK_MB}M" "$W/job.img"
@@ -111,7 +119,6 @@ make_job() {
     echo "run.sh: the job's files do not fit a ${JOB_DISK_MB} MiB job disk (work dir $W)" >&2
     exit 2
   fi
-  rm -rf "$j"
 }
 
 # prepare_disk: a private root disk, W/disk.img: the restored snapshot's disk, or a copy of the
@@ -125,19 +132,30 @@ prepare_disk() {
   fi
 }
 
-# take_slot: waits for one of VM_SLOTS slots (a lock file each, held until run.sh exits).
+# take_slot: waits for one of VM_SLOTS slots (a lock file each, per user, held until run.sh and
+# its qemu exit), first come first served: each waiter leaves a ticket named by the time it came,
+# and only the oldest ticket of a live run.sh tries the slots, so a run that waits is not
+# overtaken by one that came later (the lanes start the longest targets first).
 take_slot() {
-  local d=/tmp/gpuplane-vm-slots i
+  local d=/tmp/gpuplane-vm-slots-$(id -u) i first
   mkdir -p "$d"
+  TICKET=$d/ticket.$(date +%s%N).$$
+  : >"$TICKET"
   while :; do
-    for i in $(seq 1 "${VM_SLOTS:-2}"); do
-      exec 7>>"$d/slot.$i"
-      flock -n 7 && return 0
-      exec 7>&-
-    done
-    sleep 0.5
+    first=$(find "$d" -maxdepth 1 -name 'ticket.*' | sort | head -1)
+    if [ "$first" = "$TICKET" ]; then
+      for i in $(seq 1 "${VM_SLOTS:-2}"); do
+        exec 7>>"$d/slot.$i"
+        if flock -n 7; then rm -f "$TICKET"; return 0; fi
+        exec 7>&-
+      done
+    elif ! kill -0 "${first##*.}" 2>/dev/null; then
+      rm -f "$first"   # its run.sh is gone
+    fi
+    sleep 0.2
   done
 }
+stage_job "$@"
 take_slot
 
 noreboot=(-no-reboot)
@@ -185,7 +203,7 @@ boots() {
     append="${BASE_ARGS[*]} $entry"
   done
 }
-make_job "$@"
+make_job
 prepare_disk
 boots
 # One more try, from a fresh copy of the disk, when the guest hung in the emulator; the test still
@@ -195,7 +213,7 @@ if [ -e "$W/hung" ]; then
   grep -m 4 'soft lockup\|self-detected stall' "$W/console.log" | tr -d '\r' >&2 || true
   echo "run.sh: running once more from a fresh copy of the disk ($how)" >&2
   cp "$W/console.log" "$W/console.hung.log"
-  make_job "$@"
+  make_job
   prepare_disk
   boots
 fi
@@ -220,7 +238,7 @@ if grep -q '^@@JOB@@$' "$W/result.txt" && [ -n "$end_line" ]; then
   exit "$rc"
 fi
 
-rm -f "$W/disk.img" "$W/job.img"
+rm -rf "$W/disk.img" "$W/job.img" "$W/job"
 {
   echo "run.sh: the VM ended without reporting a result (qemu exit $qrc after ${secs}s)."
   if [ -e "$W/hung" ]; then
