@@ -26,7 +26,7 @@ pub fn preflight() {
     }
 }
 
-/// What one boot gave back.
+/// What one run gave back.
 pub struct VmRun {
     /// run.sh's exit code: the script's, 2 when the set-up is missing, 124/125 on a VM failure.
     pub code: Option<i32>,
@@ -117,7 +117,7 @@ impl SharedBoot {
             Some((out, Some(_))) => out,
             Some((out, None)) => panic!("scenario {name} did not finish:\n{out}\n{}", self.stderr),
             None => panic!(
-                "scenario {name} did not run in the shared boot\n{}",
+                "scenario {name} did not run in shared-boot.sh\n{}",
                 self.stderr
             ),
         }
@@ -179,7 +179,7 @@ pub fn boot_shared(scenarios: &[&str]) -> SharedBoot {
         &[("VM_ARGS", &args), ("VM_TIMEOUT", "1800")],
     );
     let _ = std::fs::remove_dir_all(&dir);
-    eprintln!("--- shared boot ({args}): {:.0}s\n{}", r.secs, r.stdout);
+    eprintln!("--- shared-boot.sh ({args}): {:.0}s\n{}", r.secs, r.stdout);
     assert!(
         r.code != Some(2),
         "the VM is not set up: run e2e/setup/install-vm-deps.sh and e2e/vm/build-image.sh\n{}",

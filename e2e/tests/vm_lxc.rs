@@ -6,7 +6,7 @@
 //! with majors 195 and 238 that no driver answers). The agent is the real binary, `--host local`.
 //!
 //! For each style of device lines (`lxc.mount.entry` + `lxc.cgroup2.devices.allow`, and
-//! `devN:`), one boot checks what a CUDA process inside the container meets:
+//! `devN:`), one run checks what a CUDA process inside the container meets:
 //! - all five GPUs in the container: exactly their nodes, each refused by the device (ENXIO), not
 //!   by the cgroup (EPERM);
 //! - a process inside the container holding /dev/nvidia3 (81:00.0) blocks the split with

@@ -167,7 +167,7 @@ fn real_kernel_partition_rebinding_refusals_and_a_real_unit() {
 
 #[test]
 fn iommu_mode_is_observed_from_the_kernel() {
-    // Without iommu=pt: the shared boot's; with it, a boot of its own.
+    // Without iommu=pt: the scenario's own run; with it, a restore of the iommu=pt machine.
     for (kargs, want) in [("", "DMA-FQ"), ("iommu=pt", "identity")] {
         let out = match kargs {
             "" => crate::scenario("iommu-mode").to_string(),
