@@ -155,11 +155,12 @@ launch() {
   total_ms=$(( ${total_ms:-0} + ms ))
 }
 
-# inject_runner IMAGE: writes job-runner.sh into the ext4 IMAGE as /usr/local/bin/check.sh (mode
-# 0755, root's), which the image's run-check unit runs at every boot: with debugfs, no mount, no
-# root needed.
-inject_runner() {
+# boot_disk DISK: a copy of the image as DISK, ready for a first boot (a fresh run's or a snapshot's):
+# job-runner.sh written in as /usr/local/bin/check.sh (mode 0755, root's), which the image's
+# run-check unit runs at every boot; with debugfs, no mount, no root needed.
+boot_disk() {
   local img=$1 dst=/usr/local/bin/check.sh
+  cp --sparse=always "$IMAGE" "$img"
   printf '%s\n' "rm $dst" "write $E2E_VM_DIR/job-runner.sh $dst" "set_inode_field $dst mode 0100755" \
     "set_inode_field $dst uid 0" "set_inode_field $dst gid 0" >"$img.debugfs"
   debugfs -w -f "$img.debugfs" "$img" >"$img.debugfs.log" 2>&1

@@ -127,8 +127,7 @@ prepare_disk() {
   if [ "${VM_BOOT:-restore}" = restore ]; then
     cp --sparse=always "$SNAP/disk.img" "$W/disk.img"
   else
-    cp --sparse=always "$IMAGE" "$W/disk.img"
-    inject_runner "$W/disk.img" || { echo "run.sh: work dir $W" >&2; exit 2; }
+    boot_disk "$W/disk.img" || { echo "run.sh: work dir $W" >&2; exit 2; }
   fi
 }
 

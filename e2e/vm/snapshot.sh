@@ -60,8 +60,7 @@ snapshot_make() {
   case "$dir" in *[!A-Za-z0-9._/+-]*) echo "run.sh: snapshot path $dir has characters qemu's exec: URI cannot take" >&2; return 1 ;; esac
   for try in 1 2; do
     rm -f "$dir"/{saving,state.zst,state.zst.done,ready_at,save.err,qmp.sock}
-    cp --sparse=always "$IMAGE" "$dir/disk.img"
-    inject_runner "$dir/disk.img" || return 1
+    boot_disk "$dir/disk.img" || return 1
     rm -f "$dir/job.img"; truncate -s "${JOB_DISK_MB}M" "$dir/job.img"
     t0=$(date +%s%N)
     LAUNCH_WATCH=snapshot_watch VM_TIMEOUT=${VM_SNAPSHOT_TIMEOUT:-600} \
