@@ -66,23 +66,48 @@ impl SimModel {
     /// Each file and its content as far as preflight reads it (shards: the header).
     fn files(&self) -> Vec<(String, u64, Vec<u8>)> {
         let mut v = vec![];
-        if !self.config.is_null() {
-            let c = self.config.to_string().into_bytes();
-            v.push(("config.json".into(), c.len() as u64, c));
-        }
-        let ix = self.index().into_bytes();
-        v.push(("model.safetensors.index.json".into(), ix.len() as u64, ix));
-        for i in 1..=self.shards {
-            let name = self.shard_name(i);
-            if self.missing.contains(&name) {
-                continue;
-            }
-            let h = self.header(i);
-            let full = h.len() as u64 + self.shard_bytes;
-            let size = full.saturating_sub(self.truncated.get(&name).copied().unwrap_or(0));
-            v.push((name, size, h));
-        }
+        v.extend(self.config_file());
+        v.push(self.index_file());
+        v.extend((1..=self.shards).filter_map(|i| self.shard_file(i)));
         v
+    }
+
+    /// The one file `name` (size and content), generated alone: a read of one shard's header
+    /// must not generate every shard's (that made each observe quadratic in the shard count).
+    fn file(&self, name: &str) -> Option<(u64, Vec<u8>)> {
+        let found = match name {
+            "config.json" => self.config_file(),
+            "model.safetensors.index.json" => Some(self.index_file()),
+            _ => (1..=self.shards)
+                .find(|&i| self.shard_name(i) == name)
+                .and_then(|i| self.shard_file(i)),
+        };
+        found.map(|(_, size, content)| (size, content))
+    }
+
+    fn config_file(&self) -> Option<(String, u64, Vec<u8>)> {
+        (!self.config.is_null()).then(|| {
+            let c = self.config.to_string().into_bytes();
+            ("config.json".into(), c.len() as u64, c)
+        })
+    }
+
+    fn index_file(&self) -> (String, u64, Vec<u8>) {
+        let ix = self.index().into_bytes();
+        ("model.safetensors.index.json".into(), ix.len() as u64, ix)
+    }
+
+    /// Shard `i` (1-based): its name, its size (header and tensor bytes, less what was cut
+    /// off) and its header; `None` when it is missing.
+    fn shard_file(&self, i: u32) -> Option<(String, u64, Vec<u8>)> {
+        let name = self.shard_name(i);
+        if self.missing.contains(&name) {
+            return None;
+        }
+        let h = self.header(i);
+        let full = h.len() as u64 + self.shard_bytes;
+        let size = full.saturating_sub(self.truncated.get(&name).copied().unwrap_or(0));
+        Some((name, size, h))
     }
 }
 
@@ -122,16 +147,20 @@ impl Target for SimFiles {
     fn read(&self, path: &str, offset: u64, max: u64) -> Result<Vec<u8>, String> {
         let (dir, name) = path.rsplit_once('/').ok_or("No such file")?;
         let m = self.models.get(dir).ok_or("No such file or directory")?;
-        let (_, size, content) = m
-            .files()
-            .into_iter()
-            .find(|(n, _, _)| n == name)
-            .ok_or("No such file or directory")?;
+        let (size, content) = m.file(name).ok_or("No such file or directory")?;
         // Past the generated content (tensor data) reads zeros, up to the file's size.
         let end = offset.saturating_add(max).min(size);
-        Ok((offset..end)
-            .map(|i| content.get(i as usize).copied().unwrap_or(0))
-            .collect())
+        let mut out = vec![0; end.saturating_sub(offset) as usize];
+        let from = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(content.len());
+        let to = usize::try_from(end)
+            .unwrap_or(usize::MAX)
+            .min(content.len());
+        if from < to {
+            out[..to - from].copy_from_slice(&content[from..to]);
+        }
+        Ok(out)
     }
 
     fn exists(&self, path: &str) -> bool {
