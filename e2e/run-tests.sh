@@ -10,14 +10,14 @@
 # Order: the fast signal first — the unit tests, the property tests (*_props) and the CLI's
 # (cli), one after another before anything boots; a failure there is printed at once, in a
 # "FAST SIGNAL" line (the run goes on: one failure never hides the rest). Then the lanes side by
-# side: the other targets in one, the VM targets (vm_*, qemu under TCG) in VM_LANES more, which
-# take the next VM target from one queue, the longest first (VM_ORDER), so that no lane idles
-# while the other holds a long target. The VMs themselves are bounded by e2e/vm/run.sh
+# side: the other targets in MAIN_LANES lanes, the VM targets (vm_*, qemu under TCG) in
+# VM_LANES more; each kind of lane takes its next target from one queue, the longest first
+# (MAIN_ORDER, VM_ORDER), so that no lane idles while another holds a long target. The VMs themselves are bounded by e2e/vm/run.sh
 # (VM_SLOTS): a target's own tests run side by side too.
 #
 # Environment: TEST_THREADS (default 2) is passed to each test binary as --test-threads;
 # TEST_LANES (default 2) runs the lanes side by side, 1 runs every target one after another;
-# VM_LANES (default 2) is the number of VM lanes.
+# VM_LANES (default 2) is the number of VM lanes, MAIN_LANES (default 2) of the other lanes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FILTER=${1:-}
@@ -81,17 +81,27 @@ step() {
 }
 # lane FILE: runs the steps listed in FILE ("I KIND NAME" lines) one after another.
 lane() { while read -r i kind name; do step "$i" "$kind" "$name"; done <"$1"; }
-# vm_lane: runs the VM queue's next step until the queue is empty (the queue shared by every VM
-# lane, popped under a lock).
-vm_lane() { local line
+# queue_lane FILE: runs FILE's next step until FILE is empty (a queue shared by every lane that
+# pops from it, under a lock).
+queue_lane() { local line
   while :; do
-    line=$({ flock 9; head -1 "$T/lane.vm"; sed -i 1d "$T/lane.vm"; } 9>"$T/vm.lock")
+    line=$({ flock 9; head -1 "$1"; sed -i 1d "$1"; } 9>"$1.lock")
     [ -n "$line" ] || return 0
     # shellcheck disable=SC2086
     step $line
   done; }
+# longest_first FILE ORDER...: FILE's lines reordered, the targets named in ORDER first in that
+# order, the others after them in their own order.
+longest_first() { local f=$1 n; shift
+  for n in "$@"; do grep " $n\$" "$f" || true; done >"$f.sorted"
+  grep -v -F -x -f "$f.sorted" "$f" >>"$f.sorted" || true
+  mv "$f.sorted" "$f"; }
 # The VM targets, longest first (by their times on two cores); one not listed goes last.
 VM_ORDER="vm_lxc vm_crash vm_host vm_reboot vm_kernel_args vm_renumber vm_deb vm_serving vm_smoke"
+# The other lanes' long targets, longest first. They mostly wait (on their servers, polls and
+# timeouts: kube_faults keeps about a third of one core busy), so MAIN_LANES of them run side by
+# side.
+MAIN_ORDER="kube_faults kube_fleet kube_pool kube_agent kube_webhook kube_serving kube_conflicts kube_reboot image deb"
 # is_fast NAME KIND: the fast signal's targets.
 is_fast() { [ "$2" != test ] || [[ $1 == *_props || $1 == cli ]]; }
 i=0
@@ -107,14 +117,16 @@ while read -r manifest kind name; do
   else echo "$i $kind $name" >>"$T/lane.main"; fi
 done <"$T/steps"
 [ -n "$FILTER" ] || echo "$((i + 1)) doc doc" >>"$T/lane.main"
-# The VM queue, longest first.
-for n in $VM_ORDER; do grep " $n\$" "$T/lane.vm" || true; done >"$T/lane.vm.sorted"
-grep -v -F -x -f "$T/lane.vm.sorted" "$T/lane.vm" >>"$T/lane.vm.sorted" || true
-mv "$T/lane.vm.sorted" "$T/lane.vm"
+# Both queues, longest first.
+# shellcheck disable=SC2086
+longest_first "$T/lane.vm" $VM_ORDER
+# shellcheck disable=SC2086
+longest_first "$T/lane.main" $MAIN_ORDER
 cat "$T/lane.fast" "$T/lane.vm" "$T/lane.main" >"$T/steps.all"
 all=$(grep -c . "$T/steps.all")
 vm_lanes=$([ -s "$T/lane.vm" ] && echo "${VM_LANES:-2}" || echo 0)
-echo "== running $all test steps: $(grep -c . "$T/lane.fast") for the fast signal first, then the rest in $((1 + vm_lanes)) lane(s)"
+main_lanes=$([ "$lanes" -ge 2 ] && echo "${MAIN_LANES:-2}" || echo 1)
+echo "== running $all test steps: $(grep -c . "$T/lane.fast") for the fast signal first, then the rest in $((main_lanes + vm_lanes)) lane(s)"
 lane "$T/lane.fast"
 fast_failed=$(cat "$T/res/"* 2>/dev/null | grep '^FAILED' || true)
 if [ -n "$fast_failed" ]; then
@@ -123,10 +135,11 @@ if [ -n "$fast_failed" ]; then
 elif [ -s "$T/lane.fast" ]; then
   echo "== fast signal: $(grep -c . "$T/lane.fast") targets passed in $(( $(date +%s) - total0 )) s"
 fi
-vms=()
-for _ in $(seq 1 "$vm_lanes"); do vm_lane & vms+=($!); done
-lane "$T/lane.main"
-for p in "${vms[@]}"; do wait "$p"; done
+lanes_up=()
+for _ in $(seq 1 "$vm_lanes"); do queue_lane "$T/lane.vm" & lanes_up+=($!); done
+for _ in $(seq 2 "$main_lanes"); do queue_lane "$T/lane.main" & lanes_up+=($!); done
+queue_lane "$T/lane.main"
+for p in "${lanes_up[@]}"; do wait "$p"; done
 # The summary in the steps' order; a step that left no result line counts as failed.
 : >"$T/summary"
 while read -r i kind name; do
