@@ -126,7 +126,7 @@ fn desired_seeded(
     let mut desired =
         crate::desired::select::for_host(manifests, &observed, gpu_vendor, gpu_driver)
             .map_err(|e| Failure::input(e.to_string()))?;
-    crate::desired::select::decide_reboot(&mut desired, manifests, jiff::Timestamp::now());
+    crate::desired::select::decide_reboot(&mut desired, manifests, crate::clock::timestamp());
     let units: Vec<_> = desired.servers.iter().map(|s| s.unit.clone()).collect();
     let preflight = crate::desired::preflight::requests(&desired);
     let complete = units.is_empty() && preflight.is_empty() && desired.removed_units.is_empty();

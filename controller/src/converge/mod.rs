@@ -24,8 +24,19 @@ use crate::plan::{plan, Blocker, Note, Plan, PlannedStep, Step};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// How the lock of a pool member's disruption slot begins (`Stop::WaitingForLock::lock`).
-pub const DISRUPTION_SLOT: &str = "disruption slot";
+/// A pool's disruption slot: what a pool member must hold before a step that disrupts its
+/// host's users ([`crate::plan::disruption`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Slot {
+    /// The `GpuNodePool` the member belongs to.
+    pub pool: String,
+}
+
+impl std::fmt::Display for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "disruption slot of pool {}", self.pool)
+    }
+}
 
 /// Loop limits.
 #[derive(Debug, Clone)]
@@ -36,10 +47,10 @@ pub struct Options {
     pub poll_seconds: u64,
     /// `true`: block on readiness (CLI); `false`: look once and return `Stop::Waiting` (controller).
     pub block_on_ready: bool,
-    /// A pool member without a disruption slot: the name of the slot it lacks. The loop then
-    /// stops before any step that disrupts the host's users ([`crate::plan::disruption`]) with
-    /// [`Stop::WaitingForLock`], having done nothing for that step. `None`: no such limit.
-    pub hold_disruptions: Option<String>,
+    /// A pool member without a disruption slot: the slot it lacks. The loop then stops before
+    /// any step that disrupts the host's users ([`crate::plan::disruption`]) with
+    /// [`Stop::WaitingForSlot`], having done nothing for that step. `None`: no such limit.
+    pub hold_disruptions: Option<Slot>,
 }
 
 impl Default for Options {
@@ -102,6 +113,14 @@ pub enum Stop {
         lock: String,
         message: String,
     },
+    /// The next step would disrupt the host's users and this pool member holds no slot of its
+    /// pool: nothing was done for the step; ask the pool, then run again.
+    WaitingForSlot {
+        step: String,
+        slot: Slot,
+        /// Why the step disrupts (`plan::disruption`'s words).
+        why: String,
+    },
 }
 
 impl Stop {
@@ -139,6 +158,10 @@ impl std::fmt::Display for Stop {
                 f,
                 "WAITING: {step}: {message}. Nothing more was changed; run again later (the agent retries by itself)."
             ),
+            Stop::WaitingForSlot { step, slot, why } => write!(
+                f,
+                "WAITING: {step}: {why}: this pool member needs a {slot} first. Nothing more was changed; the agent asks the pool and retries by itself."
+            ),
             Stop::NoProgress { steps } => {
                 write!(f, "STOPPED: no convergence after {steps} steps.")
             }
@@ -163,14 +186,44 @@ pub struct Report {
 }
 
 impl Report {
+    /// This run followed by `next` (the same pass, run again once a slot was granted): the
+    /// writes and steps of both, the rest as `next` left it.
+    pub fn then(self, next: Report) -> Report {
+        let mut r = next;
+        let mut applied = self.applied;
+        applied.append(&mut r.applied);
+        r.applied = applied;
+        r.writes += self.writes;
+        for (kind, n) in self.writes_by_kind {
+            *r.writes_by_kind.entry(kind).or_default() += n;
+        }
+        for n in self.notes {
+            if !r.notes.contains(&n) {
+                r.notes.push(n);
+            }
+        }
+        r
+    }
+
     pub fn converged(&self) -> bool {
         self.stop.is_none() && self.final_plan.is_empty()
     }
 
-    /// Whether the run stopped on another writer's lock: retry after a poll interval, not the
-    /// drift interval.
+    /// Whether the run stopped on another writer's lock or a pool's slot: retry after a poll
+    /// interval, not the drift interval.
     pub fn waits_for_lock(&self) -> bool {
-        matches!(self.stop, Some(Stop::WaitingForLock { .. }))
+        matches!(
+            self.stop,
+            Some(Stop::WaitingForLock { .. } | Stop::WaitingForSlot { .. })
+        )
+    }
+
+    /// The step a run without a slot stopped before, and why it disrupts.
+    pub fn slot_needed(&self) -> Option<(&str, &str)> {
+        match &self.stop {
+            Some(Stop::WaitingForSlot { step, why, .. }) => Some((step, why)),
+            _ => None,
+        }
     }
 
     /// The units of `desired`'s servers the run left starting (`Stop::Waiting`) and not yet
@@ -243,7 +296,8 @@ pub fn converge_seeded(
     while let Some(next) = next_step(desired, door, opts, &mut r, steps, &mut known) {
         steps += 1;
         let at = door.host().now();
-        if let Some(stop) = disruption_held(opts, &next.step, r.final_host.as_ref()) {
+        let whole_plan = (steps == 1).then_some(&r.final_plan);
+        if let Some(stop) = disruption_held(opts, &next.step, whole_plan, r.final_host.as_ref()) {
             r.stop = Some(stop);
             break;
         }
@@ -299,18 +353,29 @@ pub fn converge_seeded(
 }
 
 /// The stop before a disruptive `step` that `opts` does not allow (no slot held); `None` when
-/// the step may run. A host not yet known counts as disrupted (nothing is risked).
-fn disruption_held(opts: &Options, step: &Step, host: Option<&HostState>) -> Option<Stop> {
+/// the step may run. Before the run's first step, `whole_plan` is judged instead: a run that
+/// will need a slot does nothing until it has one, so a waiting member's host does not change
+/// at all. A host not yet known counts as disrupted (nothing is risked).
+fn disruption_held(
+    opts: &Options,
+    step: &Step,
+    whole_plan: Option<&Plan>,
+    host: Option<&HostState>,
+) -> Option<Stop> {
     let slot = opts.hold_disruptions.as_ref()?;
-    let why = match host {
-        Some(h) => crate::plan::disruption::disruption(step, h)?,
-        None if step.is_write() => "the host was not observed".to_string(),
-        None => return None,
+    let (step, why) = match (host, whole_plan) {
+        (Some(h), Some(p)) => crate::plan::disruption::first_disruption(p, h)?,
+        (Some(h), None) => (
+            step.to_string(),
+            crate::plan::disruption::disruption(step, h)?,
+        ),
+        (None, _) if step.is_write() => (step.to_string(), "the host was not observed".into()),
+        (None, _) => return None,
     };
-    Some(Stop::WaitingForLock {
-        step: step.to_string(),
-        lock: slot.clone(),
-        message: format!("{why}: this pool member needs a disruption slot first ({slot})"),
+    Some(Stop::WaitingForSlot {
+        step,
+        slot: slot.clone(),
+        why,
     })
 }
 

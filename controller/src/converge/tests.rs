@@ -148,18 +148,20 @@ fn without_a_slot_the_loop_stops_before_the_first_disruptive_step() {
     }
     d.servers[0].spec.mem_fraction_static = Some(0.8);
     let held = Options {
-        hold_disruptions: Some(format!("{DISRUPTION_SLOT} of pool fleet")),
+        hold_disruptions: Some(Slot {
+            pool: "fleet".into(),
+        }),
         ..Options::default()
     };
     let r = {
         let mut door = Door::new(&mut h);
         converge(&d, &mut door, &held)
     };
-    let Some(Stop::WaitingForLock { step, lock, .. }) = &r.stop else {
+    let Some(Stop::WaitingForSlot { step, slot, .. }) = &r.stop else {
         panic!("stopped for {:?}", r.stop)
     };
     assert!(step.contains("restart"), "{step}");
-    assert!(lock.starts_with(DISRUPTION_SLOT));
+    assert_eq!(slot.pool, "fleet");
     for a in &r.applied {
         let host = r.final_host.clone().unwrap_or_default();
         assert!(

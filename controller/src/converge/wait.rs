@@ -131,7 +131,7 @@ impl StartupTrack {
         if obs.http == HttpState::Healthy && obs.models.iter().any(|m| m == served_name) {
             // Ready; with a smoke test, done once the test of this very unit has a result (it
             // runs beside the observation and ends within its own budget: no stall clock).
-            let hash = crate::host::preflight::sha256(u.file.as_deref().unwrap_or(""));
+            let hash = crate::digest::sha256(u.file.as_deref().unwrap_or(""));
             if self.smoke_test && obs.smoke.as_ref().is_none_or(|r| r.unit_hash != hash) {
                 return (now.saturating_sub(self.start) >= deadline).then(|| {
                     WaitOutcome::DeadlineExceeded {

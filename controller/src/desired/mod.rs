@@ -6,6 +6,7 @@
 //! Every error names the field and says what to fix.
 
 mod kernel_args;
+mod model_ref;
 pub mod offline;
 mod partition;
 pub mod pool;

@@ -1,8 +1,8 @@
 //! Validation of an `InferenceServer` against its partition.
 
 use super::{
-    err, tenancy, unit_check, DesiredPartition, DesiredServer, Problems, ResolvedConsumer,
-    ResolvedSlice, SpecError,
+    err, model_ref, tenancy, unit_check, DesiredPartition, DesiredServer, Problems,
+    ResolvedConsumer, ResolvedSlice, SpecError,
 };
 use crate::host::model::{Location, UnitRef};
 use crate::sglang::{args, command, flags, speculative};
@@ -188,14 +188,14 @@ fn python_and_model(pr: &mut Problems, spec: &InferenceServerSpec) {
             "spec.model.path",
             "is required: a local model directory (absolute path) or a Hugging Face repo id",
         );
-    } else if let Err(m) = model_location(&spec.model.path) {
+    } else if let Err(m) = model_ref::check(&spec.model.path) {
         pr.add("spec.model.path", m);
     }
     if let Some(Err(m)) = spec
         .speculative
         .as_ref()
         .and_then(|s| s.draft_model_path.as_deref())
-        .map(model_location)
+        .map(model_ref::check)
     {
         pr.add("spec.speculative.draftModelPath", m);
     }
@@ -410,38 +410,6 @@ pub fn check_servers_together(servers: &[DesiredServer]) -> Vec<SpecError> {
         }
     }
     errors
-}
-
-/// Longest model path or repo id accepted (Linux's `PATH_MAX`).
-const MAX_MODEL_PATH: usize = 4096;
-
-/// A model is a local directory (absolute, normalized, no control characters) or a Hugging
-/// Face repo id (`org/name`, letters, digits, `-_.`).
-pub(super) fn model_location(p: &str) -> Result<(), String> {
-    if p.len() > MAX_MODEL_PATH {
-        return Err(format!("is {} bytes; at most {MAX_MODEL_PATH}", p.len()));
-    }
-    if p.chars().any(char::is_control) {
-        return Err(format!("{p:?} contains a control character"));
-    }
-    if p.starts_with('/') {
-        if p.split('/').any(|seg| seg == "..") {
-            return Err(format!("{p:?} contains '..'; give the directory itself"));
-        }
-        return Ok(());
-    }
-    let repo_part = |x: &str| {
-        !x.is_empty()
-            && !x.starts_with('.')
-            && x.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-    };
-    match p.split_once('/') {
-        Some((org, name)) if repo_part(org) && repo_part(name) => Ok(()),
-        _ => Err(format!(
-            "{p:?} is neither an absolute path to a model directory nor a Hugging Face repo id (org/name)"
-        )),
-    }
 }
 
 /// An IP address or a host name (RFC 1123 labels), without a port.

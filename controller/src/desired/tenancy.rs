@@ -289,7 +289,7 @@ fn confined(pr: &mut Problems, field: &str, opt: &str, v: &str, p: &ServerPolicy
 /// says so: it is not called a hub id here.
 fn model_allowed(pr: &mut Problems, field: &str, path: &str, p: &ServerPolicy) {
     if !path.starts_with('/') {
-        if super::server::model_location(path).is_err() {
+        if super::model_ref::check(path).is_err() {
             return;
         }
         if !p.allow_hub_models {

@@ -9,7 +9,7 @@
 //!
 //! Written only through the host door (`Step::WriteLedger`), atomically like every host write.
 
-use crate::host::model::{GpuIdentity, PciDevice};
+use crate::host::identity::{describe, GpuIdentity};
 use serde::{Deserialize, Serialize};
 
 /// The file under the agent's state directory.
@@ -64,38 +64,9 @@ fn minus_one() -> i32 {
 }
 
 impl LedgerGpu {
-    /// The entry for device `d` as observed now, with `identity` (observed, plus what the
-    /// ledger remembered for it) and `owner`.
-    pub fn of(d: &PciDevice, identity: GpuIdentity, owner: Option<String>) -> LedgerGpu {
-        LedgerGpu {
-            address: d.address.clone(),
-            id: format!("{}:{}", d.vendor, d.device),
-            numa_node: d.numa_node,
-            identity,
-            owner,
-            missing: false,
-            unverified: false,
-        }
-    }
-
     /// How a person tells this GPU: its slot, else its serials, else its address.
     pub fn describe(&self) -> String {
         describe(&self.identity, &self.address)
-    }
-}
-
-/// `slot 3 (GPU-624a…)`, `uuid GPU-…`, `DSN 7800…` or `0000:41:00.0`, for messages.
-pub fn describe(id: &GpuIdentity, address: &str) -> String {
-    let strong = id
-        .uuid
-        .clone()
-        .or_else(|| id.serial.clone().map(|s| format!("serial {s}")))
-        .or_else(|| id.dsn.clone().map(|d| format!("DSN {d}")));
-    match (&id.slot, strong) {
-        (Some(s), Some(x)) => format!("slot {s} ({x})"),
-        (Some(s), None) => format!("slot {s}"),
-        (None, Some(x)) => x,
-        (None, None) => format!("the GPU at {address}"),
     }
 }
 

@@ -5,6 +5,7 @@
 //! Every field is plain data so it can be printed (`gpuplane observe`), diffed and
 //! generated at random in property tests.
 
+pub use super::identity::GpuIdentity;
 use crate::proxmox::lxc_conf::GpuMounts;
 use crate::proxmox::pci_cfg::MapEntry;
 use crate::sglang::StartupPhase;
@@ -103,34 +104,6 @@ pub struct PciDevice {
     /// Which physical device this is beyond its address (`host/local/identity.rs`).
     #[serde(default, skip_serializing_if = "GpuIdentity::is_empty")]
     pub identity: GpuIdentity,
-}
-
-/// What tells one GPU from another when all are the same model: facts that survive a
-/// renumbering of the buses, and the GPU's own identity where it could be read.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GpuIdentity {
-    /// PCIe Device Serial Number (extended capability 0x0003), 16 hex digits; any driver.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dsn: Option<String>,
-    /// Physical slot name (`/sys/bus/pci/slots`), where the platform names one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slot: Option<String>,
-    /// Root complex, then each hop's device.function (`pci0000:00/01.0/00.0`): no bus numbers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    /// NVML UUID (`GPU-...`), while the GPU is on `nvidia`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uuid: Option<String>,
-    /// Board serial from NVML, while the GPU is on `nvidia`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub serial: Option<String>,
-}
-
-impl GpuIdentity {
-    pub fn is_empty(&self) -> bool {
-        *self == GpuIdentity::default()
-    }
 }
 
 fn minus_one() -> i32 {

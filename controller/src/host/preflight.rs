@@ -76,12 +76,6 @@ fn key(t: &dyn Target, req: &PreflightRequest) -> String {
     )
 }
 
-/// SHA-256 of a text, hex (a unit file's hash, as the planner computes it).
-pub fn sha256(text: &str) -> String {
-    use sha2::{Digest, Sha256};
-    format!("{:x}", Sha256::digest(text.as_bytes()))
-}
-
 /// Whether `path` may be read under `roots`: below one of them, or anywhere when there are none
 /// (a host without tenancy rules, the CLI on files).
 fn within(path: &str, roots: &[String]) -> bool {

@@ -120,7 +120,7 @@ impl NodeLease {
     }
 
     async fn attempt(&self) -> Result<bool, kube::Error> {
-        let now = jiff::Timestamp::now();
+        let now = crate::clock::timestamp();
         let mine = |rv: Option<String>, transitions: i32, acquired: Option<MicroTime>| Lease {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),

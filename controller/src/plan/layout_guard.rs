@@ -20,7 +20,7 @@
 
 use crate::desired::DesiredPartition;
 use crate::host::ledger::{Ledger, LedgerGpu};
-use crate::host::model::{HostState, PciDevice};
+use crate::host::model::{GpuIdentity, HostState, PciDevice};
 use crate::layout::matching::{known_identities, match_gpus, Matching};
 use crate::layout::{layout_hash, Terms, ACCEPT_ANNOTATION, UNVERIFIED_ANNOTATION};
 use gpuplane_crds::GpuDriver;
@@ -82,7 +82,7 @@ pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
     let known = known_identities(ledger, &observed);
     let mut fresh: Vec<LedgerGpu> = observed
         .iter()
-        .map(|o| LedgerGpu::of(o, known[&o.address].clone(), owner_of(&o.address)))
+        .map(|o| ledger_entry(o, known[&o.address].clone(), owner_of(&o.address)))
         .collect();
     let Some(l) = ledger else {
         let mut v = Verdict::default();
@@ -347,6 +347,20 @@ fn identify_first(
         }
     }
     out
+}
+
+/// The ledger entry for device `d` as observed now, with `identity` (observed, plus what the
+/// ledger remembered for it) and `owner`.
+fn ledger_entry(d: &PciDevice, identity: GpuIdentity, owner: Option<String>) -> LedgerGpu {
+    LedgerGpu {
+        address: d.address.clone(),
+        id: format!("{}:{}", d.vendor, d.device),
+        numa_node: d.numa_node,
+        identity,
+        owner,
+        missing: false,
+        unverified: false,
+    }
 }
 
 #[cfg(test)]

@@ -507,7 +507,7 @@ fn reload_start_wait(
 
 /// SHA-256 of a unit's text, hex.
 pub fn unit_hash(content: &str) -> String {
-    crate::host::preflight::sha256(content)
+    crate::digest::sha256(content)
 }
 
 fn place(s: &DesiredServer) -> String {

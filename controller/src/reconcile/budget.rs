@@ -11,6 +11,7 @@
 //! Reusable: any host change that needs a slot (a reboot for kernel arguments) asks the same
 //! way, with its own reason.
 
+pub mod gate;
 pub mod wait;
 
 use super::{Ctx, Error};
@@ -29,11 +30,6 @@ const ATTEMPTS: u32 = 12;
 /// The pool a partition is a member of ([`gpuplane_crds::pool_of`]), owned.
 pub fn pool_of(p: &GpuPartition) -> Option<String> {
     gpuplane_crds::pool_of(p).map(str::to_string)
-}
-
-/// The lock name a converge run without a slot stops at (`converge::Options::hold_disruptions`).
-pub fn slot_lock(pool: &str) -> String {
-    format!("{} of pool {pool}", crate::converge::DISRUPTION_SLOT)
 }
 
 /// Asks `pool` for `ask` on behalf of partition `p`. A pool that does not exist answers
@@ -124,7 +120,7 @@ async fn members(ctx: &Ctx, pool: &str) -> Result<Vec<Member>, Error> {
     let leases = leases
         .list(&ListParams::default().labels(NODE_LABEL))
         .await?;
-    let now = jiff::Timestamp::now();
+    let now = crate::clock::timestamp();
     let is = |p: &GpuPartition, t: &str| {
         p.status.as_ref().is_some_and(|s| {
             s.conditions

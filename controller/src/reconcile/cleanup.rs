@@ -1,13 +1,13 @@
 //! What deleting a `GpuPartition` does to the host, by `spec.deletionPolicy`.
 
-use super::host_io::{observe, run_converge};
+use super::budget::gate::{self, Gate};
+use super::host_io::observe;
 use super::kube_io::{has_server_finalizer, publish, release_server, servers_of};
 use super::{Ctx, Error};
 use crate::desired::{
     resolve_partition, resolve_server, Desired, DesiredPartition, ResolvedConsumer, ResolvedSlice,
 };
-use crate::plan::disruption::first_disruption;
-use crate::pool::{Answer, Ask, State};
+use crate::pool::{Ask, State};
 use gpuplane_crds::{DeletionPolicy, GpuDriver, GpuPartition, InferenceServer};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -125,32 +125,29 @@ pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Actio
         .filter_map(|s| resolve_server(s, &dp).ok().map(|d| d.unit))
         .collect();
     // A pool member restores its host (a disruption) only with a slot of its pool.
-    let mut hold = pool.as_deref().map(super::budget::slot_lock);
-    if let Some(pool) = &pool {
-        let planned = crate::plan::plan(&desired, &observed);
-        if let Some((step, why)) = first_disruption(&planned, &observed) {
-            let ask = Ask::Slot {
-                reason: format!("restore on deletion: {step}: {why}"),
-            };
-            match super::budget::ask(&ctx, pool, &p, ask).await? {
-                Answer::Granted | Answer::Held => hold = None,
-                Answer::Denied(msg) => {
-                    publish(
-                        &ctx,
-                        &p_ref,
-                        EventType::Normal,
-                        crate::status::WAITING_FOR_DISRUPTION_BUDGET,
-                        "Delete",
-                        format!("restoring the host ({step}) needs a disruption slot of GpuNodePool {pool}: {msg}"),
-                    )
-                    .await;
-                    return Ok(Action::requeue(ctx.opts.poll_interval));
-                }
-                Answer::Recorded => {}
-            }
+    let gated = gate::converge(
+        &ctx,
+        &p,
+        pool.as_deref(),
+        desired,
+        true,
+        "restore on deletion: ",
+    );
+    let report = match gated.await? {
+        Gate::Passed(report) => *report,
+        Gate::Denied { pool, step, why } => {
+            publish(
+                &ctx,
+                &p_ref,
+                EventType::Normal,
+                crate::status::WAITING_FOR_DISRUPTION_BUDGET,
+                "Delete",
+                format!("restoring the host ({step}) needs a disruption slot of GpuNodePool {pool}: {why}"),
+            )
+            .await;
+            return Ok(Action::requeue(ctx.opts.poll_interval));
         }
-    }
-    let report = run_converge(&ctx, desired, true, hold).await?;
+    };
     if report.converged() {
         release_servers(&ctx, &servers).await?;
         leave_pool(&ctx, pool.as_deref(), &p).await?;

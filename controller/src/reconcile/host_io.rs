@@ -24,7 +24,7 @@ pub(super) async fn run_converge(
     ctx: &Arc<Ctx>,
     desired: Desired,
     block: bool,
-    hold: Option<String>,
+    hold: Option<crate::converge::Slot>,
 ) -> Result<Report, Error> {
     let c = ctx.clone();
     tokio::task::spawn_blocking(move || {

@@ -12,7 +12,8 @@
 //! An invalid partition stops after phase 2: [`report_invalid_partition`] writes its condition
 //! and waits for a spec change.
 
-use super::host_io::{observe, run_converge};
+use super::budget::gate::{self, Gate};
+use super::host_io::observe;
 use super::kube_io::{
     has_server_finalizer, publish, release_server, servers_of, set_finalizers, SERVER_FINALIZER,
 };
@@ -26,8 +27,7 @@ use crate::desired::{
 };
 use crate::host::model::{HostState, UnitRef};
 use crate::metrics::ErrorCategory;
-use crate::plan::disruption::first_disruption;
-use crate::pool::{Answer, Ask, State};
+use crate::pool::{Ask, State};
 use crate::status::refusal;
 use crate::step::Step;
 use gpuplane_crds::condition::{types, Condition, ConditionStatus};
@@ -131,27 +131,17 @@ pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action,
         Err(errs) => return report_invalid_partition(&ctx, &p, &g.servers, &errs).await,
     };
     let mut dp = dp;
-    dp.reboot = RebootGate::for_partition(&p, true, jiff::Timestamp::now());
+    dp.reboot = RebootGate::for_partition(&p, true, crate::clock::timestamp());
     let r = resolve(dp, &g.servers, &g.deleting);
     // A pool member disrupts its host only while it holds a slot of its pool.
     let pool = super::budget::pool_of(&p);
-    let mut hold = pool.as_deref().map(super::budget::slot_lock);
-    if let Some(pool) = &pool {
-        let planned = crate::plan::plan(&r.desired, &g.observed);
-        if let Some((step, why)) = first_disruption(&planned, &g.observed) {
-            let ask = Ask::Slot {
-                reason: format!("{step}: {why}"),
-            };
-            match super::budget::ask(&ctx, pool, &p, ask).await? {
-                Answer::Granted | Answer::Held => hold = None,
-                Answer::Denied(msg) => {
-                    return super::budget::wait::wait(&ctx, &p, pool, &step, &msg).await
-                }
-                Answer::Recorded => {}
-            }
+    let desired = r.desired.clone();
+    let report = match gate::converge(&ctx, &p, pool.as_deref(), desired, false, "").await? {
+        Gate::Passed(report) => *report,
+        Gate::Denied { pool, step, why } => {
+            return super::budget::wait::wait(&ctx, &p, &pool, &step, &why).await
         }
-    }
-    let report = run_converge(&ctx, r.desired.clone(), false, hold).await?;
+    };
     release_deleted(&ctx, &r.removed, &report).await?;
     let was_ready = nothing_asked_since_ready(&p, &r);
     let (ready, health) = write_status(&ctx, &p, &r, &report).await?;
@@ -709,9 +699,9 @@ fn next_action(ctx: &Ctx, name: &str, report: &Report) -> Action {
             ctx.succeeded(name);
             Action::requeue(ctx.opts.drift_interval)
         }
-        Some(Stop::Waiting { .. }) | Some(Stop::WaitingForLock { .. }) => {
-            Action::requeue(ctx.opts.poll_interval)
-        }
+        Some(Stop::Waiting { .. })
+        | Some(Stop::WaitingForLock { .. })
+        | Some(Stop::WaitingForSlot { .. }) => Action::requeue(ctx.opts.poll_interval),
         Some(Stop::Blocked { .. }) => {
             Action::requeue(ctx.backoff(name).min(ctx.opts.drift_interval))
         }

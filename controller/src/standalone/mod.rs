@@ -198,7 +198,7 @@ fn round(
         let observed = host.observe().map_err(|e| e.to_string())?;
         select::for_host(&m, &observed, &opts.gpu_vendor, &opts.gpu_driver)
             .map(|mut d| {
-                select::decide_reboot(&mut d, &m, jiff::Timestamp::now());
+                select::decide_reboot(&mut d, &m, crate::clock::timestamp());
                 (d, observed)
             })
             .map_err(|e| {

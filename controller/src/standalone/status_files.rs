@@ -1,9 +1,13 @@
 //! Status as files: one YAML file per resource under the status directory
 //! (`GpuPartition-kpro6.yaml`, `InferenceServer-default_qwen35-122b.yaml`), the conditions in the
-//! Kubernetes shape, replaced atomically; `_invalid.yaml` while the manifests are invalid.
+//! Kubernetes shape, replaced atomically; `_invalid.yaml` while the manifests are invalid. The
+//! names, the bounds and the reads are the directory's contract (`crate::status_dir`), shared
+//! with `gpuplane status`.
 
 use crate::host::model::UnitRef;
+use crate::resource_key::ResourceKey;
 use crate::status::ResourceStatus;
+use crate::status_dir::{self, file_name, FileKind};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -18,9 +22,9 @@ pub fn write(
         for c in &st.conditions {
             tracing::info!(resource = %resource, "{}={} ({}): {}", c.type_, c.status, c.reason, c.message);
         }
-        put_conditions(dir, &resource.to_string(), st, units.get(resource));
+        put_conditions(dir, resource, st, units.get(resource));
     }
-    let _ = std::fs::remove_file(dir.join("_invalid.yaml"));
+    let _ = std::fs::remove_file(dir.join(status_dir::INVALID));
 }
 
 /// A server that has a status file but is no longer in the manifests: its file and the unit the
@@ -51,9 +55,9 @@ pub fn removed_servers(
     };
     let mut out = vec![];
     // Bounded: at most this many files are read per pass (a status directory is the agent's).
-    for e in entries.flatten().take(4096) {
+    for e in entries.flatten().take(status_dir::MAX_FILES) {
         let name = e.file_name().to_string_lossy().to_string();
-        if !name.starts_with("InferenceServer-") || !name.ends_with(".yaml") {
+        if status_dir::kind_of(&name) != Some(FileKind::Server) {
             continue;
         }
         let Some(f) = read_small(&e.path()).and_then(|t| serde_yaml::from_str::<File>(&t).ok())
@@ -66,7 +70,7 @@ pub fn removed_servers(
         ) else {
             continue;
         };
-        if !live.contains_key(&resource) && file_name(&f.resource) == name {
+        if !live.contains_key(&resource) && file_name(&resource) == name {
             out.push(Removed {
                 resource,
                 file: name,
@@ -78,21 +82,11 @@ pub fn removed_servers(
     out
 }
 
-/// A regular file's text, at most 1 MiB of it (a status file is a few KiB). Anything else under
-/// a status file's name (a FIFO would block the open forever, a device never ends) is not read,
-/// as `manifests` and `gpuplane status` refuse it.
+/// A regular file's text, within the directory's bound. Anything else under a status file's
+/// name (a FIFO would block the open forever, a device never ends) is not read, as `manifests`
+/// and `gpuplane status` refuse it.
 fn read_small(path: &Path) -> Option<String> {
-    use std::io::Read;
-    if !std::fs::metadata(path).ok()?.is_file() {
-        return None;
-    }
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(1 << 20)
-        .read_to_string(&mut text)
-        .ok()?;
-    Some(text)
+    status_dir::read_file(path).ok()
 }
 
 /// Removes the status file of a server that is gone.
@@ -103,11 +97,11 @@ pub fn forget(dir: &Path, file: &str) {
 /// Writes `resource`'s file with its conditions merged into what it held (lastTransitionTime
 /// survives unless a condition's status flips, as in the API), a partition's GPU table and a
 /// server's unit.
-fn put_conditions(dir: &Path, resource: &str, st: &ResourceStatus, unit: Option<&UnitRef>) {
+fn put_conditions(dir: &Path, resource: &ResourceKey, st: &ResourceStatus, unit: Option<&UnitRef>) {
     let name = file_name(resource);
     let conditions = gpuplane_crds::condition::merge(&previous(dir, &name), &st.conditions);
     let mut doc = serde_json::json!({
-        "resource": resource,
+        "resource": resource.to_string(),
         "conditions": conditions,
     });
     if let Some(u) = unit {
@@ -152,7 +146,7 @@ pub fn write_refusals(dir: &Path, errs: &[crate::desired::SpecError]) {
     for (resource, msgs) in by {
         let now = crate::clock::now();
         let st = crate::status::refusal::invalid(&msgs, None, &now);
-        put_conditions(dir, &resource.to_string(), &st, None);
+        put_conditions(dir, &resource, &st, None);
     }
 }
 
@@ -163,26 +157,7 @@ pub fn write_invalid(dir: &Path, message: &str) {
         "message": message,
     }))
     .unwrap_or_default();
-    put(dir, "_invalid.yaml", &text);
-}
-
-/// `Kind/name` → `Kind-name.yaml`, `Kind/ns/name` → `Kind-ns_name.yaml`. Kinds have no `-`,
-/// namespaces and names no `_`, so no two resources share a file (`a-b/c` and `a/b-c` did, as
-/// `Kind-a-b-c.yaml`); any other byte (only in names validation refuses) becomes `_` too, so
-/// the name stays one file in the status directory.
-pub fn file_name(resource: &str) -> String {
-    let (kind, rest) = resource.split_once('/').unwrap_or((resource, ""));
-    let safe = |s: &str| -> String {
-        s.chars()
-            .map(|c| match c {
-                'A'..='Z' | 'a'..='z' | '0'..='9' | '-' | '.' => c,
-                _ => '_',
-            })
-            .collect()
-    };
-    let rest = safe(rest);
-    let rest = rest.trim_start_matches('.');
-    format!("{}-{rest}.yaml", safe(kind))
+    put(dir, status_dir::INVALID, &text);
 }
 
 /// Replaces `dir/name` (see [`super::write_or_log`]).
@@ -191,49 +166,4 @@ fn put(dir: &Path, name: &str, text: &str) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::{file_name, removed_servers};
-
-    /// A FIFO or a device under a server's status-file name is skipped, not opened (opening a
-    /// FIFO blocks until a writer comes: the agent's pass would never end).
-    #[test]
-    fn only_regular_files_are_read() {
-        let d = tempfile::tempdir().unwrap();
-        let fifo = d.path().join("InferenceServer-default_a.yaml");
-        let ok = std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap();
-        assert!(ok.success());
-        std::os::unix::fs::symlink("/dev/zero", d.path().join("InferenceServer-default_b.yaml"))
-            .unwrap();
-        std::fs::write(
-            d.path().join("InferenceServer-default_c.yaml"),
-            "resource: InferenceServer/default/c\nunit: host/sglang-c.service\n",
-        )
-        .unwrap();
-        let removed = removed_servers(d.path(), &Default::default());
-        let files: Vec<&str> = removed.iter().map(|r| r.file.as_str()).collect();
-        assert_eq!(files, ["InferenceServer-default_c.yaml"]);
-    }
-
-    /// Issue 23: `a-b/c` and `a/b-c` wrote one file.
-    #[test]
-    fn no_two_resources_share_a_status_file() {
-        assert_eq!(file_name("GpuPartition/kpro6"), "GpuPartition-kpro6.yaml");
-        assert_eq!(
-            file_name("InferenceServer/default/qwen35-122b"),
-            "InferenceServer-default_qwen35-122b.yaml"
-        );
-        assert_ne!(
-            file_name("InferenceServer/a-b/c"),
-            file_name("InferenceServer/a/b-c")
-        );
-        // An invalid name stays one file of the directory.
-        assert_eq!(
-            file_name("InferenceServer/default/../../etc/x"),
-            "InferenceServer-default_.._.._etc_x.yaml"
-        );
-        assert!(!file_name("GpuPartition/..").contains('/'));
-    }
-}
+mod tests;

@@ -295,16 +295,13 @@ fn partition_status(
     ps
 }
 
-/// "STEP waits for Proxmox's lock: MESSAGE" when the run stopped on a held lock.
+/// "STEP waits for Proxmox's lock: MESSAGE" when the run stopped on a held lock, "STEP waits
+/// for a disruption slot: …" when on a pool's slot.
 fn lock_wait(r: &Report) -> Option<String> {
     match &r.stop {
-        Some(Stop::WaitingForLock {
-            step,
-            lock,
-            message,
-        }) if lock.starts_with(crate::converge::DISRUPTION_SLOT) => {
-            Some(format!("{step} waits for a disruption slot: {message}"))
-        }
+        Some(Stop::WaitingForSlot { step, slot, why }) => Some(format!(
+            "{step} waits for a disruption slot: {why}: this pool member needs a disruption slot first ({slot})"
+        )),
         Some(Stop::WaitingForLock { step, message, .. }) => {
             Some(format!("{step} waits for Proxmox's lock: {message}"))
         }
@@ -316,11 +313,7 @@ fn lock_wait(r: &Report) -> Option<String> {
 /// (`WaitingForDisruptionBudget`) or another writer's Proxmox lock (`WaitingForLock`).
 fn lock_reason(r: &Report) -> &'static str {
     match &r.stop {
-        Some(Stop::WaitingForLock { lock, .. })
-            if lock.starts_with(crate::converge::DISRUPTION_SLOT) =>
-        {
-            WAITING_FOR_DISRUPTION_BUDGET
-        }
+        Some(Stop::WaitingForSlot { .. }) => WAITING_FOR_DISRUPTION_BUDGET,
         _ => "WaitingForLock",
     }
 }

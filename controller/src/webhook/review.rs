@@ -3,7 +3,6 @@
 use super::agent::{AgentNode, Agents, Placement};
 use crate::desired::offline;
 use crate::manifests::schema;
-use gpuplane_crds::condition::Time;
 use gpuplane_crds::{GpuNodePool, GpuPartition, InferenceServer};
 use serde_json::{json, Value};
 
@@ -126,7 +125,7 @@ fn decide(req: &Value, cluster: &Cluster) -> (bool, String, Vec<String>) {
                 // A claim being made now is the youngest (the API server stamps it on create).
                 s.metadata
                     .creation_timestamp
-                    .get_or_insert_with(|| Time(jiff::Timestamp::now()));
+                    .get_or_insert_with(crate::clock::now);
                 cluster.servers.retain(|o| {
                     o.metadata.name != s.metadata.name
                         || o.metadata.namespace != s.metadata.namespace

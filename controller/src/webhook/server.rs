@@ -120,7 +120,7 @@ impl Caches {
                 ..Cluster::default()
             };
         }
-        let now = jiff::Timestamp::now();
+        let now = crate::clock::timestamp();
         Cluster {
             partitions: self
                 .partitions

@@ -100,7 +100,7 @@ fn with_a_smoke_test_ready_waits_for_the_result_of_this_unit() {
     let mut st = with_server(&u, StartupPhase::Ready, Some(1000));
     let unit = st.units.get_mut(&u.key()).unwrap();
     unit.file = Some("[Service]\nExecStart=/p -m sglang.launch_server\n".into());
-    let hash = crate::host::preflight::sha256(unit.file.as_deref().unwrap());
+    let hash = crate::digest::sha256(unit.file.as_deref().unwrap());
     let obs = unit.server.as_mut().unwrap();
     obs.http = HttpState::Healthy;
     obs.models = vec!["m".into()];

@@ -117,7 +117,7 @@ pub fn observe(root: &Root, state_dir: &Path) -> BootFacts {
                     path,
                     args,
                     drop_ins,
-                    sha256: crate::host::preflight::sha256(&text),
+                    sha256: crate::digest::sha256(&text),
                     problem,
                 }
             }
@@ -180,7 +180,7 @@ impl LocalHost {
         let old = load_record(&self.state_dir);
         let record = KernelArgsRecord {
             path: b.config_path().into(),
-            written: crate::host::preflight::sha256(&new),
+            written: crate::digest::sha256(&new),
             // Still true of the old content, and harmless for the new one (another hash).
             refreshed: old.as_ref().and_then(|r| r.refreshed.clone()),
             boot_id: old.as_ref().and_then(|r| r.boot_id.clone()),
@@ -210,7 +210,7 @@ impl LocalHost {
                 )))
             }
         };
-        let hash = crate::host::preflight::sha256(&text);
+        let hash = crate::digest::sha256(&text);
         let program = match b {
             Bootloader::ProxmoxBootTool => &self.tools.proxmox_boot_tool,
             Bootloader::Grub => &self.tools.update_grub,

@@ -219,7 +219,7 @@ pub fn with_cfs_lock<T>(
 /// in the future.
 fn age_of(lock_dir: &Path) -> Option<Duration> {
     let m = std::fs::metadata(lock_dir).ok()?.modified().ok()?;
-    SystemTime::now().duration_since(m).ok()
+    crate::clock::system_time().duration_since(m).ok()
 }
 
 /// pmxcfs's unlock request: `utime(0, 0)` on the lock; pmxcfs removes the lock if it expired.

@@ -762,7 +762,7 @@ impl Host for LocalHost {
     }
 
     fn now(&self) -> u64 {
-        std::time::SystemTime::now()
+        crate::clock::system_time()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0)

@@ -200,7 +200,7 @@ impl LocalHost {
         if !models.contains(&req.served_name) {
             return None;
         }
-        let unit_hash = crate::host::preflight::sha256(u.file.as_deref().unwrap_or(""));
+        let unit_hash = crate::digest::sha256(u.file.as_deref().unwrap_or(""));
         let key = format!(
             "{}|{}",
             r.key(),

@@ -100,7 +100,7 @@ impl SimBoot {
                 path: b.config_path().into(),
                 args,
                 drop_ins,
-                sha256: crate::host::preflight::sha256(text),
+                sha256: crate::digest::sha256(text),
                 problem,
             })
         });
@@ -157,7 +157,7 @@ impl SimHost {
         let old = boot.record.take();
         boot.record = Some(KernelArgsRecord {
             path: b.config_path().into(),
-            written: crate::host::preflight::sha256(&new),
+            written: crate::digest::sha256(&new),
             refreshed: old.as_ref().and_then(|r| r.refreshed.clone()),
             boot_id: old.as_ref().and_then(|r| r.boot_id.clone()),
             reboot_from: old.and_then(|r| r.reboot_from),
@@ -202,7 +202,7 @@ impl SimHost {
             } else {
                 String::new()
             },
-            refreshed: Some(crate::host::preflight::sha256(&text)),
+            refreshed: Some(crate::digest::sha256(&text)),
             boot_id: Some(boot.boot_id.clone()),
             reboot_from: old.reboot_from,
         });

@@ -285,7 +285,7 @@ impl SimHost {
                 })
                 .collect();
             obs.smoke = Some(crate::host::model::SmokeResult {
-                unit_hash: crate::host::preflight::sha256(&file),
+                unit_hash: crate::digest::sha256(&file),
                 requests: spec.requests.len() as u32,
                 failures,
             });

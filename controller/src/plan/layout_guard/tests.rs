@@ -5,7 +5,7 @@
 use super::{GPU_MISSING, GPU_REPLACED, LAYOUT_CHANGED};
 use crate::converge::{converge, Options, Report, Stop};
 use crate::door::Door;
-use crate::host::ledger::{Ledger, LedgerGpu};
+use crate::host::ledger::Ledger;
 use crate::host::model::{GpuIdentity, HostState, PciDevice, RunState};
 use crate::host::sim::SimHost;
 use crate::host::Host;
@@ -410,7 +410,7 @@ fn matching_tells_a_moved_gpu_from_a_replaced_one_and_from_a_gone_one() {
         spec_hash: "h".into(),
         gpus: old
             .iter()
-            .map(|d| LedgerGpu::of(d, d.identity.clone(), None))
+            .map(|d| super::ledger_entry(d, d.identity.clone(), None))
             .collect(),
     };
     let now = [

@@ -1,7 +1,8 @@
 //! What a pool member says while it waits for a disruption slot: its partition reads
 //! `Ready=False`, `Reconciling=True`, reason `WaitingForDisruptionBudget`, naming the step it
-//! waits to take and who holds the slots; one event when the wait begins. Nothing on the host
-//! changes meanwhile (the reconcile returns before the converge).
+//! waits to take and who holds the slots; one event when the wait begins. Nothing disruptive
+//! happens on the host meanwhile: the pass's converge stopped before its first step when its
+//! plan needed a slot (`budget/gate.rs`), or right before the disruption that showed later.
 
 use super::super::kube_io::publish;
 use super::super::write_status::{merge, write};

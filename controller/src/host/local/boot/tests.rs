@@ -104,7 +104,7 @@ fn write_then_refresh_keeps_bytes_and_records_each_stage() {
     ) & 0o777;
     assert_eq!(mode, 0o600, "the file keeps its mode");
     let r = observe(&h.root, &h.state_dir).record.unwrap();
-    assert_eq!(r.written, crate::host::preflight::sha256(&text));
+    assert_eq!(r.written, crate::digest::sha256(&text));
     assert_eq!(r.refreshed, None, "written, not yet refreshed");
     assert!(!t.path().join("refresh.log").exists());
     h.apply(&Step::RefreshBootloader {
