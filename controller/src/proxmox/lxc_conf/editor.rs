@@ -102,134 +102,77 @@ impl LxcConfig {
     pub fn set_gpu_mounts(&mut self, desired: &DesiredGpuMounts) -> bool {
         let gpu_lines = self.main_gpu_lines();
         let owned_majors: BTreeSet<u32> = [NVIDIA_MAJOR, desired.uvm_major].into();
+        let style = self.gpu_mounts().style.unwrap_or(desired.default_style);
+        let wanted = wanted_devices(desired, style);
+        let mut remove: BTreeSet<usize> = BTreeSet::new();
+        let (present, kept_entry_line) = keep_wanted_devices(&gpu_lines, &wanted, &mut remove);
+        let missing: Vec<GpuDev> = wanted.difference(&present).copied().collect();
+        let new_devs = self.new_device_lines(style, &missing, &gpu_lines);
+        // A GPU mount entry (kept or added) needs its allow lines; devN lines need none.
+        let adds_entry_line = style == MountStyle::MountEntry && !missing.is_empty();
+        let wanted_allow = wanted_allows(desired, kept_entry_line || adds_entry_line);
+        let mut new_lines =
+            keep_wanted_allows(&gpu_lines, &owned_majors, &wanted_allow, &mut remove);
+        new_lines.extend(new_devs);
+        if remove.is_empty() && new_lines.is_empty() {
+            return false;
+        }
         let is_owned = |l: &GpuLine| match l {
             GpuLine::Device { .. } => true,
             GpuLine::Allow { major, .. } => owned_majors.contains(major),
         };
-
-        let current = self.gpu_mounts();
-        let style = current.style.unwrap_or(desired.default_style);
-
-        let mut wanted_devs: BTreeSet<GpuDev> = BTreeSet::new();
-        if !desired.minors.is_empty() {
-            wanted_devs.extend(desired.minors.iter().map(|&n| GpuDev::Minor(n)));
-            wanted_devs.extend(
-                [
-                    ControlDevice::Ctl,
-                    ControlDevice::Uvm,
-                    ControlDevice::UvmTools,
-                ]
-                .map(GpuDev::Control),
-            );
-            if style == MountStyle::MountEntry {
-                wanted_devs.insert(GpuDev::Control(ControlDevice::Caps));
-            }
-        }
-
-        let mut remove: BTreeSet<usize> = BTreeSet::new();
-        let mut present: BTreeSet<GpuDev> = BTreeSet::new();
-        let mut kept_entry_line = false;
-        for (idx, line) in &gpu_lines {
-            if let GpuLine::Device { dev, style, .. } = line {
-                let devn_caps =
-                    *dev == GpuDev::Control(ControlDevice::Caps) && *style == MountStyle::DevN;
-                if wanted_devs.contains(dev) && !devn_caps {
-                    present.insert(*dev);
-                    if *style == MountStyle::MountEntry {
-                        kept_entry_line = true;
-                    }
-                } else {
-                    remove.insert(*idx);
-                }
-            }
-        }
-
-        let mut new_lines: Vec<String> = Vec::new();
-        let missing: Vec<GpuDev> = wanted_devs.difference(&present).copied().collect();
-        let mut new_devs: Vec<String> = Vec::new();
-        let mut adds_entry_line = false;
-        if style == MountStyle::MountEntry {
-            for dev in &missing {
-                new_devs.push(mount_entry_line(*dev));
-                adds_entry_line = true;
-            }
-        } else {
-            let mut used = self.used_dev_indices();
-            for dev in &missing {
-                let Some(index) = (0..=MAX_DEV_INDEX).find(|i| !used.contains(i)) else {
-                    break;
-                };
-                used.insert(index);
-                let options = devn_template(&gpu_lines, *dev);
-                new_devs.push(devn_line(index, *dev, options.as_deref()));
-            }
-        }
-
-        let want_allow = kept_entry_line || adds_entry_line;
-        // (major, minor): None = every minor. Ordered: the GPUs' minors ascending, nvidiactl,
-        // then the uvm major.
-        let wanted_allow: Vec<(u32, Option<u32>)> = if want_allow {
-            desired
-                .minors
-                .iter()
-                .map(|&n| (NVIDIA_MAJOR, Some(n)))
-                .chain([
-                    (NVIDIA_MAJOR, Some(NVIDIACTL_MINOR)),
-                    (desired.uvm_major, None),
-                ])
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let mut present_allow: BTreeSet<(u32, Option<u32>)> = BTreeSet::new();
-        for (idx, line) in &gpu_lines {
-            if let GpuLine::Allow { major, minor } = line {
-                if !owned_majors.contains(major) {
-                    continue;
-                }
-                if wanted_allow.contains(&(*major, *minor)) {
-                    present_allow.insert((*major, *minor));
-                } else {
-                    remove.insert(*idx);
-                }
-            }
-        }
-        for (major, minor) in &wanted_allow {
-            if !present_allow.contains(&(*major, *minor)) {
-                let minor = minor.map_or("*".to_string(), |n| n.to_string());
-                new_lines.push(format!("lxc.cgroup2.devices.allow: c {major}:{minor} rwm"));
-            }
-        }
-        new_lines.extend(new_devs);
-
-        if remove.is_empty() && new_lines.is_empty() {
-            return false;
-        }
-
-        let main_end = self.main_end();
         let insert_at = match gpu_lines.iter().rfind(|(_, l)| is_owned(l)) {
             Some((idx, _)) => idx + 1,
-            None => (0..main_end)
+            None => (0..self.main_end())
                 .rev()
                 .find(|&i| !is_blank(content(&self.lines[i])))
                 .map_or(0, |i| i + 1),
         };
-        let eol = self.eol_for_insert(insert_at);
+        self.splice(insert_at, &remove, &new_lines);
+        true
+    }
 
+    /// The lines for the `missing` devices in `style`; a `devN` line takes the lowest index
+    /// free in the main section and `[pve:pending]` (none left: the device is not added).
+    fn new_device_lines(
+        &self,
+        style: MountStyle,
+        missing: &[GpuDev],
+        gpu_lines: &[(usize, GpuLine)],
+    ) -> Vec<String> {
+        if style == MountStyle::MountEntry {
+            return missing.iter().map(|d| mount_entry_line(*d)).collect();
+        }
+        let mut used = self.used_dev_indices();
+        let mut out = vec![];
+        for dev in missing {
+            let Some(index) = (0..=MAX_DEV_INDEX).find(|i| !used.contains(i)) else {
+                break;
+            };
+            used.insert(index);
+            let options = devn_template(gpu_lines, *dev);
+            out.push(devn_line(index, *dev, options.as_deref()));
+        }
+        out
+    }
+
+    /// Removes the lines at `remove` and puts `new_lines` at `insert_at` (an index of the lines
+    /// as they were), ending them as the line before it does.
+    fn splice(&mut self, insert_at: usize, remove: &BTreeSet<usize>, new_lines: &[String]) {
+        let eol = self.eol_for_insert(insert_at);
         let mut out: Vec<String> = Vec::with_capacity(self.lines.len() + new_lines.len());
         for (idx, line) in self.lines.iter().enumerate() {
             if idx == insert_at {
-                push_new_lines(&mut out, &new_lines, &eol);
+                push_new_lines(&mut out, new_lines, &eol);
             }
             if !remove.contains(&idx) {
                 out.push(line.clone());
             }
         }
         if insert_at >= self.lines.len() {
-            push_new_lines(&mut out, &new_lines, &eol);
+            push_new_lines(&mut out, new_lines, &eol);
         }
         self.lines = out;
-        true
     }
 
     /// Whether the container is unprivileged: `unprivileged: 1` in the main section (PVE's
@@ -300,6 +243,99 @@ impl LxcConfig {
         }
         terminate(&mut self.lines[at - 1], &first)
     }
+}
+
+/// The devices a container with `desired.minors` needs in `style`: the GPUs and the control
+/// devices (`nvidia-caps` only as a mount entry: a `devN` of a directory stops the container);
+/// none without GPUs.
+fn wanted_devices(desired: &DesiredGpuMounts, style: MountStyle) -> BTreeSet<GpuDev> {
+    let mut wanted: BTreeSet<GpuDev> = BTreeSet::new();
+    if desired.minors.is_empty() {
+        return wanted;
+    }
+    wanted.extend(desired.minors.iter().map(|&n| GpuDev::Minor(n)));
+    let control = [
+        ControlDevice::Ctl,
+        ControlDevice::Uvm,
+        ControlDevice::UvmTools,
+    ];
+    wanted.extend(control.map(GpuDev::Control));
+    if style == MountStyle::MountEntry {
+        wanted.insert(GpuDev::Control(ControlDevice::Caps));
+    }
+    wanted
+}
+
+/// Marks every device line that is not wanted for removal; returns the wanted devices already
+/// there and whether a kept one is a mount entry.
+fn keep_wanted_devices(
+    gpu_lines: &[(usize, GpuLine)],
+    wanted: &BTreeSet<GpuDev>,
+    remove: &mut BTreeSet<usize>,
+) -> (BTreeSet<GpuDev>, bool) {
+    let mut present = BTreeSet::new();
+    let mut kept_entry_line = false;
+    for (idx, line) in gpu_lines {
+        if let GpuLine::Device { dev, style, .. } = line {
+            let devn_caps =
+                *dev == GpuDev::Control(ControlDevice::Caps) && *style == MountStyle::DevN;
+            if wanted.contains(dev) && !devn_caps {
+                present.insert(*dev);
+                kept_entry_line |= *style == MountStyle::MountEntry;
+            } else {
+                remove.insert(*idx);
+            }
+        }
+    }
+    (present, kept_entry_line)
+}
+
+/// The allow lines wanted (`(major, minor)`, `None` = every minor), when any are: the GPUs'
+/// minors ascending, nvidiactl, then the uvm major.
+fn wanted_allows(desired: &DesiredGpuMounts, any: bool) -> Vec<(u32, Option<u32>)> {
+    if !any {
+        return vec![];
+    }
+    desired
+        .minors
+        .iter()
+        .map(|&n| (NVIDIA_MAJOR, Some(n)))
+        .chain([
+            (NVIDIA_MAJOR, Some(NVIDIACTL_MINOR)),
+            (desired.uvm_major, None),
+        ])
+        .collect()
+}
+
+/// Marks the allow lines of our majors that are not wanted for removal (another major's are
+/// foreign and kept); returns the wanted ones missing, as lines, in the wanted order.
+fn keep_wanted_allows(
+    gpu_lines: &[(usize, GpuLine)],
+    owned_majors: &BTreeSet<u32>,
+    wanted: &[(u32, Option<u32>)],
+    remove: &mut BTreeSet<usize>,
+) -> Vec<String> {
+    let mut present: BTreeSet<(u32, Option<u32>)> = BTreeSet::new();
+    for (idx, line) in gpu_lines {
+        if let GpuLine::Allow { major, minor } = line {
+            if !owned_majors.contains(major) {
+                continue;
+            }
+            if wanted.contains(&(*major, *minor)) {
+                present.insert((*major, *minor));
+            } else {
+                remove.insert(*idx);
+            }
+        }
+    }
+    wanted
+        .iter()
+        .filter(|a| !present.contains(a))
+        .map(|(major, minor)| {
+            let minor = minor.map_or("*".to_string(), |n| n.to_string());
+            format!("lxc.cgroup2.devices.allow: c {major}:{minor} rwm")
+        })
+        .collect()
 }
 
 fn push_new_lines(out: &mut Vec<String>, new_lines: &[String], eol: &str) {
