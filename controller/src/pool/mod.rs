@@ -331,9 +331,80 @@ fn set_member(st: &mut GpuNodePoolStatus, who: &str, node: &str, state: &str, wa
 
 /// Members, counts and conditions from the slots and the members as listed.
 fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member], now: &Time) {
-    let g = pool.metadata.generation;
-    st.observed_generation = g;
-    // Only partitions still labelled are members; one not yet reported is Pending.
+    st.observed_generation = pool.metadata.generation;
+    list_members(st, members);
+    count_members(st, members);
+    let cond = |st: &mut GpuNodePoolStatus, t: &str, on: bool, reason: &str, message: String| {
+        set_condition(
+            &mut st.conditions,
+            Condition {
+                type_: t.into(),
+                status: if on { "True" } else { "False" }.into(),
+                reason: reason.into(),
+                message,
+                observed_generation: pool.metadata.generation,
+                last_transition_time: now.clone(),
+            },
+        );
+    };
+    let bad = invalid(pool);
+    let (paused, p_reason, p_msg) = pause(st, pool, members, bad.as_deref());
+    cond(st, types::PAUSED, paused, p_reason, p_msg.clone());
+    let degraded = st.failure.is_some() || st.degraded_member_count > 0;
+    let (d_reason, d_msg) = match (st.failure.is_some(), degraded) {
+        (true, _) => (
+            "MemberFailed",
+            format!("{} members degraded; {p_msg}", st.degraded_member_count),
+        ),
+        (false, true) => (
+            "MembersDegraded",
+            format!("{} members degraded; {p_msg}", st.degraded_member_count),
+        ),
+        (false, false) => ("AsExpected", "no member failed".to_string()),
+    };
+    cond(st, types::DEGRADED, degraded, d_reason, d_msg);
+    let waiting = st.members.iter().filter(|e| e.state == "Waiting").count();
+    let updating = st.slots.len() + waiting;
+    let counts = format!(
+        "{} of {} members updated, {} hold slots, {} wait for one",
+        st.updated_member_count,
+        st.member_count,
+        st.slots.len(),
+        waiting
+    );
+    let all = st.member_count > 0 && st.updated_member_count == st.member_count;
+    let all_reason = if all { "AllUpdated" } else { "Updating" };
+    cond(
+        st,
+        types::UPDATED,
+        all && st.slots.is_empty(),
+        all_reason,
+        counts.clone(),
+    );
+    let up_reason = if updating > 0 { "Updating" } else { "Idle" };
+    cond(st, types::UPDATING, updating > 0, up_reason, counts.clone());
+    // kstatus: at most one of the pair is True.
+    let stuck = st.failure.is_some() || bad.is_some();
+    let (rec, stl, reason) = if bad.is_some() {
+        (false, true, "InvalidSpec")
+    } else if stuck {
+        (false, true, "MemberFailed")
+    } else if updating > 0 || !all {
+        (true, false, "Updating")
+    } else {
+        (false, false, "AllUpdated")
+    };
+    let msg = if stuck { p_msg } else { counts };
+    cond(st, types::RECONCILING, rec, reason, msg.clone());
+    cond(st, types::STALLED, stl, reason, msg.clone());
+    // Ready (what `kubectl wait` and the GitOps health checks read): every member updated and
+    // whole, no slot held, no failure.
+    let ready_reason = if rec || stl { reason } else { "AllUpdated" };
+    cond(st, types::READY, !rec && !stl, ready_reason, msg);
+}
+
+/// Only partitions still labelled are members; one not yet reported is Pending.
+fn list_members(st: &mut GpuNodePoolStatus, members: &[Member]) {
     st.members
         .retain(|e| members.iter().any(|m| m.name == e.name));
     for m in members {
@@ -341,6 +412,10 @@ fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member],
             set_member(st, &m.name, &m.node, "Pending", "its agent's first report");
         }
     }
+}
+
+/// The member counts: all, updated (and its agent alive), ready, unavailable, degraded.
+fn count_members(st: &mut GpuNodePoolStatus, members: &[Member]) {
     let gone = |name: &str| members.iter().any(|m| m.name == name && m.agent_gone);
     let stalled = |name: &str| members.iter().any(|m| m.name == name && m.stalled);
     st.member_count = members.len() as u32;
@@ -356,24 +431,18 @@ fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member],
         .iter()
         .filter(|e| e.state == "Degraded" || stalled(&e.name))
         .count() as u32;
-    let waiting = st.members.iter().filter(|e| e.state == "Waiting").count();
-    let updating = st.slots.len() + waiting;
-    let cond = |st: &mut GpuNodePoolStatus, t: &str, on: bool, reason: &str, message: String| {
-        set_condition(
-            &mut st.conditions,
-            Condition {
-                type_: t.into(),
-                status: if on { "True" } else { "False" }.into(),
-                reason: reason.into(),
-                message,
-                observed_generation: g,
-                last_transition_time: now.clone(),
-            },
-        );
-    };
-    let bad = invalid(pool);
-    let (paused, p_reason, p_msg) = match (&bad, &st.failure, pool.spec.paused) {
-        (Some(why), _, _) => (true, "InvalidSpec", why.clone()),
+}
+
+/// Whether the pool grants no slot, the reason and the words: an invalid spec, a member's
+/// failure, `spec.paused`, a budget of none; else not paused.
+fn pause(
+    st: &GpuNodePoolStatus,
+    pool: &GpuNodePool,
+    members: &[Member],
+    bad: Option<&str>,
+) -> (bool, &'static str, String) {
+    match (bad, &st.failure, pool.spec.paused) {
+        (Some(why), _, _) => (true, "InvalidSpec", why.to_string()),
         (None, Some(f), _) => (
             true,
             "MemberFailed",
@@ -391,72 +460,7 @@ fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member],
             "maxUnavailable gives no slot: no member may start a disruptive change (set it above 0 to resume)".to_string(),
         ),
         (None, None, false) => (false, "NotPaused", "members may take slots".to_string()),
-    };
-    cond(st, types::PAUSED, paused, p_reason, p_msg.clone());
-    let degraded = st.failure.is_some() || st.degraded_member_count > 0;
-    let d_msg = if degraded {
-        format!("{} members degraded; {p_msg}", st.degraded_member_count)
-    } else {
-        "no member failed".into()
-    };
-    cond(
-        st,
-        types::DEGRADED,
-        degraded,
-        if st.failure.is_some() {
-            "MemberFailed"
-        } else if degraded {
-            "MembersDegraded"
-        } else {
-            "AsExpected"
-        },
-        d_msg,
-    );
-    let counts = format!(
-        "{} of {} members updated, {} hold slots, {} wait for one",
-        st.updated_member_count,
-        st.member_count,
-        st.slots.len(),
-        waiting
-    );
-    let all = st.member_count > 0 && st.updated_member_count == st.member_count;
-    cond(
-        st,
-        types::UPDATED,
-        all && st.slots.is_empty(),
-        if all { "AllUpdated" } else { "Updating" },
-        counts.clone(),
-    );
-    cond(
-        st,
-        types::UPDATING,
-        updating > 0,
-        if updating > 0 { "Updating" } else { "Idle" },
-        counts.clone(),
-    );
-    // kstatus: at most one of the pair is True.
-    let stuck = st.failure.is_some() || bad.is_some();
-    let (rec, stl, reason) = if bad.is_some() {
-        (false, true, "InvalidSpec")
-    } else if stuck {
-        (false, true, "MemberFailed")
-    } else if updating > 0 || !all {
-        (true, false, "Updating")
-    } else {
-        (false, false, "AllUpdated")
-    };
-    let msg = if stuck { p_msg } else { counts };
-    cond(st, types::RECONCILING, rec, reason, msg.clone());
-    cond(st, types::STALLED, stl, reason, msg.clone());
-    // Ready (what `kubectl wait` and the GitOps health checks read): every member updated and
-    // whole, no slot held, no failure.
-    cond(
-        st,
-        types::READY,
-        !rec && !stl,
-        if rec || stl { reason } else { "AllUpdated" },
-        msg,
-    );
+    }
 }
 
 #[cfg(test)]
