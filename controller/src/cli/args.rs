@@ -61,70 +61,7 @@ pub enum Command {
     },
     /// Run the agent: reconcile this node's GpuPartition and its InferenceServers from the
     /// Kubernetes API until stopped.
-    Run {
-        #[command(flatten)]
-        host: HostArgs,
-        /// Kubeconfig file (default: in-cluster configuration, then ~/.kube/config).
-        #[arg(long)]
-        kubeconfig: Option<PathBuf>,
-        /// Address of /metrics, /healthz and /readyz.
-        #[arg(long, default_value = "0.0.0.0:9464")]
-        metrics_addr: String,
-        /// A file holding a bearer token that /sd/servers (the SGLang servers of every tenant on
-        /// this node) then requires (`Authorization: Bearer TOKEN`; Prometheus's http_sd_configs
-        /// `authorization.credentials_file`). Unset: /sd/servers answers anyone who reaches it.
-        #[arg(long)]
-        sd_token_file: Option<PathBuf>,
-        /// Also serve /healthz and /readyz alone on this address (127.0.0.1:PORT), apart from the
-        /// metrics listener, for probes no other pod can starve (`gpuplane healthz`).
-        #[arg(long)]
-        health_addr: Option<String>,
-        /// Seconds between re-observations of the host when nothing changed in the API (drift check).
-        #[arg(long, default_value_t = 30)]
-        drift_interval: u64,
-        /// Seconds between readiness checks of a starting server.
-        #[arg(long, default_value_t = 5)]
-        poll_interval: u64,
-        /// Namespace of the per-node Lease (default: $POD_NAMESPACE, else "default").
-        #[arg(long)]
-        lease_namespace: Option<String>,
-        /// Lease duration in seconds.
-        #[arg(long, default_value_t = 15)]
-        lease_duration: u64,
-        /// This agent's identity in the Lease (default: hostname-pid).
-        #[arg(long)]
-        identity: Option<String>,
-        /// With a simulated host: run its clock this many times faster than wall time.
-        #[arg(long, default_value_t = 1)]
-        sim_speed: u64,
-        /// Which objects the agent watches: `node`, those labelled gpuplane.dev/node=<node>
-        /// (objects of this node without the label get the condition NodeLabelMissing); or
-        /// `cluster`, every object of the cluster, filtered by spec.nodeName (for clusters not
-        /// labelled yet; every agent then holds the whole cluster).
-        #[arg(long, default_value = "node", value_parser = watch_scope())]
-        watch_scope: crate::reconcile::scope::WatchScope,
-        /// Without Kubernetes: reconcile the manifests in this file or directory (watched for
-        /// changes) instead of the API's objects; status goes to files under --status-dir.
-        #[arg(long, conflicts_with_all = ["kubeconfig", "lease_namespace", "identity"])]
-        manifests: Option<PathBuf>,
-        /// With --manifests: where each resource's status file is written.
-        #[arg(long, default_value = DEFAULT_STATUS_DIR)]
-        status_dir: PathBuf,
-        /// The address Prometheus reaches this node at, listed in `/sd/servers` (and the file_sd
-        /// file) for a host server that listens on a wildcard (0.0.0.0, ::). The chart passes the
-        /// pod's status.hostIP; unset: 127.0.0.1 (only a Prometheus on this machine reaches it).
-        #[arg(long)]
-        sd_node_address: Option<String>,
-        /// With --manifests: where the SGLang servers are listed for Prometheus's file_sd_configs
-        /// (the JSON of /sd/servers), replaced atomically after each pass; "" to write none.
-        /// Default: `prometheus/servers.json` beside the status directory
-        /// (/var/lib/gpuplane/prometheus/servers.json with the default --status-dir).
-        #[arg(long)]
-        file_sd: Option<PathBuf>,
-        /// With --manifests: stop once settled or after this many reconciles (tests).
-        #[arg(long, hide = true)]
-        max_rounds: Option<u64>,
-    },
+    Run(RunArgs),
     /// Exit 0 when the agent's probe listener (`run --health-addr`) answers PATH with 200, 1
     /// otherwise: the chart's liveness and readiness probes (exec probes, so the listener stays
     /// on loopback, out of other pods' reach).
@@ -324,6 +261,73 @@ fn parse_cidr(s: &str) -> Result<ipnet::IpNet, String> {
     s.parse::<ipnet::IpNet>()
         .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
         .map_err(|_| format!("{s:?} is not a CIDR such as 10.0.0.0/24 or an address"))
+}
+
+/// `gpuplane run`'s arguments: the Kubernetes agent, or with `--manifests` the agent on files.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub host: HostArgs,
+    /// Kubeconfig file (default: in-cluster configuration, then ~/.kube/config).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:9464")]
+    pub metrics_addr: String,
+    /// A file holding a bearer token that /sd/servers (the SGLang servers of every tenant on
+    /// this node) then requires (`Authorization: Bearer TOKEN`; Prometheus's http_sd_configs
+    /// `authorization.credentials_file`). Unset: /sd/servers answers anyone who reaches it.
+    #[arg(long)]
+    pub sd_token_file: Option<PathBuf>,
+    /// Also serve /healthz and /readyz alone on this address (127.0.0.1:PORT), apart from the
+    /// metrics listener, for probes no other pod can starve (`gpuplane healthz`).
+    #[arg(long)]
+    pub health_addr: Option<String>,
+    /// Seconds between re-observations of the host when nothing changed in the API (drift check).
+    #[arg(long, default_value_t = 30)]
+    pub drift_interval: u64,
+    /// Seconds between readiness checks of a starting server.
+    #[arg(long, default_value_t = 5)]
+    pub poll_interval: u64,
+    /// Namespace of the per-node Lease (default: $POD_NAMESPACE, else "default").
+    #[arg(long)]
+    pub lease_namespace: Option<String>,
+    /// Lease duration in seconds.
+    #[arg(long, default_value_t = 15)]
+    pub lease_duration: u64,
+    /// This agent's identity in the Lease (default: hostname-pid).
+    #[arg(long)]
+    pub identity: Option<String>,
+    /// With a simulated host: run its clock this many times faster than wall time.
+    #[arg(long, default_value_t = 1)]
+    pub sim_speed: u64,
+    /// Which objects the agent watches: `node`, those labelled gpuplane.dev/node=<node>
+    /// (objects of this node without the label get the condition NodeLabelMissing); or
+    /// `cluster`, every object of the cluster, filtered by spec.nodeName (for clusters not
+    /// labelled yet; every agent then holds the whole cluster).
+    #[arg(long, default_value = "node", value_parser = watch_scope())]
+    pub watch_scope: crate::reconcile::scope::WatchScope,
+    /// Without Kubernetes: reconcile the manifests in this file or directory (watched for
+    /// changes) instead of the API's objects; status goes to files under --status-dir.
+    #[arg(long, conflicts_with_all = ["kubeconfig", "lease_namespace", "identity"])]
+    pub manifests: Option<PathBuf>,
+    /// With --manifests: where each resource's status file is written.
+    #[arg(long, default_value = DEFAULT_STATUS_DIR)]
+    pub status_dir: PathBuf,
+    /// The address Prometheus reaches this node at, listed in `/sd/servers` (and the file_sd
+    /// file) for a host server that listens on a wildcard (0.0.0.0, ::). The chart passes the
+    /// pod's status.hostIP; unset: 127.0.0.1 (only a Prometheus on this machine reaches it).
+    #[arg(long)]
+    pub sd_node_address: Option<String>,
+    /// With --manifests: where the SGLang servers are listed for Prometheus's file_sd_configs
+    /// (the JSON of /sd/servers), replaced atomically after each pass; "" to write none.
+    /// Default: `prometheus/servers.json` beside the status directory
+    /// (/var/lib/gpuplane/prometheus/servers.json with the default --status-dir).
+    #[arg(long)]
+    pub file_sd: Option<PathBuf>,
+    /// With --manifests: stop once settled or after this many reconciles (tests).
+    #[arg(long, hide = true)]
+    pub max_rounds: Option<u64>,
 }
 
 #[cfg(test)]

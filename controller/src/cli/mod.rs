@@ -21,7 +21,7 @@ mod input;
 mod output;
 mod status_cmd;
 
-pub use args::{Cli, Command, Format, HostArgs, InputArgs, ObserveFormat, StatusFormat};
+pub use args::{Cli, Command, Format, HostArgs, InputArgs, ObserveFormat, RunArgs, StatusFormat};
 pub use failure::Failure;
 pub use input::{desired_for_host, load_desired, open_host};
 
@@ -39,73 +39,7 @@ pub fn run(cli: Cli) -> i32 {
 fn dispatch(cli: Cli) -> Result<i32, Failure> {
     match cli.command {
         Command::Observe { host, output } => commands::observe(&host, output),
-        Command::Run {
-            host,
-            kubeconfig,
-            metrics_addr,
-            sd_token_file,
-            health_addr,
-            drift_interval,
-            poll_interval,
-            lease_namespace,
-            lease_duration,
-            identity,
-            sim_speed,
-            watch_scope,
-            manifests,
-            status_dir,
-            sd_node_address,
-            file_sd,
-            max_rounds,
-        } => {
-            let sd_token = match &sd_token_file {
-                Some(f) => Some(args::read_token(f).map_err(Failure::input)?),
-                None => None,
-            };
-            if let Some(manifests) = manifests {
-                let opts = crate::standalone::StandaloneOptions {
-                    manifests,
-                    file_sd: args::file_sd_path(file_sd, &status_dir),
-                    status_dir,
-                    sd_node_address,
-                    gpu_vendor: host.gpu_vendor.clone(),
-                    gpu_driver: host.gpu_driver.clone(),
-                    metrics_addr,
-                    sd_token,
-                    drift_interval: std::time::Duration::from_secs(drift_interval.max(1)),
-                    poll_interval: std::time::Duration::from_secs(poll_interval.max(1)),
-                    max_rounds,
-                };
-                return commands::run_standalone(&host, opts, sim_speed);
-            }
-            let node = host
-                .node_name
-                .clone()
-                .ok_or_else(|| Failure::input("gpuplane run needs --node-name"))?;
-            let hostname = std::fs::read_to_string("/etc/hostname")
-                .unwrap_or_default()
-                .trim()
-                .to_string();
-            let opts = crate::reconcile::RunOptions {
-                node,
-                gpu_vendor: host.gpu_vendor.clone(),
-                gpu_driver: host.gpu_driver.clone(),
-                kubeconfig,
-                metrics_addr,
-                health_addr,
-                drift_interval: std::time::Duration::from_secs(drift_interval.max(1)),
-                poll_interval: std::time::Duration::from_secs(poll_interval.max(1)),
-                lease_namespace: lease_namespace
-                    .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                    .unwrap_or_else(|| "default".into()),
-                lease_duration: std::time::Duration::from_secs(lease_duration.max(3)),
-                identity: identity.unwrap_or_else(|| format!("{hostname}-{}", std::process::id())),
-                watch_scope,
-                sd_node_address,
-                sd_token,
-            };
-            commands::run_agent(&host, opts, sim_speed)
-        }
+        Command::Run(args) => run_agent(args),
         Command::Render {
             input,
             p2p_disabled,
@@ -176,4 +110,74 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             dry_run,
         } => commands::converge(&input, output, save_host.as_deref(), dry_run),
     }
+}
+
+/// `gpuplane run`: the agent on manifest files with `--manifests`, else the Kubernetes agent.
+fn run_agent(args: RunArgs) -> Result<i32, Failure> {
+    let RunArgs {
+        host,
+        kubeconfig,
+        metrics_addr,
+        sd_token_file,
+        health_addr,
+        drift_interval,
+        poll_interval,
+        lease_namespace,
+        lease_duration,
+        identity,
+        sim_speed,
+        watch_scope,
+        manifests,
+        status_dir,
+        sd_node_address,
+        file_sd,
+        max_rounds,
+    } = args;
+    let sd_token = match &sd_token_file {
+        Some(f) => Some(args::read_token(f).map_err(Failure::input)?),
+        None => None,
+    };
+    if let Some(manifests) = manifests {
+        let opts = crate::standalone::StandaloneOptions {
+            manifests,
+            file_sd: args::file_sd_path(file_sd, &status_dir),
+            status_dir,
+            sd_node_address,
+            gpu_vendor: host.gpu_vendor.clone(),
+            gpu_driver: host.gpu_driver.clone(),
+            metrics_addr,
+            sd_token,
+            drift_interval: std::time::Duration::from_secs(drift_interval.max(1)),
+            poll_interval: std::time::Duration::from_secs(poll_interval.max(1)),
+            max_rounds,
+        };
+        return commands::run_standalone(&host, opts, sim_speed);
+    }
+    let node = host
+        .node_name
+        .clone()
+        .ok_or_else(|| Failure::input("gpuplane run needs --node-name"))?;
+    let hostname = std::fs::read_to_string("/etc/hostname")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let opts = crate::reconcile::RunOptions {
+        node,
+        gpu_vendor: host.gpu_vendor.clone(),
+        gpu_driver: host.gpu_driver.clone(),
+        kubeconfig,
+        metrics_addr,
+        health_addr,
+        drift_interval: std::time::Duration::from_secs(drift_interval.max(1)),
+        poll_interval: std::time::Duration::from_secs(poll_interval.max(1)),
+        lease_namespace: lease_namespace
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into()),
+        lease_duration: std::time::Duration::from_secs(lease_duration.max(3)),
+        identity: identity.unwrap_or_else(|| format!("{hostname}-{}", std::process::id())),
+        watch_scope,
+        sd_node_address,
+        sd_token,
+    };
+    commands::run_agent(&host, opts, sim_speed)
 }
