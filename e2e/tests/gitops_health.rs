@@ -169,3 +169,22 @@ fn the_argocd_cm_snippet_holds_the_tested_scripts() {
         assert_eq!(cm["data"][&key].as_str(), Some(script.as_str()), "{key}");
     }
 }
+
+/// One health rule for every kind: Argo CD wants a script per kind, and the three are the same
+/// bytes, so a fix made to one and not the others fails here (the conditions they read are
+/// the same kstatus pair on every kind).
+#[test]
+fn every_kind_has_the_same_health_script() {
+    let scripts: Vec<String> = KINDS
+        .iter()
+        .map(|k| std::fs::read_to_string(argo_dir(k).join("health.lua")).unwrap())
+        .collect();
+    assert_eq!(scripts.len(), 3);
+    for (k, s) in KINDS.iter().zip(&scripts) {
+        assert_eq!(
+            s, &scripts[0],
+            "{k}'s health.lua differs from {}'s",
+            KINDS[0]
+        );
+    }
+}
