@@ -207,12 +207,18 @@ impl Metrics {
             sd_token: Arc::new(Mutex::new(None)),
             registry,
         };
-        let build = gauge(
-            "build_info",
-            "1, labelled with the agent's version",
+        m.register_all()?;
+        Ok(m)
+    }
+
+    /// Registers every metric, and `build_info` with the agent's version.
+    fn register_all(&self) -> Result<(), prometheus::Error> {
+        let build = IntGaugeVec::new(
+            Opts::new("build_info", "1, labelled with the agent's version"),
             &["version"],
         )?;
         build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        let m = self;
         for c in [
             Box::new(m.reconciles.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(m.reconcile_duration.clone()),
@@ -233,7 +239,7 @@ impl Metrics {
         ] {
             m.registry.register(c)?;
         }
-        Ok(m)
+        Ok(())
     }
 
     /// Shows `conditions` as the conditions of `kind` `namespace`/`name` (namespace "" for a

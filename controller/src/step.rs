@@ -226,21 +226,7 @@ impl std::fmt::Display for Step {
                 bootloader,
                 present,
                 absent,
-            } => {
-                write!(f, "set kernel arguments in {}", bootloader.config_path())?;
-                if !present.is_empty() {
-                    write!(f, ": add {}", present.join(" "))?;
-                }
-                if !absent.is_empty() {
-                    write!(
-                        f,
-                        "{} remove {}",
-                        if present.is_empty() { ":" } else { ";" },
-                        absent.join(" ")
-                    )?;
-                }
-                Ok(())
-            }
+            } => kernel_args_words(f, bootloader.config_path(), present, absent),
             Step::RefreshBootloader { bootloader } => {
                 write!(f, "run {}", bootloader.refresh_command().join(" "))
             }
@@ -256,4 +242,22 @@ impl std::fmt::Display for Step {
             Step::WaitReady { unit, .. } => write!(f, "wait for {unit} to be ready"),
         }
     }
+}
+
+/// "set kernel arguments in FILE: add A B; remove C".
+fn kernel_args_words(
+    f: &mut std::fmt::Formatter<'_>,
+    file: impl std::fmt::Display,
+    present: &[String],
+    absent: &[String],
+) -> std::fmt::Result {
+    write!(f, "set kernel arguments in {file}")?;
+    if !present.is_empty() {
+        write!(f, ": add {}", present.join(" "))?;
+    }
+    if !absent.is_empty() {
+        let sep = if present.is_empty() { ":" } else { ";" };
+        write!(f, "{sep} remove {}", absent.join(" "))?;
+    }
+    Ok(())
 }

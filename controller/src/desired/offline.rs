@@ -23,7 +23,7 @@ use super::{
 };
 use crate::host::model::{Container, GpuIdentity, HostState, PciDevice, RunState};
 use gpuplane_crds::{
-    Consumer, GpuDriver, GpuPartition, InferenceServer, ServerPolicy, UnitLocation,
+    Consumer, GpuDriver, GpuPartition, GpuSlice, InferenceServer, ServerPolicy, UnitLocation,
 };
 use std::collections::BTreeMap;
 
@@ -186,34 +186,13 @@ fn one_partition_per_node(partitions: &[GpuPartition]) -> Vec<SpecError> {
 /// A host on which `p` (and its servers' tensor parallel sizes) can only fail for the spec's
 /// own reasons, and what the spec said of each GPU it made up an address for.
 fn stand_in_host(p: &GpuPartition, servers: &[&InferenceServer]) -> (HostState, MadeUp) {
-    let mut h = HostState {
-        node_name: p.spec.node_name.clone(),
-        ..HostState::default()
-    };
-    let mut made_up = MadeUp::new();
-    let mut next = 0u32;
-    let add_gpu = |h: &mut HostState, address: String, numa: i32| {
-        h.pci_devices.entry(address.clone()).or_insert(PciDevice {
-            address,
-            vendor: VENDOR.into(),
-            device: "0000".into(),
-            class: "030200".into(),
-            numa_node: numa,
-            driver: Some("nvidia".into()),
-            ..PciDevice::default()
-        });
-    };
-    // A GPU at a made-up address, `said` being what the spec says of it.
-    let mut fresh = |h: &mut HostState, numa: i32, said: String| {
-        next += 1;
-        // Bus numbers above any a partition names by hand are unlikely to collide; a collision
-        // only adds a GPU that was named anyway.
-        let address = format!("ffff:{:02x}:{:02x}.0", next / 32, next % 32);
-        if !h.pci_devices.contains_key(&address) {
-            made_up.insert(address.clone(), said);
-        }
-        add_gpu(h, address.clone(), numa);
-        address
+    let mut b = StandIn {
+        h: HostState {
+            node_name: p.spec.node_name.clone(),
+            ..HostState::default()
+        },
+        made_up: MadeUp::new(),
+        next: 0,
     };
     for s in &p.spec.slices {
         let wanted = servers
@@ -223,43 +202,10 @@ fn stand_in_host(p: &GpuPartition, servers: &[&InferenceServer]) -> (HostState, 
             .max()
             .unwrap_or(1)
             .max(1);
-        if let Some(addrs) = &s.gpus.addresses {
-            for a in addrs {
-                add_gpu(&mut h, a.full(), -1);
-            }
-        } else if let Some(n) = s.gpus.numa_node {
-            for _ in 0..wanted {
-                fresh(&mut h, n, format!("a GPU on NUMA node {n}"));
-            }
-        } else if let Some(c) = s.gpus.count {
-            for _ in 0..c.min(1024) {
-                fresh(
-                    &mut h,
-                    -1,
-                    format!("a GPU of slice {:?} (count {c})", s.name),
-                );
-            }
-        }
-        // GPUs named by identity: one stand-in GPU per distinct name (a name listed twice is
-        // still the spec's error), with that identity.
-        let named: [(&str, &Option<Vec<String>>, IdentityField); 3] = [
-            ("uuid", &s.gpus.uuids, |i| &mut i.uuid),
-            ("serial", &s.gpus.serials, |i| &mut i.serial),
-            ("slot", &s.gpus.slots, |i| &mut i.slot),
-        ];
-        for (kind, names, field) in named {
-            let mut seen = std::collections::BTreeSet::new();
-            for n in names.iter().flatten().take(1024) {
-                if seen.insert(n) {
-                    let address = fresh(&mut h, -1, format!("the GPU with {kind} {n:?}"));
-                    if let Some(d) = h.pci_devices.get_mut(&address) {
-                        *field(&mut d.identity) = Some(n.clone());
-                    }
-                }
-            }
-        }
+        b.selected_gpus(s, wanted);
+        b.named_gpus(s);
         if let Some(Consumer { lxc: Some(l), .. }) = &s.consumer {
-            h.containers.insert(
+            b.h.containers.insert(
                 l.vmid,
                 Container {
                     vmid: l.vmid,
@@ -271,7 +217,84 @@ fn stand_in_host(p: &GpuPartition, servers: &[&InferenceServer]) -> (HostState, 
             );
         }
     }
-    (h, made_up)
+    (b.h, b.made_up)
+}
+
+/// The stand-in host being built, and the GPUs it made up.
+struct StandIn {
+    h: HostState,
+    made_up: MadeUp,
+    /// The last made-up address's number.
+    next: u32,
+}
+
+impl StandIn {
+    fn add_gpu(&mut self, address: String, numa: i32) {
+        self.h
+            .pci_devices
+            .entry(address.clone())
+            .or_insert(PciDevice {
+                address,
+                vendor: VENDOR.into(),
+                device: "0000".into(),
+                class: "030200".into(),
+                numa_node: numa,
+                driver: Some("nvidia".into()),
+                ..PciDevice::default()
+            });
+    }
+
+    /// A GPU at a made-up address, `said` being what the spec says of it.
+    fn fresh(&mut self, numa: i32, said: String) -> String {
+        self.next += 1;
+        // Bus numbers above any a partition names by hand are unlikely to collide; a collision
+        // only adds a GPU that was named anyway.
+        let address = format!("ffff:{:02x}:{:02x}.0", self.next / 32, self.next % 32);
+        if !self.h.pci_devices.contains_key(&address) {
+            self.made_up.insert(address.clone(), said);
+        }
+        self.add_gpu(address.clone(), numa);
+        address
+    }
+
+    /// The GPUs slice `s` selects by address, NUMA node (`wanted` of them: its largest
+    /// server's tp) or count.
+    fn selected_gpus(&mut self, s: &GpuSlice, wanted: usize) {
+        if let Some(addrs) = &s.gpus.addresses {
+            for a in addrs {
+                self.add_gpu(a.full(), -1);
+            }
+        } else if let Some(n) = s.gpus.numa_node {
+            for _ in 0..wanted {
+                self.fresh(n, format!("a GPU on NUMA node {n}"));
+            }
+        } else if let Some(c) = s.gpus.count {
+            for _ in 0..c.min(1024) {
+                self.fresh(-1, format!("a GPU of slice {:?} (count {c})", s.name));
+            }
+        }
+    }
+
+    /// GPUs named by identity: one stand-in GPU per distinct name (a name listed twice is
+    /// still the spec's error), with that identity.
+    fn named_gpus(&mut self, s: &GpuSlice) {
+        let named: [(&str, &Option<Vec<String>>, IdentityField); 3] = [
+            ("uuid", &s.gpus.uuids, |i| &mut i.uuid),
+            ("serial", &s.gpus.serials, |i| &mut i.serial),
+            ("slot", &s.gpus.slots, |i| &mut i.slot),
+        ];
+        for (kind, names, field) in named {
+            let mut seen = std::collections::BTreeSet::new();
+            for n in names.iter().flatten().take(1024) {
+                if seen.insert(n) {
+                    let address = self.fresh(-1, format!("the GPU with {kind} {n:?}"));
+                    if let Some(d) = self.h.pci_devices.get_mut(&address) {
+                        *field(&mut d.identity) = Some(n.clone());
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

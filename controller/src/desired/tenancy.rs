@@ -14,7 +14,7 @@ use crate::sglang::args::{self, Word};
 use crate::sglang::command;
 use crate::sglang::flag_policy::{self, Who};
 use crate::systemd::name::service_unit_name;
-use gpuplane_crds::{InferenceServerSpec, ServerPolicy, UnitLocation};
+use gpuplane_crds::{EnvVar, InferenceServerSpec, ServerPolicy, UnitLocation};
 
 /// Prefix every server unit not adopted by the admin must carry: the agent's own namespace of
 /// unit names, so no server can name (and so overwrite, restart or remove) a host unit.
@@ -77,7 +77,13 @@ pub(super) fn check_policy(pr: &mut Problems, i: usize, p: &ServerPolicy) {
             pr.add(field(&format!("adoptUnits[{j}]")), m);
         }
     }
-    for (j, f) in p.allowed_flags.iter().enumerate() {
+    check_allowed_flags(pr, &field, &p.allowed_flags);
+    check_allowed_env(pr, &field, &p.allowed_env);
+    check_env(pr, &field, &p.env);
+}
+/// `allowedFlags`: SGLang flags by their full names, none that the agent sets itself.
+fn check_allowed_flags(pr: &mut Problems, field: &dyn Fn(&str) -> String, flags: &[String]) {
+    for (j, f) in flags.iter().enumerate() {
         let field = field(&format!("allowedFlags[{j}]"));
         match crate::sglang::flags::lookup(f) {
             None => pr.add(
@@ -91,7 +97,11 @@ pub(super) fn check_policy(pr: &mut Problems, i: usize, p: &ServerPolicy) {
             Some(_) => {}
         }
     }
-    for (j, n) in p.allowed_env.iter().enumerate() {
+}
+
+/// `allowedEnv`: names or `PREFIX*`, none covering what the agent sets or what loads code.
+fn check_allowed_env(pr: &mut Problems, field: &dyn Fn(&str) -> String, names: &[String]) {
+    for (j, n) in names.iter().enumerate() {
         let field = field(&format!("allowedEnv[{j}]"));
         let prefix = n.strip_suffix('*');
         // Whether the entry would let a server set a name that starts with `family`.
@@ -113,14 +123,18 @@ pub(super) fn check_policy(pr: &mut Problems, i: usize, p: &ServerPolicy) {
             pr.add(field, format!("{n} lets a server load code the admin did not install (PYTHON*, LD_*); set the value yourself in servers.env instead"));
         }
     }
-    for (j, v) in p.env.iter().enumerate() {
+}
+
+/// `env`: the admin's own values, none of the agent's names, each name once.
+fn check_env(pr: &mut Problems, field: &dyn Fn(&str) -> String, env: &[EnvVar]) {
+    for (j, v) in env.iter().enumerate() {
         if command::MANAGED_ENV.contains(&v.name.as_str()) {
             pr.add(
                 field(&format!("env[{j}].name")),
                 format!("{} is managed by the agent", v.name),
             );
         }
-        if p.env[..j].iter().any(|o| o.name == v.name) {
+        if env[..j].iter().any(|o| o.name == v.name) {
             pr.add(
                 field(&format!("env[{j}].name")),
                 format!("{} is set twice", v.name),

@@ -69,72 +69,60 @@ impl Manifests {
             if value.is_null() {
                 continue;
             }
-            let kind = value
-                .get("kind")
-                .and_then(|k| k.as_str())
-                .unwrap_or_default()
-                .to_string();
-            let api = value
-                .get("apiVersion")
-                .and_then(|k| k.as_str())
-                .unwrap_or_default()
-                .to_string();
-            if api != "gpuplane.dev/v1alpha1" {
+            let kind = checked_kind(&value, origin, i + 1)?;
+            self.add_doc(value, &kind, origin, i + 1)?;
+        }
+        Ok(())
+    }
+
+    /// Adds one document of kind `kind` (document `doc` of `origin`); a resource named twice is
+    /// refused with both places.
+    fn add_doc(
+        &mut self,
+        value: serde_yaml::Value,
+        kind: &str,
+        origin: &str,
+        doc: usize,
+    ) -> Result<(), ManifestError> {
+        let invalid = |message: String| ManifestError::Invalid {
+            path: origin.into(),
+            doc,
+            message,
+        };
+        match kind {
+            "GpuPartition" => {
+                let p: GpuPartition =
+                    from_value(value).map_err(|e| invalid(format!("GpuPartition: {e}")))?;
+                let key = format!("GpuPartition/{}", p.metadata.name.as_deref().unwrap_or(""));
+                self.note_origin(key, format!("{origin}, document {doc}"))?;
+                self.partitions.push(p);
+            }
+            "InferenceServer" => {
+                let mut s: InferenceServer =
+                    from_value(value).map_err(|e| invalid(format!("InferenceServer: {e}")))?;
+                if s.metadata.namespace.is_none() {
+                    s.metadata.namespace = Some("default".into());
+                }
+                let key = format!(
+                    "InferenceServer/{}/{}",
+                    s.metadata.namespace.as_deref().unwrap_or(""),
+                    s.metadata.name.as_deref().unwrap_or("")
+                );
+                self.note_origin(key, format!("{origin}, document {doc}"))?;
+                self.servers.push(s);
+            }
+            "GpuNodePool" => {
+                let p: GpuNodePool =
+                    from_value(value).map_err(|e| invalid(format!("GpuNodePool: {e}")))?;
+                let key = format!("GpuNodePool/{}", p.metadata.name.as_deref().unwrap_or(""));
+                self.note_origin(key, format!("{origin}, document {doc}"))?;
+                self.pools.push(p);
+            }
+            other => {
                 return Err(invalid(format!(
-                    "apiVersion {api:?} is not gpuplane.dev/v1alpha1"
-                )));
-            }
-            if KINDS.contains(&kind.as_str()) {
-                let json = serde_json::to_value(&value).map_err(|e| invalid(e.to_string()))?;
-                let errors = schema::check(&kind, &json);
-                if !errors.is_empty() {
-                    return Err(ManifestError::Schema {
-                        path: origin.into(),
-                        doc: i + 1,
-                        name: json["metadata"]["name"]
-                            .as_str()
-                            .unwrap_or("(unnamed)")
-                            .into(),
-                        kind,
-                        errors,
-                    });
-                }
-            }
-            match kind.as_str() {
-                "GpuPartition" => {
-                    let p: GpuPartition =
-                        from_value(value).map_err(|e| invalid(format!("GpuPartition: {e}")))?;
-                    let key = format!("GpuPartition/{}", p.metadata.name.as_deref().unwrap_or(""));
-                    self.note_origin(key, format!("{origin}, document {}", i + 1))?;
-                    self.partitions.push(p);
-                }
-                "InferenceServer" => {
-                    let mut s: InferenceServer =
-                        from_value(value).map_err(|e| invalid(format!("InferenceServer: {e}")))?;
-                    if s.metadata.namespace.is_none() {
-                        s.metadata.namespace = Some("default".into());
-                    }
-                    let key = format!(
-                        "InferenceServer/{}/{}",
-                        s.metadata.namespace.as_deref().unwrap_or(""),
-                        s.metadata.name.as_deref().unwrap_or("")
-                    );
-                    self.note_origin(key, format!("{origin}, document {}", i + 1))?;
-                    self.servers.push(s);
-                }
-                "GpuNodePool" => {
-                    let p: GpuNodePool =
-                        from_value(value).map_err(|e| invalid(format!("GpuNodePool: {e}")))?;
-                    let key = format!("GpuNodePool/{}", p.metadata.name.as_deref().unwrap_or(""));
-                    self.note_origin(key, format!("{origin}, document {}", i + 1))?;
-                    self.pools.push(p);
-                }
-                other => {
-                    return Err(invalid(format!(
-                        "kind {other:?} is not one of {}",
-                        KINDS.join(", ")
-                    )))
-                }
+                    "kind {other:?} is not one of {}",
+                    KINDS.join(", ")
+                )))
             }
         }
         Ok(())
@@ -253,6 +241,52 @@ fn from_value<T: serde::de::DeserializeOwned>(v: serde_yaml::Value) -> Result<T,
             format!("{path}: {}", e.into_inner())
         }
     })
+}
+
+/// The kind of document `doc` of `origin`, after its apiVersion and (for our kinds) the CRD
+/// schema were checked.
+fn checked_kind(
+    value: &serde_yaml::Value,
+    origin: &str,
+    doc: usize,
+) -> Result<String, ManifestError> {
+    let invalid = |message: String| ManifestError::Invalid {
+        path: origin.into(),
+        doc,
+        message,
+    };
+    let kind = value
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or_default()
+        .to_string();
+    let api = value
+        .get("apiVersion")
+        .and_then(|k| k.as_str())
+        .unwrap_or_default()
+        .to_string();
+    if api != "gpuplane.dev/v1alpha1" {
+        return Err(invalid(format!(
+            "apiVersion {api:?} is not gpuplane.dev/v1alpha1"
+        )));
+    }
+    if KINDS.contains(&kind.as_str()) {
+        let json = serde_json::to_value(value).map_err(|e| invalid(e.to_string()))?;
+        let errors = schema::check(&kind, &json);
+        if !errors.is_empty() {
+            return Err(ManifestError::Schema {
+                path: origin.into(),
+                doc,
+                name: json["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("(unnamed)")
+                    .into(),
+                kind,
+                errors,
+            });
+        }
+    }
+    Ok(kind)
 }
 
 #[cfg(test)]

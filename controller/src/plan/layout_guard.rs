@@ -85,22 +85,7 @@ pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
         .map(|o| ledger_entry(o, known[&o.address].clone(), owner_of(&o.address)))
         .collect();
     let Some(l) = ledger else {
-        let mut v = Verdict::default();
-        if !fresh.is_empty() {
-            let new = Ledger {
-                partition: d.name.clone(),
-                spec_hash: t.spec_hash.clone(),
-                gpus: fresh,
-            };
-            v.write = Some((
-                new,
-                format!(
-                    "record the identity and owner of the host's {} GPUs",
-                    observed.len()
-                ),
-            ));
-        }
-        return v;
+        return first_ledger(d, t, fresh);
     };
     let m = match_gpus(l, &observed);
     let same_spec = l.spec_hash == t.spec_hash;
@@ -115,34 +100,9 @@ pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
             return v;
         }
     }
-    // The ledger to keep: the GPUs on the bus, and (same spec) the owned ones that are gone.
-    for (li, addr) in &m.same {
-        if let Some(e) = fresh.iter_mut().find(|e| &e.address == addr) {
-            e.unverified = l.gpus[*li].unverified && e.identity.uuid.is_none();
-        }
-    }
-    let newcomers = m.replaced.iter().map(|(_, a)| a).chain(&m.added);
-    for addr in newcomers {
-        if let Some(e) = fresh.iter_mut().find(|e| &e.address == addr) {
-            e.unverified = e.identity.uuid.is_none();
-        }
-    }
+    mark_unverified(&mut fresh, l, &m);
     if same_spec {
-        // A GPU gone, or replaced by another, stays in the ledger (marked missing) while the
-        // spec that gave it a slice stands: its slice is not stalled again for the same loss,
-        // and a selector that names it is not a spec error.
-        let replaced = m.replaced.iter().map(|(li, _)| li);
-        fresh.extend(
-            m.missing
-                .iter()
-                .chain(replaced)
-                .map(|li| &l.gpus[*li])
-                .filter(|g| g.owner.is_some())
-                .map(|g| LedgerGpu {
-                    missing: true,
-                    ..g.clone()
-                }),
-        );
+        fresh.extend(kept_missing(l, &m));
     }
     let new = Ledger {
         partition: d.name.clone(),
@@ -169,13 +129,64 @@ pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
     v
 }
 
+/// The verdict on a host with no ledger for the partition yet: record every GPU on the bus.
+fn first_ledger(d: &DesiredPartition, t: &Terms, fresh: Vec<LedgerGpu>) -> Verdict {
+    let mut v = Verdict::default();
+    if !fresh.is_empty() {
+        let why = format!(
+            "record the identity and owner of the host's {} GPUs",
+            fresh.len()
+        );
+        let new = Ledger {
+            partition: d.name.clone(),
+            spec_hash: t.spec_hash.clone(),
+            gpus: fresh,
+        };
+        v.write = Some((new, why));
+    }
+    v
+}
+
+/// A GPU whose UUID is unknown stays unverified (the same GPU) or becomes so (one that took
+/// another's place, or appeared), until it has been seen on `nvidia`.
+fn mark_unverified(fresh: &mut [LedgerGpu], l: &Ledger, m: &Matching) {
+    for (li, addr) in &m.same {
+        if let Some(e) = fresh.iter_mut().find(|e| &e.address == addr) {
+            e.unverified = l.gpus[*li].unverified && e.identity.uuid.is_none();
+        }
+    }
+    let newcomers = m.replaced.iter().map(|(_, a)| a).chain(&m.added);
+    for addr in newcomers {
+        if let Some(e) = fresh.iter_mut().find(|e| &e.address == addr) {
+            e.unverified = e.identity.uuid.is_none();
+        }
+    }
+}
+
+/// The owned GPUs gone or replaced, marked missing: they stay in the ledger while the spec
+/// that gave them a slice stands, so their slice is not stalled again for the same loss, and a
+/// selector that names one is not a spec error.
+fn kept_missing<'a>(l: &'a Ledger, m: &'a Matching) -> impl Iterator<Item = LedgerGpu> + 'a {
+    let replaced = m.replaced.iter().map(|(li, _)| li);
+    m.missing
+        .iter()
+        .chain(replaced)
+        .map(|li| &l.gpus[*li])
+        .filter(|g| g.owner.is_some())
+        .map(|g| LedgerGpu {
+            missing: true,
+            ..g.clone()
+        })
+}
+
 /// Every difference between the ledger and what the bus and the selection show now.
 fn changes(l: &Ledger, m: &Matching, owner_of: &dyn Fn(&str) -> Option<String>) -> Vec<Change> {
-    let name = |o: &Option<String>| match o {
-        Some(s) => format!("slice {s}"),
-        None => "no slice".into(),
-    };
-    let mut out = Vec::new();
+    let name = slice_name;
+    let mut out: Vec<Change> = m
+        .same
+        .iter()
+        .filter_map(|(li, addr)| seen_again(&l.gpus[*li], addr, owner_of(addr)))
+        .collect();
     let mut push = |reason, old: &Option<String>, new: &Option<String>, row: String| {
         let slices = old.iter().chain(new.iter()).cloned().collect();
         out.push(Change {
@@ -184,31 +195,6 @@ fn changes(l: &Ledger, m: &Matching, owner_of: &dyn Fn(&str) -> Option<String>) 
             row,
         });
     };
-    for (li, addr) in &m.same {
-        let g = &l.gpus[*li];
-        let new = owner_of(addr);
-        let moved = &g.address != addr;
-        if g.owner != new || moved || g.missing {
-            let r = if g.owner != new {
-                format!(
-                    "{} {} → {}: was {}, would be {}",
-                    g.describe(),
-                    g.address,
-                    addr,
-                    name(&g.owner),
-                    name(&new)
-                )
-            } else {
-                format!("{} {} → {} ({})", g.describe(), g.address, addr, name(&new))
-            };
-            let (old, new) = if g.owner != new {
-                (g.owner.clone(), new)
-            } else {
-                (None, None)
-            };
-            push(LAYOUT_CHANGED, &old, &new, r);
-        }
-    }
     for (li, addr) in &m.replaced {
         let g = &l.gpus[*li];
         let new = owner_of(addr);
@@ -251,6 +237,43 @@ fn changes(l: &Ledger, m: &Matching, owner_of: &dyn Fn(&str) -> Option<String>) 
         );
     }
     out
+}
+
+/// `slice NAME`, or `no slice`, for a change's words.
+fn slice_name(o: &Option<String>) -> String {
+    match o {
+        Some(s) => format!("slice {s}"),
+        None => "no slice".into(),
+    }
+}
+
+/// The change of a GPU seen again at `addr`, owned by `new` now: its owner changes, it moved,
+/// or it had been missing; `None` when nothing changed.
+fn seen_again(g: &LedgerGpu, addr: &str, new: Option<String>) -> Option<Change> {
+    let owner_changes = g.owner != new;
+    if !owner_changes && g.address == addr && !g.missing {
+        return None;
+    }
+    let (was, now) = (slice_name(&g.owner), slice_name(&new));
+    let row = if owner_changes {
+        format!(
+            "{} {} → {addr}: was {was}, would be {now}",
+            g.describe(),
+            g.address
+        )
+    } else {
+        format!("{} {} → {addr} ({now})", g.describe(), g.address)
+    };
+    let slices = if owner_changes {
+        g.owner.iter().chain(new.iter()).cloned().collect()
+    } else {
+        Default::default()
+    };
+    Some(Change {
+        reason: LAYOUT_CHANGED,
+        slices,
+        row,
+    })
 }
 
 /// GPUs two selectors pick since the host moved them (resolution records them only under an

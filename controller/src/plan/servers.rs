@@ -317,12 +317,8 @@ fn choose_unit(p: &mut Planner<'_>, s: &DesiredServer, content: String) -> Chose
     }
 }
 
-/// The steps that take the server's unit from what is observed to `chosen`, running and Ready.
-fn plan_unit(p: &mut Planner<'_>, ctx: &AfterPartition<'_>, s: &DesiredServer, chosen: ChosenUnit) {
-    let observed = p.h.unit(&s.unit);
-    let restarted = matches!(s.unit.location, Location::Container(v) if ctx.restarted.contains(&v));
-    let active = !restarted && observed.is_some_and(|u| u.is_active());
-    let current = observed.and_then(|u| u.file.as_deref());
+/// The step that waits for server `s` to answer, and why.
+fn wait_ready(s: &DesiredServer) -> (Step, String) {
     let wait = Step::WaitReady {
         unit: s.unit.clone(),
         served_name: s.spec.model.served_name.clone(),
@@ -330,10 +326,20 @@ fn plan_unit(p: &mut Planner<'_>, ctx: &AfterPartition<'_>, s: &DesiredServer, c
         deadline_seconds: s.spec.startup.deadline_seconds,
         smoke_test: s.spec.smoke_test.is_some(),
     };
-    let wait_why = format!(
+    let why = format!(
         "SGLang opens its port only after loading weights and capturing CUDA graphs; Ready means /health_generate answers 200 and /v1/models lists {}",
         s.spec.model.served_name
     );
+    (wait, why)
+}
+
+/// The steps that take the server's unit from what is observed to `chosen`, running and Ready.
+fn plan_unit(p: &mut Planner<'_>, ctx: &AfterPartition<'_>, s: &DesiredServer, chosen: ChosenUnit) {
+    let observed = p.h.unit(&s.unit);
+    let restarted = matches!(s.unit.location, Location::Container(v) if ctx.restarted.contains(&v));
+    let active = !restarted && observed.is_some_and(|u| u.is_active());
+    let current = observed.and_then(|u| u.file.as_deref());
+    let (wait, wait_why) = wait_ready(s);
     let start_why = format!("its {} GPUs are in place ({})", s.gpus.len(), place(s));
     // A failure counts only if it happened with the unit installed now.
     let failed = observed.is_some_and(|u| u.active_state == "failed" && !u.running_stale);

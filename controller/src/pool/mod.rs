@@ -150,45 +150,7 @@ pub fn decide(
             },
         },
         Ask::Report(state) => {
-            match state {
-                State::Whole | State::Leaving => {
-                    st.slots.retain(|s| s.member != who);
-                    set_member(&mut st, who, node, "Updated", "");
-                }
-                State::Working => {
-                    set_member(&mut st, who, node, "Updating", "its host to be whole again");
-                }
-                State::ServersPending { bound_secs } => {
-                    servers_pending(&mut st, mine, who, node, *bound_secs, now);
-                }
-                State::ServersFailed { servers } => {
-                    st.slots.retain(|s| s.member != who);
-                    let failed = safe(&servers.join(", "));
-                    let why = format!("nothing; servers failed on their own: {failed}");
-                    set_member(&mut st, who, node, "Updated", &why);
-                }
-                State::Failed {
-                    step,
-                    reason,
-                    message,
-                } => {
-                    set_member(&mut st, who, node, "Degraded", "a person (it failed)");
-                    if let Some(i) = mine {
-                        // Once per slot: the slot's reason is marked when the pause is written.
-                        if !st.slots[i].reason.starts_with(FAILED_MARK) {
-                            st.slots[i].reason = format!("{FAILED_MARK}{}", safe(reason));
-                            st.failure = Some(PoolFailure {
-                                member: who.into(),
-                                node: node.into(),
-                                step: safe(step),
-                                reason: safe(reason),
-                                message: safe(message),
-                                since: since.clone(),
-                            });
-                        }
-                    }
-                }
-            }
+            record(&mut st, mine, who, node, state, now);
             Answer::Recorded
         }
     };
@@ -197,6 +159,58 @@ pub fn decide(
     }
     summarize(&mut st, pool, members, now);
     (st, answer)
+}
+
+/// Records member `who`'s report `state` (`mine`: the slot it holds): a whole host or one
+/// leaving gives its slot back; a failure while holding one pauses the pool, once per slot.
+fn record(
+    st: &mut GpuNodePoolStatus,
+    mine: Option<usize>,
+    who: &str,
+    node: &str,
+    state: &State,
+    now: &Time,
+) {
+    match state {
+        State::Whole | State::Leaving => {
+            st.slots.retain(|s| s.member != who);
+            set_member(st, who, node, "Updated", "");
+        }
+        State::Working => {
+            set_member(st, who, node, "Updating", "its host to be whole again");
+        }
+        State::ServersPending { bound_secs } => {
+            servers_pending(st, mine, who, node, *bound_secs, now);
+        }
+        State::ServersFailed { servers } => {
+            st.slots.retain(|s| s.member != who);
+            let failed = safe(&servers.join(", "));
+            let why = format!("nothing; servers failed on their own: {failed}");
+            set_member(st, who, node, "Updated", &why);
+        }
+        State::Failed {
+            step,
+            reason,
+            message,
+        } => {
+            set_member(st, who, node, "Degraded", "a person (it failed)");
+            let Some(i) = mine else {
+                return;
+            };
+            // Once per slot: the slot's reason is marked when the pause is written.
+            if !st.slots[i].reason.starts_with(FAILED_MARK) {
+                st.slots[i].reason = format!("{FAILED_MARK}{}", safe(reason));
+                st.failure = Some(PoolFailure {
+                    member: who.into(),
+                    node: node.into(),
+                    step: safe(step),
+                    reason: safe(reason),
+                    message: safe(message),
+                    since: now.0.to_string(),
+                });
+            }
+        }
+    }
 }
 
 /// A member whose partition is whole while its servers still start: its slot is kept until

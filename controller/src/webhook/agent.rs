@@ -141,19 +141,9 @@ pub fn refuse(
     if !agents.users.iter().any(|a| a == user) {
         return None;
     }
-    let mine = match node {
-        AgentNode::Known(n) => Some(n.as_str()),
-        AgentNode::Unresolved(why) => {
-            return Some(format!(
-                "{user} is the gpuplane agent, but its token's pod cannot be placed on a node: {why}"
-            ))
-        }
-        AgentNode::Unbound if agents.require_node => {
-            return Some(format!(
-                "{user} is the gpuplane agent, but its token is bound to no pod or node, so its node is unknown (mount a projected service-account token)"
-            ))
-        }
-        AgentNode::Unbound => None,
+    let mine = match acts_for(user, agents, node) {
+        Ok(mine) => mine,
+        Err(refusal) => return Some(refusal),
     };
     let op = req["operation"].as_str().unwrap_or_default();
     match req["kind"]["kind"].as_str().unwrap_or_default() {
@@ -176,6 +166,37 @@ pub fn refuse(
             ))
         }
     }
+    refuse_own_kind(user, op, req, mine, &place)
+}
+
+/// The node agent `user` acts for (`None`: unbound, allowed when no node is required); `Err`
+/// with the refusal when its token's node cannot be known.
+fn acts_for<'a>(
+    user: &str,
+    agents: &Agents,
+    node: &'a AgentNode,
+) -> Result<Option<&'a str>, String> {
+    match node {
+        AgentNode::Known(n) => Ok(Some(n.as_str())),
+        AgentNode::Unresolved(why) => Err(format!(
+            "{user} is the gpuplane agent, but its token's pod cannot be placed on a node: {why}"
+        )),
+        AgentNode::Unbound if agents.require_node => Err(format!(
+            "{user} is the gpuplane agent, but its token is bound to no pod or node, so its node is unknown (mount a projected service-account token)"
+        )),
+        AgentNode::Unbound => Ok(None),
+    }
+}
+
+/// A write of the agent to a partition or a server: only an update of finalizers or status,
+/// and only of an object of its own node.
+fn refuse_own_kind(
+    user: &str,
+    op: &str,
+    req: &Value,
+    mine: Option<&str>,
+    place: &impl Placement,
+) -> Option<String> {
     if op != "UPDATE" {
         return Some(format!(
             "{user} is the gpuplane agent: it may not {} these objects (only change finalizers and status)",

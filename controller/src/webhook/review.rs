@@ -91,80 +91,102 @@ fn decide(req: &Value, cluster: &Cluster) -> (bool, String, Vec<String>) {
         return (false, denial(&lines), vec![]);
     }
     if kind == "GpuNodePool" {
-        // A pool's rules are its own: no other object is needed to judge it.
-        return match serde_json::from_value::<GpuNodePool>(obj.clone()) {
-            Ok(p) => {
-                let errors: Vec<String> = offline::validate_pool(&p)
-                    .iter()
-                    .map(|e| e.to_string())
-                    .collect();
-                if errors.is_empty() {
-                    (true, String::new(), vec![])
-                } else {
-                    (false, denial(&errors), vec![])
-                }
-            }
-            Err(e) => (false, denial(&[format!("{resource}: {e}")]), vec![]),
-        };
+        return decide_pool(obj, &resource);
     }
-    let mut cluster = cluster.clone();
-    // The subject goes last, so a rule that picks the later of two claims picks it.
-    match kind {
-        "GpuPartition" => match serde_json::from_value::<GpuPartition>(obj.clone()) {
-            Ok(p) => {
-                cluster
-                    .partitions
-                    .retain(|o| o.metadata.name != p.metadata.name);
-                cluster.partitions.push(p);
-            }
-            Err(e) => return (false, denial(&[format!("{resource}: {e}")]), vec![]),
-        },
-        _ => match serde_json::from_value::<InferenceServer>(obj.clone()) {
-            Ok(mut s) => {
-                s.metadata.namespace = Some(ns.to_string());
-                // A claim being made now is the youngest (the API server stamps it on create).
-                s.metadata
-                    .creation_timestamp
-                    .get_or_insert_with(crate::clock::now);
-                cluster.servers.retain(|o| {
-                    o.metadata.name != s.metadata.name
-                        || o.metadata.namespace != s.metadata.namespace
-                });
-                cluster.servers.push(s);
-            }
-            Err(e) => return (false, denial(&[format!("{resource}: {e}")]), vec![]),
-        },
-    }
+    let cluster = match with_subject(cluster, kind, obj, ns) {
+        Ok(c) => c,
+        Err(e) => return (false, denial(&[format!("{resource}: {e}")]), vec![]),
+    };
     let (errors, warnings) = offline::validate(&cluster.partitions, &cluster.servers);
     let mine: Vec<String> = errors
         .iter()
         .filter(|e| e.resource == resource)
         .map(|e| e.to_string())
         .collect();
-    // Warnings of the subject only (a server's missing partition).
-    let warnings = if kind == "InferenceServer" {
-        let pr = &cluster
-            .servers
-            .last()
-            .map(|s| s.spec.partition_ref.name.clone())
-            .unwrap_or_default();
-        match &cluster.unreadable {
-            // "does not exist (yet)" would be a guess: the webhook could not look.
-            Some(why) => vec![format!(
-                "spec.partitionRef.name: not checked against GpuPartition {pr:?} and the other servers (the webhook could not read the cluster: {why}); checked alone, the agent decides"
-            )],
-            None => warnings
-                .into_iter()
-                .filter(|w| w.contains(&format!("{pr:?}")))
-                .collect(),
-        }
-    } else {
-        unserved(obj, &cluster).into_iter().collect()
-    };
+    let warnings = subject_warnings(kind, obj, &cluster, warnings);
     if mine.is_empty() {
         (true, String::new(), warnings)
     } else {
         (false, denial(&mine), warnings)
+    }
+}
+
+/// A pool's rules are its own: no other object is needed to judge it.
+fn decide_pool(
+    obj: &Value,
+    resource: &crate::resource_key::ResourceKey,
+) -> (bool, String, Vec<String>) {
+    match serde_json::from_value::<GpuNodePool>(obj.clone()) {
+        Ok(p) => {
+            let errors: Vec<String> = offline::validate_pool(&p)
+                .iter()
+                .map(|e| e.to_string())
+                .collect();
+            if errors.is_empty() {
+                (true, String::new(), vec![])
+            } else {
+                (false, denial(&errors), vec![])
+            }
+        }
+        Err(e) => (false, denial(&[format!("{resource}: {e}")]), vec![]),
+    }
+}
+
+/// The cluster as it would be with the subject `obj` (a partition or a server in `ns`) admitted.
+/// The subject goes last, so a rule that picks the later of two claims picks it.
+fn with_subject(
+    cluster: &Cluster,
+    kind: &str,
+    obj: &Value,
+    ns: &str,
+) -> Result<Cluster, serde_json::Error> {
+    let mut cluster = cluster.clone();
+    if kind == "GpuPartition" {
+        let p = serde_json::from_value::<GpuPartition>(obj.clone())?;
+        cluster
+            .partitions
+            .retain(|o| o.metadata.name != p.metadata.name);
+        cluster.partitions.push(p);
+        return Ok(cluster);
+    }
+    let mut s = serde_json::from_value::<InferenceServer>(obj.clone())?;
+    s.metadata.namespace = Some(ns.to_string());
+    // A claim being made now is the youngest (the API server stamps it on create).
+    s.metadata
+        .creation_timestamp
+        .get_or_insert_with(crate::clock::now);
+    cluster.servers.retain(|o| {
+        o.metadata.name != s.metadata.name || o.metadata.namespace != s.metadata.namespace
+    });
+    cluster.servers.push(s);
+    Ok(cluster)
+}
+
+/// The subject's own warnings: a server's about its partition (missing, or not checked when the
+/// cluster could not be read), a partition's node that no agent serves.
+fn subject_warnings(
+    kind: &str,
+    obj: &Value,
+    cluster: &Cluster,
+    warnings: Vec<String>,
+) -> Vec<String> {
+    if kind != "InferenceServer" {
+        return unserved(obj, cluster).into_iter().collect();
+    }
+    let pr = &cluster
+        .servers
+        .last()
+        .map(|s| s.spec.partition_ref.name.clone())
+        .unwrap_or_default();
+    match &cluster.unreadable {
+        // "does not exist (yet)" would be a guess: the webhook could not look.
+        Some(why) => vec![format!(
+            "spec.partitionRef.name: not checked against GpuPartition {pr:?} and the other servers (the webhook could not read the cluster: {why}); checked alone, the agent decides"
+        )],
+        None => warnings
+            .into_iter()
+            .filter(|w| w.contains(&format!("{pr:?}")))
+            .collect(),
     }
 }
 

@@ -418,25 +418,7 @@ impl LocalHost {
             iommu: iommu::observe_with(&self.root, &log),
             confidential: confidential::observe(&self.root, &log),
             boot: boot::observe(&self.root, &self.state_dir),
-            nvidia: NvidiaState {
-                module_version: self
-                    .root
-                    .read("/sys/module/nvidia/version")
-                    .map(|s| s.trim().to_string())
-                    .or_else(|| {
-                        self.root
-                            .read("/proc/driver/nvidia/version")
-                            .and_then(|t| module_version(&t))
-                    }),
-                uvm_major: self
-                    .root
-                    .read("/proc/devices")
-                    .and_then(|t| uvm_major(&t))
-                    .unwrap_or(NvidiaState::default().uvm_major),
-                userspace_version: ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"]
-                    .iter()
-                    .find_map(|d| pve::nvml_version(self.root.list(d).iter().map(String::as_str))),
-            },
+            nvidia: self.observe_nvidia(),
             ..HostState::default()
         };
         if self.root.path("/etc/pve").is_dir() {
@@ -444,6 +426,52 @@ impl LocalHost {
             st.vms = pve::vms(self)?;
             st.pci_mappings = pve::mappings(self, &st.node_name);
         }
+        self.observe_watched_units(&mut st);
+        self.observe_holder_units(&mut st);
+        self.observe_managed_host_units(&mut st);
+        self.observe_listening(&mut st);
+        let containers = st.containers.clone();
+        st.preflight = self.observe_preflight(&|loc| match loc {
+            Location::Host => true,
+            Location::Container(v) => containers
+                .get(&v)
+                .is_some_and(|c| c.state == RunState::Running),
+        });
+        st.p2p_probes = probe::load_cache(&self.state_dir);
+        st.notes = absent::notes(&self.root, &st, &self.filter.vendor);
+        match ledger::load(&self.state_dir) {
+            Ok(l) => st.gpu_ledger = l,
+            Err(note) => st.notes.push(note),
+        }
+        Ok(st)
+    }
+
+    /// The NVIDIA driver's module and userspace versions and the uvm device's major.
+    fn observe_nvidia(&self) -> NvidiaState {
+        NvidiaState {
+            module_version: self
+                .root
+                .read("/sys/module/nvidia/version")
+                .map(|s| s.trim().to_string())
+                .or_else(|| {
+                    self.root
+                        .read("/proc/driver/nvidia/version")
+                        .and_then(|t| module_version(&t))
+                }),
+            uvm_major: self
+                .root
+                .read("/proc/devices")
+                .and_then(|t| uvm_major(&t))
+                .unwrap_or(NvidiaState::default().uvm_major),
+            userspace_version: ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"]
+                .iter()
+                .find_map(|d| pve::nvml_version(self.root.list(d).iter().map(String::as_str))),
+        }
+    }
+
+    /// The watched units and their servers (a unit in a container that is not running is
+    /// inactive, not asked).
+    fn observe_watched_units(&self, st: &mut HostState) {
         for r in &self.units {
             let running_container = match r.location {
                 Location::Host => true,
@@ -464,23 +492,6 @@ impl LocalHost {
             u.server = self.observe_server(r, &u);
             st.units.insert(r.key(), u);
         }
-        self.observe_holder_units(&mut st);
-        self.observe_managed_host_units(&mut st);
-        self.observe_listening(&mut st);
-        let containers = st.containers.clone();
-        st.preflight = self.observe_preflight(&|loc| match loc {
-            Location::Host => true,
-            Location::Container(v) => containers
-                .get(&v)
-                .is_some_and(|c| c.state == RunState::Running),
-        });
-        st.p2p_probes = probe::load_cache(&self.state_dir);
-        st.notes = absent::notes(&self.root, &st, &self.filter.vendor);
-        match ledger::load(&self.state_dir) {
-            Ok(l) => st.gpu_ledger = l,
-            Err(note) => st.notes.push(note),
-        }
-        Ok(st)
     }
 
     /// After a binding step, re-reads only the device it wrote to: `driver_override`, unbind,

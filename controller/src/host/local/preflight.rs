@@ -306,60 +306,71 @@ impl LocalHost {
             .map(|v| v.to_string_lossy().into_owned())
             .unwrap_or_default();
         let stats = match loc {
-            Location::Host => {
-                let files = HostFiles(&self.root);
-                let real = files.resolve(python).ok();
-                let site: Vec<String> = self
-                    .root
-                    .list(&format!("{venv}/lib"))
-                    .iter()
-                    .map(|d| format!("{venv}/lib/{d}/site-packages"))
-                    .filter(|p| self.root.path(p).is_dir())
-                    .collect();
-                run_as::paths_to_check(python, real.as_deref(), &site)
-                    .into_iter()
-                    .filter_map(|p| {
-                        use std::os::unix::fs::MetadataExt;
-                        let md = std::fs::metadata(self.root.path(&p)).ok()?;
-                        Some(run_as::Stat {
-                            uid: md.uid(),
-                            mode: md.mode() & 0o7777,
-                            path: p,
-                        })
-                    })
-                    .collect()
-            }
-            Location::Container(vmid) => {
-                let c = ContainerFiles { host: self, vmid };
-                let real = c.resolve(python).ok();
-                let site: Vec<String> = c
-                    .run(&[
-                        "find",
-                        &format!("{venv}/lib"),
-                        "-mindepth",
-                        "2",
-                        "-maxdepth",
-                        "2",
-                        "-type",
-                        "d",
-                        "-name",
-                        "site-packages",
-                    ])
-                    .map(|o| o.lines().take(8).map(str::to_string).collect())
-                    .unwrap_or_default();
-                let paths = run_as::paths_to_check(python, real.as_deref(), &site);
-                let mut argv = vec!["stat", "-L", "-c", "%u %a %n", "--"];
-                argv.extend(paths.iter().map(String::as_str));
-                // Missing paths make stat fail; the ones it could read are still printed.
-                match self.at(loc, &argv) {
-                    Ok(o) => run_as::parse_stat(&o.stdout),
-                    Err(e) => return Err(format!("{python}: cannot check who owns it: {e}")),
-                }
-            }
+            Location::Host => self.host_tree_stats(python, &venv),
+            Location::Container(vmid) => self.container_tree_stats(vmid, python, &venv)?,
         };
         match run_as::tree_problem(python, &stats, &trusted) {
             Some(why) => Err(why),
             None => Ok(()),
+        }
+    }
+
+    /// Owner and mode of the interpreter, its venv and site-packages on the host.
+    fn host_tree_stats(&self, python: &str, venv: &str) -> Vec<run_as::Stat> {
+        let files = HostFiles(&self.root);
+        let real = files.resolve(python).ok();
+        let site: Vec<String> = self
+            .root
+            .list(&format!("{venv}/lib"))
+            .iter()
+            .map(|d| format!("{venv}/lib/{d}/site-packages"))
+            .filter(|p| self.root.path(p).is_dir())
+            .collect();
+        run_as::paths_to_check(python, real.as_deref(), &site)
+            .into_iter()
+            .filter_map(|p| {
+                use std::os::unix::fs::MetadataExt;
+                let md = std::fs::metadata(self.root.path(&p)).ok()?;
+                Some(run_as::Stat {
+                    uid: md.uid(),
+                    mode: md.mode() & 0o7777,
+                    path: p,
+                })
+            })
+            .collect()
+    }
+
+    /// Owner and mode of the interpreter, its venv and site-packages in container `vmid`.
+    fn container_tree_stats(
+        &self,
+        vmid: u32,
+        python: &str,
+        venv: &str,
+    ) -> Result<Vec<run_as::Stat>, String> {
+        let c = ContainerFiles { host: self, vmid };
+        let real = c.resolve(python).ok();
+        let site: Vec<String> = c
+            .run(&[
+                "find",
+                &format!("{venv}/lib"),
+                "-mindepth",
+                "2",
+                "-maxdepth",
+                "2",
+                "-type",
+                "d",
+                "-name",
+                "site-packages",
+            ])
+            .map(|o| o.lines().take(8).map(str::to_string).collect())
+            .unwrap_or_default();
+        let paths = run_as::paths_to_check(python, real.as_deref(), &site);
+        let mut argv = vec!["stat", "-L", "-c", "%u %a %n", "--"];
+        argv.extend(paths.iter().map(String::as_str));
+        // Missing paths make stat fail; the ones it could read are still printed.
+        match self.at(Location::Container(vmid), &argv) {
+            Ok(o) => Ok(run_as::parse_stat(&o.stdout)),
+            Err(e) => Err(format!("{python}: cannot check who owns it: {e}")),
         }
     }
 

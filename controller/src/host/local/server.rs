@@ -3,6 +3,7 @@
 use super::LocalHost;
 use crate::host::model::{HttpState, Location, ServerObservation, Unit, UnitRef};
 use crate::systemd::unit;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The most one smoke request may take, whatever `timeoutSeconds` says (the CRD's maximum too).
@@ -122,47 +123,8 @@ impl LocalHost {
             }
         };
         if obs.http == HttpState::Healthy {
-            if let Ok((200, body)) = http_get(&host, port, "/v1/models", t) {
-                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&body) {
-                    obs.models = v["data"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|m| m["id"].as_str().map(str::to_string))
-                        .collect();
-                }
-            }
-            let info = http_get(&host, port, "/server_info", t)
-                .ok()
-                .filter(|(c, _)| *c == 200)
-                .or_else(|| {
-                    http_get(&host, port, "/get_server_info", t)
-                        .ok()
-                        .filter(|(c, _)| *c == 200)
-                });
-            if let Some((_, body)) = info {
-                if let Ok(serde_json::Value::Object(m)) =
-                    serde_json::from_str::<serde_json::Value>(&body)
-                {
-                    for k in [
-                        "tp_size",
-                        "speculative_algorithm",
-                        "speculative_num_steps",
-                        "speculative_eagle_topk",
-                        "speculative_num_draft_tokens",
-                        "mem_fraction_static",
-                    ] {
-                        if let Some(v) = m.get(k).filter(|v| !v.is_null()) {
-                            obs.server_info.insert(
-                                k.into(),
-                                v.as_str()
-                                    .map(str::to_string)
-                                    .unwrap_or_else(|| v.to_string()),
-                            );
-                        }
-                    }
-                }
-            }
+            obs.models = served_models(&host, port, t);
+            obs.server_info = server_info(&host, port, t);
             obs.smoke = self.smoke_test(r, u, &host, port, &obs.models);
         }
         Some(obs)
@@ -274,6 +236,56 @@ impl LocalHost {
             None => rows.into_iter().map(|r| r.1).collect(),
         }
     }
+}
+
+/// The model ids the server lists at `/v1/models` (none when it does not answer 200 JSON).
+fn served_models(host: &str, port: u16, t: Duration) -> Vec<String> {
+    let Ok((200, body)) = http_get(host, port, "/v1/models", t) else {
+        return vec![];
+    };
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&body) else {
+        return vec![];
+    };
+    v["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["id"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The settings the running server reports (`/server_info`, or `/get_server_info` of older
+/// SGLang) that the agent compares with the spec.
+fn server_info(host: &str, port: u16, t: Duration) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let ok = |path: &str| {
+        http_get(host, port, path, t)
+            .ok()
+            .filter(|(c, _)| *c == 200)
+    };
+    let Some((_, body)) = ok("/server_info").or_else(|| ok("/get_server_info")) else {
+        return out;
+    };
+    let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(&body) else {
+        return out;
+    };
+    for k in [
+        "tp_size",
+        "speculative_algorithm",
+        "speculative_num_steps",
+        "speculative_eagle_topk",
+        "speculative_num_draft_tokens",
+        "mem_fraction_static",
+    ] {
+        if let Some(v) = m.get(k).filter(|v| !v.is_null()) {
+            let text = v
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string());
+            out.insert(k.into(), text);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

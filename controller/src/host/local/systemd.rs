@@ -93,21 +93,33 @@ impl LocalHost {
             .trim_start_matches('@')
             .parse()
             .ok();
-        let mtime: Option<i64> = match r.location {
-            Location::Host => std::fs::metadata(self.root.path(&path))
+        let mtime = self.mtime_at(r.location, &path);
+        u.running_stale = matches!((started, mtime), (Some(s), Some(m)) if s > 0 && s < m);
+        u.last_ready = self.read_state(r, "ready");
+        u.failed_hash = self.read_state(r, "failed").map(|h| h.trim().to_string());
+        (u.log_tail, u.log_times) = self.journal_tail(r);
+        u.started_at = started.filter(|s| *s > 0).map(|s| s as u64);
+        u
+    }
+
+    /// The modification time of `path` where `loc` is (seconds since the epoch).
+    fn mtime_at(&self, loc: Location, path: &str) -> Option<i64> {
+        match loc {
+            Location::Host => std::fs::metadata(self.root.path(path))
                 .ok()
                 .and_then(|m| m.modified().ok())
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map(|d| d.as_secs() as i64),
             Location::Container(_) => self
-                .at(r.location, &["stat", "-c", "%Y", "--", &path])
+                .at(loc, &["stat", "-c", "%Y", "--", path])
                 .ok()
                 .and_then(|o| o.stdout.trim().parse().ok()),
-        };
-        u.running_stale = matches!((started, mtime), (Some(s), Some(m)) if s > 0 && s < m);
-        u.last_ready = self.read_state(r, "ready");
-        u.failed_hash = self.read_state(r, "failed").map(|h| h.trim().to_string());
-        if let Ok(o) = self.at(
+        }
+    }
+
+    /// The unit's last 30 journal lines (its processes' own), each with its time.
+    fn journal_tail(&self, r: &UnitRef) -> (Vec<String>, Vec<Option<u64>>) {
+        let Ok(o) = self.at(
             r.location,
             &[
                 &self.tools.journalctl,
@@ -126,19 +138,16 @@ impl LocalHost {
                 "--output-fields=MESSAGE",
                 "--no-pager",
             ],
-        ) {
-            // The server's own output: one line each, capped, at most 30 lines.
-            let lines: Vec<&str> = o.stdout.lines().collect();
-            let (tail, times) = lines[lines.len().saturating_sub(30)..]
-                .iter()
-                .map(|l| journal_line(l))
-                .map(|(m, t)| (crate::text::sanitize(&m, LOG_LINE_MAX), t))
-                .unzip();
-            u.log_tail = tail;
-            u.log_times = times;
-        }
-        u.started_at = started.filter(|s| *s > 0).map(|s| s as u64);
-        u
+        ) else {
+            return Default::default();
+        };
+        // The server's own output: one line each, capped, at most 30 lines.
+        let lines: Vec<&str> = o.stdout.lines().collect();
+        lines[lines.len().saturating_sub(30)..]
+            .iter()
+            .map(|l| journal_line(l))
+            .map(|(m, t)| (crate::text::sanitize(&m, LOG_LINE_MAX), t))
+            .unzip()
     }
 
     /// The agent's records about a unit (`ready`: last unit that reached Ready; `failed`: hash of a

@@ -70,18 +70,39 @@ impl PveSection {
 /// Not modelled (approximations): type checks of keys beyond a small table, the exact list of
 /// deprecated lxc2-era keys, removal of referenced `unusedN`, non-UTF-8 comment bytes.
 pub(super) fn pve_rewrite(text: &str) -> String {
-    #[derive(PartialEq)]
-    enum Cur {
-        Main,
-        Pending,
-        Snap(String),
+    let (mut main, pending, snaps) = parse_sections(text);
+    main.keys.remove("snapstate");
+    let mut out = String::new();
+    main.write(&mut out);
+    if !pending.is_empty() {
+        out.push_str("\n[pve:pending]\n");
+        pending.write(&mut out);
     }
-    let mut main = PveSection::default();
-    let mut pending = PveSection::default();
+    for (name, sec) in &snaps {
+        out.push_str(&format!("\n[{name}]\n"));
+        sec.write(&mut out);
+    }
+    out
+}
+
+/// Which section the parser is in.
+#[derive(PartialEq)]
+enum Cur {
+    Main,
+    Pending,
+    Snap(String),
+}
+
+/// The sections as PVE's parser keeps them: main, `[pve:pending]`, and each snapshot by name.
+type Sections = (PveSection, PveSection, BTreeMap<String, PveSection>);
+
+/// Reads `text` as PVE's parser does: comments become the section's description, invalid
+/// `lxc.*` keys are dropped, `delete:` counts only in `[pve:pending]`.
+fn parse_sections(text: &str) -> Sections {
+    let (mut main, mut pending) = (PveSection::default(), PveSection::default());
     let mut snaps: BTreeMap<String, PveSection> = BTreeMap::new();
     let mut cur = Cur::Main;
     let mut descr = String::new();
-
     fn section<'a>(
         cur: &Cur,
         main: &'a mut PveSection,
@@ -94,7 +115,6 @@ pub(super) fn pve_rewrite(text: &str) -> String {
             Cur::Snap(name) => snaps.entry(name.clone()).or_default(),
         }
     }
-
     for line in text.split('\n') {
         let parsed = parse_pve_line(line);
         if let PveLine::PendingHeader | PveLine::SnapshotHeader(_) = parsed {
@@ -116,57 +136,45 @@ pub(super) fn pve_rewrite(text: &str) -> String {
                 descr.push('\n');
             }
             PveLine::Description(t) => descr.push_str(&decode_text(t)),
-            PveLine::Lxc { key, value } => {
-                if !is_valid_lxc_key(key) {
-                    continue;
-                }
-                let sec = section(&cur, &mut main, &mut pending, &mut snaps);
-                if key == "lxc.environment.runtime" {
-                    match &mut sec.env {
-                        Some(e) => {
-                            e.push('\0');
-                            e.push_str(value);
-                        }
-                        None => sec.env = Some(value.to_string()),
-                    }
-                } else {
-                    sec.lxc.push((key.to_string(), value.to_string()));
-                }
-            }
-            PveLine::Snapstate(s) => {
-                section(&cur, &mut main, &mut pending, &mut snaps)
-                    .keys
-                    .insert("snapstate".to_string(), s.to_string());
-            }
             PveLine::Delete(v) => {
                 if cur == Cur::Pending {
                     pending.keys.insert("delete".to_string(), v.to_string());
                 }
             }
-            PveLine::Normal { key, value } => {
-                let sec = section(&cur, &mut main, &mut pending, &mut snaps);
-                if key == "env" {
-                    sec.env = Some(value.to_string());
-                } else {
-                    sec.keys.insert(key.to_string(), check_type(key, value));
-                }
-            }
+            other => section(&cur, &mut main, &mut pending, &mut snaps).add(other),
         }
     }
     section(&cur, &mut main, &mut pending, &mut snaps).description = descr;
-    main.keys.remove("snapstate");
+    (main, pending, snaps)
+}
 
-    let mut out = String::new();
-    main.write(&mut out);
-    if !pending.is_empty() {
-        out.push_str("\n[pve:pending]\n");
-        pending.write(&mut out);
+impl PveSection {
+    /// Adds a key line (`lxc.*`, `snapstate`, any other key) as PVE's parser keeps it.
+    fn add(&mut self, line: PveLine<'_>) {
+        match line {
+            PveLine::Lxc { key, value } if is_valid_lxc_key(key) => {
+                if key == "lxc.environment.runtime" {
+                    match &mut self.env {
+                        Some(e) => {
+                            e.push('\0');
+                            e.push_str(value);
+                        }
+                        None => self.env = Some(value.to_string()),
+                    }
+                } else {
+                    self.lxc.push((key.to_string(), value.to_string()));
+                }
+            }
+            PveLine::Snapstate(s) => {
+                self.keys.insert("snapstate".to_string(), s.to_string());
+            }
+            PveLine::Normal { key: "env", value } => self.env = Some(value.to_string()),
+            PveLine::Normal { key, value } => {
+                self.keys.insert(key.to_string(), check_type(key, value));
+            }
+            _ => {}
+        }
     }
-    for (name, sec) in &snaps {
-        out.push_str(&format!("\n[{name}]\n"));
-        sec.write(&mut out);
-    }
-    out
 }
 
 /// Perl `split(/SEP/, s)` (or `/SEP+/` when `collapse`): a leading empty field is kept,
@@ -218,96 +226,99 @@ fn check_type(key: &str, value: &str) -> String {
 /// Approximation of `is_valid_lxc_conf_key` (pve-container, `src/PVE/LXC/Config.pm`); invalid
 /// keys are dropped by PVE.
 fn is_valid_lxc_key(key: &str) -> bool {
-    const EXACT: &[&str] = &[
-        "lxc.apparmor.profile",
-        "lxc.apparmor.allow_incomplete",
-        "lxc.apparmor.allow_nesting",
-        "lxc.apparmor.raw",
-        "lxc.selinux.context",
-        "lxc.include",
-        "lxc.arch",
-        "lxc.uts.name",
-        "lxc.signal.halt",
-        "lxc.signal.reboot",
-        "lxc.signal.stop",
-        "lxc.init.cmd",
-        "lxc.init.cwd",
-        "lxc.init.uid",
-        "lxc.init.gid",
-        "lxc.init.groups",
-        "lxc.pty.max",
-        "lxc.console.logfile",
-        "lxc.console.path",
-        "lxc.tty.max",
-        "lxc.devtty.dir",
-        "lxc.hook.autodev",
-        "lxc.autodev",
-        "lxc.kmsg",
-        "lxc.mount.fstab",
-        "lxc.mount.entry",
-        "lxc.mount.auto",
-        "lxc.rootfs.mount",
-        "lxc.cap.drop",
-        "lxc.cap.keep",
-        "lxc.seccomp.profile",
-        "lxc.seccomp.notify.proxy",
-        "lxc.seccomp.notify.cookie",
-        "lxc.idmap",
-        "lxc.hook.pre-start",
-        "lxc.hook.pre-mount",
-        "lxc.hook.mount",
-        "lxc.hook.start",
-        "lxc.hook.stop",
-        "lxc.hook.post-stop",
-        "lxc.hook.clone",
-        "lxc.hook.destroy",
-        "lxc.hook.version",
-        "lxc.log.level",
-        "lxc.log.file",
-        "lxc.start.auto",
-        "lxc.start.delay",
-        "lxc.start.order",
-        "lxc.group",
-        "lxc.environment",
-        "lxc.environment.runtime",
-        "lxc.environment.hooks",
-        "lxc.sysctl.fs.mqueue",
-        "lxc.sysctl.kernel.msgmax",
-        "lxc.sysctl.kernel.msgmnb",
-        "lxc.sysctl.kernel.msgmni",
-        "lxc.sysctl.kernel.sem",
-        "lxc.sysctl.kernel.shmall",
-        "lxc.sysctl.kernel.shmmax",
-        "lxc.sysctl.kernel.shmmni",
-        "lxc.sysctl.kernel.shm_rmid_forced",
-    ];
-    // lxc2-era names PVE warns about but keeps (subset).
-    const DEPRECATED: &[&str] = &[
-        "lxc.aa_profile",
-        "lxc.aa_allow_incomplete",
-        "lxc.se_context",
-        "lxc.id_map",
-        "lxc.init_cmd",
-        "lxc.init_uid",
-        "lxc.init_gid",
-        "lxc.tty",
-        "lxc.pts",
-        "lxc.utsname",
-        "lxc.devttydir",
-        "lxc.loglevel",
-    ];
-    const PREFIXES: [&str; 5] = [
-        "lxc.cgroup2.",
-        "lxc.prlimit.",
-        "lxc.net.",
-        "lxc.limit.",
-        "lxc.cgroup.",
-    ];
-    EXACT.contains(&key)
-        || DEPRECATED.contains(&key)
+    LXC_EXACT.contains(&key)
+        || LXC_DEPRECATED.contains(&key)
         || key.starts_with("lxc.network.")
-        || PREFIXES.iter().any(|p| key.starts_with(p))
+        || LXC_PREFIXES.iter().any(|p| key.starts_with(p))
 }
+
+/// The `lxc.*` keys `is_valid_lxc_conf_key` accepts by their exact name ([`is_valid_lxc_key`]).
+const LXC_EXACT: &[&str] = &[
+    "lxc.apparmor.profile",
+    "lxc.apparmor.allow_incomplete",
+    "lxc.apparmor.allow_nesting",
+    "lxc.apparmor.raw",
+    "lxc.selinux.context",
+    "lxc.include",
+    "lxc.arch",
+    "lxc.uts.name",
+    "lxc.signal.halt",
+    "lxc.signal.reboot",
+    "lxc.signal.stop",
+    "lxc.init.cmd",
+    "lxc.init.cwd",
+    "lxc.init.uid",
+    "lxc.init.gid",
+    "lxc.init.groups",
+    "lxc.pty.max",
+    "lxc.console.logfile",
+    "lxc.console.path",
+    "lxc.tty.max",
+    "lxc.devtty.dir",
+    "lxc.hook.autodev",
+    "lxc.autodev",
+    "lxc.kmsg",
+    "lxc.mount.fstab",
+    "lxc.mount.entry",
+    "lxc.mount.auto",
+    "lxc.rootfs.mount",
+    "lxc.cap.drop",
+    "lxc.cap.keep",
+    "lxc.seccomp.profile",
+    "lxc.seccomp.notify.proxy",
+    "lxc.seccomp.notify.cookie",
+    "lxc.idmap",
+    "lxc.hook.pre-start",
+    "lxc.hook.pre-mount",
+    "lxc.hook.mount",
+    "lxc.hook.start",
+    "lxc.hook.stop",
+    "lxc.hook.post-stop",
+    "lxc.hook.clone",
+    "lxc.hook.destroy",
+    "lxc.hook.version",
+    "lxc.log.level",
+    "lxc.log.file",
+    "lxc.start.auto",
+    "lxc.start.delay",
+    "lxc.start.order",
+    "lxc.group",
+    "lxc.environment",
+    "lxc.environment.runtime",
+    "lxc.environment.hooks",
+    "lxc.sysctl.fs.mqueue",
+    "lxc.sysctl.kernel.msgmax",
+    "lxc.sysctl.kernel.msgmnb",
+    "lxc.sysctl.kernel.msgmni",
+    "lxc.sysctl.kernel.sem",
+    "lxc.sysctl.kernel.shmall",
+    "lxc.sysctl.kernel.shmmax",
+    "lxc.sysctl.kernel.shmmni",
+    "lxc.sysctl.kernel.shm_rmid_forced",
+];
+/// lxc2-era names PVE warns about but keeps (subset).
+const LXC_DEPRECATED: &[&str] = &[
+    "lxc.aa_profile",
+    "lxc.aa_allow_incomplete",
+    "lxc.se_context",
+    "lxc.id_map",
+    "lxc.init_cmd",
+    "lxc.init_uid",
+    "lxc.init_gid",
+    "lxc.tty",
+    "lxc.pts",
+    "lxc.utsname",
+    "lxc.devttydir",
+    "lxc.loglevel",
+];
+/// Prefixes under which every `lxc.*` key is accepted.
+const LXC_PREFIXES: [&str; 5] = [
+    "lxc.cgroup2.",
+    "lxc.prlimit.",
+    "lxc.net.",
+    "lxc.limit.",
+    "lxc.cgroup.",
+];
 
 /// `PVE::ParseUtils::decode_text`: `%XX` unescape (any hex case), then lossy UTF-8 decode.
 fn decode_text(s: &str) -> String {

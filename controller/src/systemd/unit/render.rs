@@ -199,32 +199,8 @@ pub fn render(spec: &UnitSpec) -> Result<String, UnitError> {
         let d = render_working_directory(dir)?;
         push_line(&mut out, "WorkingDirectory", &d)?;
     }
-    let mut seen: Vec<&str> = Vec::with_capacity(spec.environment.len());
-    for (i, (name, value)) in spec.environment.iter().enumerate() {
-        check_nul(&format!("environment[{i}] name"), name)?;
-        check_nul(&format!("environment[{name}]"), value)?;
-        if !valid_env_name(name) {
-            return Err(UnitError::InvalidEnvName { name: name.clone() });
-        }
-        if seen.contains(&name.as_str()) {
-            return Err(UnitError::DuplicateEnvName { name: name.clone() });
-        }
-        seen.push(name);
-        let word = quote_word(&format!("{name}={value}"), WordContext::Env);
-        push_line(&mut out, "Environment", &word)?;
-    }
-
-    let (exe, args) = spec
-        .exec_start
-        .split_first()
-        .ok_or(UnitError::EmptyExecStart)?;
-    let mut cmd = render_executable(exe)?;
-    for (i, arg) in args.iter().enumerate() {
-        check_nul(&format!("exec_start[{}]", i + 1), arg)?;
-        cmd.push(' ');
-        cmd.push_str(&quote_word(arg, WordContext::Exec));
-    }
-    push_line(&mut out, "ExecStart", &cmd)?;
+    push_environment(&mut out, &spec.environment)?;
+    push_line(&mut out, "ExecStart", &render_exec_start(&spec.exec_start)?)?;
 
     if let Some(restart) = &spec.restart {
         if !RESTART_VALUES.contains(&restart.as_str()) {
@@ -256,4 +232,35 @@ pub fn render(spec: &UnitSpec) -> Result<String, UnitError> {
         push_line(&mut out, "WantedBy", &wanted)?;
     }
     Ok(out)
+}
+
+/// `Environment=` lines, one per variable, each name valid and given once.
+fn push_environment(out: &mut String, environment: &[(String, String)]) -> Result<(), UnitError> {
+    let mut seen: Vec<&str> = Vec::with_capacity(environment.len());
+    for (i, (name, value)) in environment.iter().enumerate() {
+        check_nul(&format!("environment[{i}] name"), name)?;
+        check_nul(&format!("environment[{name}]"), value)?;
+        if !valid_env_name(name) {
+            return Err(UnitError::InvalidEnvName { name: name.clone() });
+        }
+        if seen.contains(&name.as_str()) {
+            return Err(UnitError::DuplicateEnvName { name: name.clone() });
+        }
+        seen.push(name);
+        let word = quote_word(&format!("{name}={value}"), WordContext::Env);
+        push_line(out, "Environment", &word)?;
+    }
+    Ok(())
+}
+
+/// `ExecStart=`'s value: the executable, then every argument quoted as one word.
+fn render_exec_start(argv: &[String]) -> Result<String, UnitError> {
+    let (exe, args) = argv.split_first().ok_or(UnitError::EmptyExecStart)?;
+    let mut cmd = render_executable(exe)?;
+    for (i, arg) in args.iter().enumerate() {
+        check_nul(&format!("exec_start[{}]", i + 1), arg)?;
+        cmd.push(' ');
+        cmd.push_str(&quote_word(arg, WordContext::Exec));
+    }
+    Ok(cmd)
 }
