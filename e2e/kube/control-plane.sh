@@ -65,6 +65,20 @@ pid_of() {
   echo "$pid"
 }
 
+# why_dead NAME: what pid_of saw of NAME, on stderr (a start once called a live, just-started
+# kube-apiserver dead: this says which of pid_of's checks failed, next time).
+why_dead() {
+  local pid
+  pid=$(cat "$RUN/$1.pid" 2>/dev/null || true)
+  {
+    echo "[control-plane] $1 looks dead: pid file ${pid:-(none)}"
+    [ -n "$pid" ] || return 0
+    echo "  /proc/$pid: $([ -d "/proc/$pid" ] && echo present || echo absent)"
+    echo "  stat: $(cut -d' ' -f1-3 "/proc/$pid/stat" 2>/dev/null)"
+    echo "  cmdline: $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | cut -c1-300)"
+  } >&2
+}
+
 stop_component() {
   local name=$1 pid i
   if pid=$(pid_of "$name"); then
@@ -217,7 +231,7 @@ wait_ready() {
   tok=$(admin_token)
   for i in $(seq 1 $((READY_TIMEOUT * 4))); do
     [ "$(curl -s --cacert "$RUN/ca.crt" -H "Authorization: Bearer $tok" -o /dev/null -w '%{http_code}' "$URL/readyz" 2>/dev/null)" = 200 ] && return 0
-    pid_of kube-apiserver >/dev/null || { tail -30 "$RUN/kube-apiserver.log" >&2 || true; die "kube-apiserver exited (log: $RUN/kube-apiserver.log)"; }
+    pid_of kube-apiserver >/dev/null || { why_dead kube-apiserver; tail -30 "$RUN/kube-apiserver.log" >&2 || true; die "kube-apiserver exited (log: $RUN/kube-apiserver.log)"; }
     sleep 0.25
   done
   curl -s --cacert "$RUN/ca.crt" -H "Authorization: Bearer $tok" "$URL/readyz?verbose" >&2 || true
