@@ -181,7 +181,6 @@ fn kept_missing<'a>(l: &'a Ledger, m: &'a Matching) -> impl Iterator<Item = Ledg
 
 /// Every difference between the ledger and what the bus and the selection show now.
 fn changes(l: &Ledger, m: &Matching, owner_of: &dyn Fn(&str) -> Option<String>) -> Vec<Change> {
-    let name = slice_name;
     let mut out: Vec<Change> = m
         .same
         .iter()
@@ -206,8 +205,8 @@ fn changes(l: &Ledger, m: &Matching, owner_of: &dyn Fn(&str) -> Option<String>) 
                 "{} at {} replaced by another GPU at {addr}: was {}, would be {}",
                 g.describe(),
                 g.address,
-                name(&g.owner),
-                name(&new)
+                slice_name(&g.owner),
+                slice_name(&new)
             ),
         );
     }
@@ -222,7 +221,7 @@ fn changes(l: &Ledger, m: &Matching, owner_of: &dyn Fn(&str) -> Option<String>) 
                     "{} at {} is gone from the bus ({})",
                     g.describe(),
                     g.address,
-                    name(&g.owner)
+                    slice_name(&g.owner)
                 ),
             );
         }
@@ -233,7 +232,7 @@ fn changes(l: &Ledger, m: &Matching, owner_of: &dyn Fn(&str) -> Option<String>) 
             LAYOUT_CHANGED,
             &None,
             &new,
-            format!("a new GPU at {addr} (would be {})", name(&new)),
+            format!("a new GPU at {addr} (would be {})", slice_name(&new)),
         );
     }
     out

@@ -365,16 +365,15 @@ fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member],
     let (paused, p_reason, p_msg) = pause(st, pool, members, bad.as_deref());
     cond(st, types::PAUSED, paused, p_reason, p_msg.clone());
     let degraded = st.failure.is_some() || st.degraded_member_count > 0;
-    let (d_reason, d_msg) = match (st.failure.is_some(), degraded) {
-        (true, _) => (
-            "MemberFailed",
-            format!("{} members degraded; {p_msg}", st.degraded_member_count),
-        ),
-        (false, true) => (
-            "MembersDegraded",
-            format!("{} members degraded; {p_msg}", st.degraded_member_count),
-        ),
-        (false, false) => ("AsExpected", "no member failed".to_string()),
+    let d_reason = match (st.failure.is_some(), degraded) {
+        (true, _) => "MemberFailed",
+        (false, true) => "MembersDegraded",
+        (false, false) => "AsExpected",
+    };
+    let d_msg = if degraded {
+        format!("{} members degraded; {p_msg}", st.degraded_member_count)
+    } else {
+        "no member failed".to_string()
     };
     cond(st, types::DEGRADED, degraded, d_reason, d_msg);
     let waiting = st.members.iter().filter(|e| e.state == "Waiting").count();

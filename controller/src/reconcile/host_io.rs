@@ -18,8 +18,8 @@ pub(super) async fn observe(ctx: &Arc<Ctx>) -> Result<HostState, Error> {
 
 /// Converges the host to `desired` through the one door. With `block`, waits until servers are
 /// Ready; without, returns while they start (the reconciler looks again after the poll interval).
-/// With `hold` (a pool member without a disruption slot: the slot's name) the run stops before
-/// any disruptive step.
+/// With `hold` (a pool member without a disruption slot: the slot it lacks) the run stops
+/// before any disruptive step (`converge::Stop::WaitingForSlot`; `budget/gate.rs` asks for it).
 pub(super) async fn run_converge(
     ctx: &Arc<Ctx>,
     desired: Desired,
