@@ -33,6 +33,7 @@ pub mod manifests;
 pub mod metrics;
 pub mod modelfiles;
 pub mod p2p;
+pub mod pass;
 pub mod plan;
 pub mod pool;
 pub mod proxmox;

@@ -2,7 +2,7 @@
 
 use super::args::{Format, HostArgs, InputArgs, ObserveFormat};
 use super::failure::Failure;
-use super::input::{load_desired, load_desired_seeded, open_host};
+use super::input::{load_desired, load_selected, open_host};
 use super::output;
 use crate::converge::Options;
 use crate::door::Door;
@@ -216,7 +216,9 @@ pub fn converge(
 ) -> Result<i32, Failure> {
     crate::crashpoint::arm_from_env().map_err(Failure::input)?;
     let mut h = open_host(&input.host)?;
-    let (desired, seed) = load_desired_seeded(input, h.as_mut())?;
+    let pass = crate::pass::Pass::begin();
+    let crate::pass::select::Selected { desired, seed, .. } =
+        load_selected(input, h.as_mut(), &pass)?;
     let report = {
         let mut door = Door::new(h.as_mut())
             .dry_run(dry_run)
@@ -229,8 +231,7 @@ pub fn converge(
             seed,
         )
     };
-    let status =
-        crate::status::compute(&desired, &report, &Default::default(), &crate::clock::now());
+    let status = crate::status::compute(&desired, &report, &Default::default(), &pass.time());
     output::print_converge(&desired, &report, &status, format);
     if let Some(file) = super::input::read_only_sim_file(&input.host) {
         if report.writes > 0 && !dry_run {

@@ -43,6 +43,17 @@ macro_rules! failed_from {
     )*};
 }
 
+impl From<crate::pass::select::Refused> for Failure {
+    /// A host that cannot be observed stopped the command; manifests that give it nothing to
+    /// converge to are the user's to fix.
+    fn from(e: crate::pass::select::Refused) -> Failure {
+        match e {
+            crate::pass::select::Refused::Observe(e) => e.into(),
+            crate::pass::select::Refused::Select(e) => Failure::input(e.to_string()),
+        }
+    }
+}
+
 failed_from!(
     HostError,
     UnitError,

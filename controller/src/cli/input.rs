@@ -3,10 +3,12 @@
 use super::args::{HostArgs, InputArgs};
 use super::failure::Failure;
 use crate::desired::Desired;
-use crate::host::model::HostState;
 use crate::host::sim::SimHost;
 use crate::host::Host;
 use crate::manifests::Manifests;
+use crate::pass::select::{from_manifests, Selected};
+use crate::pass::watch::Watching;
+use crate::pass::Pass;
 
 /// The file of `--host sim:FILE`: a simulated host read from a file and never written.
 pub fn read_only_sim_file(args: &HostArgs) -> Option<&str> {
@@ -47,15 +49,16 @@ pub fn open_host(args: &HostArgs) -> Result<Box<dyn Host + Send>, Failure> {
 
 /// Reads the manifests, picks the partition for the host's node and validates everything.
 pub fn load_desired(input: &InputArgs, host: &mut dyn Host) -> Result<Desired, Failure> {
-    load_desired_seeded(input, host).map(|(d, _)| d)
+    load_selected(input, host, &Pass::begin()).map(|s| s.desired)
 }
 
-/// [`load_desired`], and the observation it chose the GPUs on when that is complete for the
-/// converge loop (nothing else to watch: no server): the loop's first look.
-pub fn load_desired_seeded(
+/// [`load_desired`] for `pass`, with the observation it chose the GPUs on when that is
+/// complete for the converge loop (`pass::watch`): the loop's first look.
+pub fn load_selected(
     input: &InputArgs,
     host: &mut dyn Host,
-) -> Result<(Desired, Option<HostState>), Failure> {
+    pass: &Pass,
+) -> Result<Selected, Failure> {
     let manifests = match &input.file {
         Some(p) => Manifests::load(p).map_err(|e| Failure::input(e.to_string()))?,
         None => {
@@ -67,16 +70,22 @@ pub fn load_desired_seeded(
             m
         }
     };
-    let seeded = desired_seeded(
+    let gpu = (
+        input.host.gpu_vendor.as_str(),
+        input.host.gpu_driver.as_str(),
+    );
+    let selected = from_manifests(
+        pass,
         &manifests,
         host,
-        &input.host.gpu_vendor,
-        &input.host.gpu_driver,
+        &mut Watching::default(),
+        gpu,
+        |_| {},
     )?;
-    if let Some(note) = pool_note(&manifests, &seeded.0) {
+    if let Some(note) = pool_note(&manifests, &selected.desired) {
         eprintln!("note: {note}");
     }
-    Ok(seeded)
+    Ok(selected)
 }
 
 /// What a pool means to this command, when the host's partition is a member of one: a pool's
@@ -111,26 +120,7 @@ pub fn desired_for_host(
     gpu_vendor: &str,
     gpu_driver: &str,
 ) -> Result<Desired, Failure> {
-    desired_seeded(manifests, host, gpu_vendor, gpu_driver).map(|(d, _)| d)
-}
-
-/// [`desired_for_host`], and its observation when nothing was added to watch since (no server:
-/// no unit, no preflight), so that it is complete for the converge loop's first look.
-fn desired_seeded(
-    manifests: &Manifests,
-    host: &mut dyn Host,
-    gpu_vendor: &str,
-    gpu_driver: &str,
-) -> Result<(Desired, Option<HostState>), Failure> {
-    let observed = host.observe()?;
-    let mut desired =
-        crate::desired::select::for_host(manifests, &observed, gpu_vendor, gpu_driver)
-            .map_err(|e| Failure::input(e.to_string()))?;
-    crate::desired::select::decide_reboot(&mut desired, manifests, crate::clock::timestamp());
-    let units: Vec<_> = desired.servers.iter().map(|s| s.unit.clone()).collect();
-    let preflight = crate::desired::preflight::requests(&desired);
-    let complete = units.is_empty() && preflight.is_empty() && desired.removed_units.is_empty();
-    host.watch_units(&units);
-    host.watch_preflight(&preflight);
-    Ok((desired, complete.then_some(observed)))
+    let gpu = (gpu_vendor, gpu_driver);
+    let mut watching = Watching::default();
+    Ok(from_manifests(&Pass::begin(), manifests, host, &mut watching, gpu, |_| {})?.desired)
 }

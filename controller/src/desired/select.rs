@@ -130,15 +130,3 @@ fn unknown_partitions(m: &Manifests) -> Vec<SpecError> {
         })
         .collect()
 }
-
-/// Decides `reboot: Auto`'s gate of `d` at `now` for an agent on manifest files (it cannot ask
-/// a pool: the maintenance window decides). The front doors call it with their clock.
-pub fn decide_reboot(d: &mut Desired, manifests: &Manifests, now: jiff::Timestamp) {
-    if let Some(p) = manifests
-        .partitions
-        .iter()
-        .find(|p| p.metadata.name.as_deref() == Some(d.partition.name.as_str()))
-    {
-        d.partition.reboot = super::reboot::RebootGate::for_partition(p, false, now);
-    }
-}

@@ -516,6 +516,15 @@ impl P2pProbe {
 }
 
 impl HostState {
+    /// The driver the device at `address` is bound to, `none` when unbound or absent (as the
+    /// metrics and the slices' status show it).
+    pub fn driver_name(&self, address: &str) -> String {
+        self.pci_devices
+            .get(address)
+            .and_then(|d| d.driver.clone())
+            .unwrap_or_else(|| "none".into())
+    }
+
     /// Devices the GPU filter selects (display class, given vendor), by address.
     pub fn gpus<'a>(&'a self, vendor: &'a str) -> impl Iterator<Item = &'a PciDevice> + 'a {
         self.pci_devices

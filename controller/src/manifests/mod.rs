@@ -57,6 +57,13 @@ pub enum ManifestError {
 }
 
 impl Manifests {
+    /// The partition named `name`, if read.
+    pub fn partition(&self, name: &str) -> Option<&GpuPartition> {
+        self.partitions
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+    }
+
     /// Parses the documents of one YAML text.
     pub fn add_text(&mut self, text: &str, origin: &str) -> Result<(), ManifestError> {
         for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {

@@ -17,7 +17,7 @@ pub mod wait;
 use super::{Ctx, Error};
 use crate::kubeapi::lease::{is_live_claim, lease_name};
 use crate::pool::{decide, Answer, Ask, Member};
-use gpuplane_crds::condition::{types, ConditionStatus};
+use gpuplane_crds::condition::{types, ConditionStatus, Time};
 use gpuplane_crds::{GpuNodePool, GpuPartition, NODE_LABEL, POOL_LABEL};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{ListParams, PostParams};
@@ -32,9 +32,16 @@ pub fn pool_of(p: &GpuPartition) -> Option<String> {
     gpuplane_crds::pool_of(p).map(str::to_string)
 }
 
-/// Asks `pool` for `ask` on behalf of partition `p`. A pool that does not exist answers
-/// `Denied` (a member never disrupts without its pool), not an error.
-pub async fn ask(ctx: &Ctx, pool: &str, p: &GpuPartition, ask: Ask) -> Result<Answer, Error> {
+/// Asks `pool` for `ask` on behalf of partition `p`, decided at `now` (the pass's time). A pool
+/// that does not exist answers `Denied` (a member never disrupts without its pool), not an
+/// error.
+pub async fn ask(
+    ctx: &Ctx,
+    pool: &str,
+    p: &GpuPartition,
+    ask: Ask,
+    now: jiff::Timestamp,
+) -> Result<Answer, Error> {
     let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
     let who = p.name_any();
     let node = p.spec.node_name.clone();
@@ -44,8 +51,8 @@ pub async fn ask(ctx: &Ctx, pool: &str, p: &GpuPartition, ask: Ask) -> Result<An
                 "the GpuNodePool {pool} named by the label {POOL_LABEL} does not exist"
             )));
         };
-        let members = members(ctx, pool).await?;
-        let (st, answer) = decide(&current, &members, &who, &node, &ask, &crate::clock::now());
+        let members = members(ctx, pool, now).await?;
+        let (st, answer) = decide(&current, &members, &who, &node, &ask, &Time(now));
         show_members(ctx, pool, &st);
         let paused = |on: bool| i64::from(on);
         let m = &ctx.metrics.pool_paused;
@@ -111,7 +118,7 @@ fn record(ctx: &Ctx, pool: &str, answer: &Answer) {
 }
 
 /// The partitions labelled for `pool`, each with what its partition and its agent's Lease say.
-async fn members(ctx: &Ctx, pool: &str) -> Result<Vec<Member>, Error> {
+async fn members(ctx: &Ctx, pool: &str, now: jiff::Timestamp) -> Result<Vec<Member>, Error> {
     let parts: Api<GpuPartition> = Api::all(ctx.client.clone());
     let listed = parts
         .list(&ListParams::default().labels(&format!("{POOL_LABEL}={pool}")))
@@ -120,7 +127,6 @@ async fn members(ctx: &Ctx, pool: &str) -> Result<Vec<Member>, Error> {
     let leases = leases
         .list(&ListParams::default().labels(NODE_LABEL))
         .await?;
-    let now = crate::clock::timestamp();
     let is = |p: &GpuPartition, t: &str| {
         p.status.as_ref().is_some_and(|s| {
             s.conditions

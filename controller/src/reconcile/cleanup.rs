@@ -1,12 +1,14 @@
 //! What deleting a `GpuPartition` does to the host, by `spec.deletionPolicy`.
 
-use super::budget::gate::{self, Gate};
+use super::budget::gate;
 use super::host_io::observe;
 use super::kube_io::{has_server_finalizer, publish, release_server, servers_of};
 use super::{Ctx, Error};
 use crate::desired::{
     resolve_partition, resolve_server, Desired, DesiredPartition, ResolvedConsumer, ResolvedSlice,
 };
+use crate::pass::gate::Gated as Gate;
+use crate::pass::Pass;
 use crate::pool::{Ask, State};
 use gpuplane_crds::{DeletionPolicy, GpuDriver, GpuPartition, InferenceServer};
 use kube::runtime::controller::Action;
@@ -61,9 +63,14 @@ async fn release_servers(ctx: &Ctx, servers: &[InferenceServer]) -> Result<(), E
 
 /// A member leaving its pool gives back any slot it holds (its host is restored, or retained
 /// as it is by the person's choice).
-async fn leave_pool(ctx: &Ctx, pool: Option<&str>, p: &GpuPartition) -> Result<(), Error> {
+async fn leave_pool(
+    ctx: &Ctx,
+    pass: &Pass,
+    pool: Option<&str>,
+    p: &GpuPartition,
+) -> Result<(), Error> {
     if let Some(pool) = pool {
-        super::budget::ask(ctx, pool, p, Ask::Report(State::Leaving)).await?;
+        super::budget::ask(ctx, pool, p, Ask::Report(State::Leaving), pass.now).await?;
     }
     Ok(())
 }
@@ -72,6 +79,7 @@ async fn leave_pool(ctx: &Ctx, pool: Option<&str>, p: &GpuPartition) -> Result<(
 /// host as it is; `Restore` returns every GPU to nvidia, removes our lines and the units of the
 /// partition's servers, and releases the servers once that converged.
 pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let pass = Pass::begin();
     let p_ref = p.object_ref(&());
     let name = p.name_any();
     // The partition is going: its condition series go with it.
@@ -86,7 +94,7 @@ pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Actio
     let pool = super::budget::pool_of(&p);
     if p.spec.deletion_policy == DeletionPolicy::Retain {
         release_servers(&ctx, &servers).await?;
-        leave_pool(&ctx, pool.as_deref(), &p).await?;
+        leave_pool(&ctx, &pass, pool.as_deref(), &p).await?;
         publish(
             &ctx,
             &p_ref,
@@ -126,6 +134,7 @@ pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Actio
         .collect();
     // A pool member restores its host (a disruption) only with a slot of its pool.
     let gated = gate::converge(
+        &pass,
         &ctx,
         &p,
         pool.as_deref(),
@@ -150,7 +159,7 @@ pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Actio
     };
     if report.converged() {
         release_servers(&ctx, &servers).await?;
-        leave_pool(&ctx, pool.as_deref(), &p).await?;
+        leave_pool(&ctx, &pass, pool.as_deref(), &p).await?;
         publish(
             &ctx,
             &p_ref,

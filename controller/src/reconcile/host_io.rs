@@ -6,6 +6,7 @@ use crate::converge::{converge_with, Options, Report};
 use crate::desired::Desired;
 use crate::door::Door;
 use crate::host::model::HostState;
+use crate::pass::watch::WatchSet;
 use std::sync::Arc;
 
 /// Reads the host (no writes).
@@ -29,14 +30,8 @@ pub(super) async fn run_converge(
     let c = ctx.clone();
     tokio::task::spawn_blocking(move || {
         let mut host = c.host.lock().unwrap_or_else(|e| e.into_inner());
-        let units: Vec<_> = desired
-            .servers
-            .iter()
-            .map(|s| s.unit.clone())
-            .chain(desired.removed_units.iter().cloned())
-            .collect();
-        host.watch_units(&units);
-        host.watch_preflight(&crate::desired::preflight::requests(&desired));
+        // Observed afresh by the converge: no seed (`pass::watch`).
+        WatchSet::of(&desired).install(host.as_mut());
         let mut progress = c.progress.lock().unwrap_or_else(|e| e.into_inner());
         let opts = Options {
             poll_seconds: c.opts.poll_interval.as_secs().max(1),

@@ -12,7 +12,7 @@
 //! An invalid partition stops after phase 2: [`report_invalid_partition`] writes its condition
 //! and waits for a spec change.
 
-use super::budget::gate::{self, Gate};
+use super::budget::gate;
 use super::host_io::observe;
 use super::kube_io::{
     has_server_finalizer, publish, release_server, servers_of, set_finalizers, SERVER_FINALIZER,
@@ -20,14 +20,17 @@ use super::kube_io::{
 use super::write_status::{merge, refuse, write, Refusal};
 use super::{Ctx, Error, FINALIZER};
 use crate::converge::{Report, Stop};
-use crate::desired::reboot::RebootGate;
 use crate::desired::{
     check_servers_together, in_claim_order, resolve_partition, resolve_server, Desired,
     DesiredPartition, DesiredServer, SpecError,
 };
 use crate::host::model::{HostState, UnitRef};
 use crate::metrics::ErrorCategory;
+use crate::pass::gate::Gated as Gate;
+use crate::pass::outcome::final_host;
+use crate::pass::{Outcome, Pass};
 use crate::pool::{Ask, State};
+use crate::resource_key::ResourceKey;
 use crate::status::refusal;
 use crate::step::Step;
 use gpuplane_crds::condition::{types, Condition, ConditionStatus};
@@ -125,32 +128,39 @@ struct Resolved<'a> {
 
 /// Converges the host to the partition and its servers, then reports.
 pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let pass = Pass::begin();
     let g = gather(&p, &ctx).await?;
     let dp = match resolve_partition(&p, &g.observed, &ctx.opts.gpu_vendor, &ctx.opts.gpu_driver) {
         Ok(dp) => dp,
-        Err(errs) => return report_invalid_partition(&ctx, &p, &g.servers, &errs).await,
+        Err(errs) => return report_invalid_partition(&ctx, &pass, &p, &g.servers, &errs).await,
     };
     let mut dp = dp;
-    dp.reboot = RebootGate::for_partition(&p, true, crate::clock::timestamp());
+    dp.reboot = pass.reboot_gate(&p, true);
     let r = resolve(dp, &g.servers, &g.deleting);
     // A pool member disrupts its host only while it holds a slot of its pool.
     let pool = super::budget::pool_of(&p);
     let desired = r.desired.clone();
-    let report = match gate::converge(&ctx, &p, pool.as_deref(), desired, false, "").await? {
+    let report = match gate::converge(&pass, &ctx, &p, pool.as_deref(), desired, false, "").await? {
         Gate::Passed(report) => *report,
         Gate::Denied { pool, step, why } => {
-            return super::budget::wait::wait(&ctx, &p, &pool, &step, &why).await
+            return super::budget::wait::wait(&ctx, &pass, &p, &pool, &step, &why).await
         }
     };
     release_deleted(&ctx, &r.removed, &report).await?;
     let was_ready = nothing_asked_since_ready(&p, &r);
-    let (ready, health) = write_status(&ctx, &p, &r, &report).await?;
+    let node = crate::discovery::select::Node {
+        name: &ctx.opts.node,
+        address: ctx.opts.sd_node_address.as_deref(),
+    };
+    let outcome = pass.outcome(&r.desired, &report, &generations(&p, &r), &node);
+    let (ready, health) = write_status(&ctx, &pass, &p, &r, &report, &outcome).await?;
     if let Some(pool) = &pool {
-        super::budget::ask(&ctx, pool, &p, Ask::Report(health)).await?;
+        super::budget::ask(&ctx, pool, &p, Ask::Report(health), pass.now).await?;
     }
     let old = p.status.clone().unwrap_or_default();
     publish_events(&ctx, &p, &r, &report, was_ready, &old.conditions).await;
-    record_metrics(&ctx, &r, &report, ready, was_ready);
+    outcome.record(&ctx.metrics, &report, &ctx.opts.node);
+    record_metrics(&ctx, &report, ready, was_ready);
     if let Some(starting) = report.waiting_units(&r.desired) {
         super::wake::probe_until_ready(&ctx, &p.name_any(), starting, ctx.opts.poll_interval);
     }
@@ -237,6 +247,7 @@ fn field_messages(errs: &[SpecError]) -> Vec<String> {
 /// changes, and no retry storm (it waits for a spec change).
 async fn report_invalid_partition(
     ctx: &Ctx,
+    pass: &Pass,
     p: &GpuPartition,
     servers: &[InferenceServer],
     errs: &[SpecError],
@@ -245,7 +256,7 @@ async fn report_invalid_partition(
     let msgs = field_messages(errs);
     // Its servers read PartitionInvalid, not Ready: none is a scrape target.
     ctx.metrics.set_server_sd("[]".into());
-    let now = crate::clock::now();
+    let now = pass.time();
     let slice_count = p.spec.slices.len() as u32;
     let refused = Refusal {
         reason: refusal::INVALID_SPEC.into(),
@@ -313,27 +324,35 @@ async fn release_deleted(
     Ok(())
 }
 
-/// Phase 5: status of the partition, its valid servers and its invalid ones; returns how many
-/// servers are Ready, and where the host stands for its pool.
-async fn write_status(
-    ctx: &Ctx,
-    p: &GpuPartition,
-    r: &Resolved<'_>,
-    report: &Report,
-) -> Result<(i64, State), Error> {
-    let name = p.name_any();
-    let part_key = crate::resource_key::ResourceKey::partition(name.as_str());
+/// Each resource's `metadata.generation`, as its status's `observedGeneration` reports it.
+fn generations(p: &GpuPartition, r: &Resolved<'_>) -> BTreeMap<ResourceKey, i64> {
     let mut generations = BTreeMap::new();
-    generations.insert(part_key.clone(), p.metadata.generation.unwrap_or(0));
+    generations.insert(
+        ResourceKey::partition(p.name_any().as_str()),
+        p.metadata.generation.unwrap_or(0),
+    );
     for (d, s) in &r.valid {
         generations.insert(
-            crate::resource_key::ResourceKey::server_id(&d.id),
+            ResourceKey::server_id(&d.id),
             s.metadata.generation.unwrap_or(0),
         );
     }
-    let computed = crate::status::compute(&r.desired, report, &generations, &crate::clock::now());
-    let host = report.final_host.clone().unwrap_or_default();
+    generations
+}
 
+/// Phase 5: status of the partition, its valid servers and its invalid ones, and the scrape
+/// targets; returns how many servers are Ready, and where the host stands for its pool.
+async fn write_status(
+    ctx: &Ctx,
+    pass: &Pass,
+    p: &GpuPartition,
+    r: &Resolved<'_>,
+    report: &Report,
+    outcome: &Outcome,
+) -> Result<(i64, State), Error> {
+    let part_key = ResourceKey::partition(p.name_any().as_str());
+    let computed = &outcome.statuses;
+    let host = final_host(report);
     let old = p.status.clone().unwrap_or_default();
     let applied = applied_steps(report);
     let pc = computed.get(&part_key).cloned().unwrap_or_default();
@@ -341,7 +360,7 @@ async fn write_status(
         observed_generation: p.metadata.generation,
         conditions: merge(&old.conditions, &pc.conditions),
         slice_count: r.desired.partition.slices.len() as u32,
-        slices: slice_status(&r.desired.partition, &host),
+        slices: slice_status(&r.desired.partition, host),
         last_applied_plan: if applied.is_empty() {
             old.last_applied_plan.clone()
         } else {
@@ -355,20 +374,22 @@ async fn write_status(
     let mut ready = 0i64;
     for (d, s) in &r.valid {
         let sc = computed
-            .get(&crate::resource_key::ResourceKey::server_id(&d.id))
+            .get(&ResourceKey::server_id(&d.id))
             .cloned()
             .unwrap_or_default();
         if is_ready(&sc.conditions) {
             ready += 1;
         }
-        let st = server_status(d, s, &sc.conditions, &host);
+        let st = server_status(d, s, &sc.conditions, host);
         write(ctx, *s, &st).await?;
     }
     for (s, reason, msgs) in &r.invalid {
-        write_invalid_server(ctx, s, reason, msgs).await?;
+        write_invalid_server(ctx, pass, s, reason, msgs).await?;
     }
-    publish_targets(ctx, &r.desired, &host, &computed);
-    Ok((ready, health(p, r, report, &computed)))
+    // The SGLang servers for Prometheus (`/sd/servers`): this pass's Ready servers with
+    // metrics, the whole list replacing the last (`discovery/`).
+    ctx.metrics.set_server_sd(outcome.targets.clone());
+    Ok((ready, health(p, r, report, computed)))
 }
 
 /// Where the host stands for its pool. Failed only when the partition itself is `Stalled` (what
@@ -445,28 +466,6 @@ fn is_true(c: &gpuplane_crds::condition::Condition) -> bool {
     c.status == ConditionStatus::True.as_str()
 }
 
-/// The SGLang servers for Prometheus (`/sd/servers`): this reconcile's Ready servers with
-/// metrics, the whole list replacing the last (`discovery/`).
-fn publish_targets(
-    ctx: &Ctx,
-    desired: &Desired,
-    host: &HostState,
-    computed: &BTreeMap<crate::resource_key::ResourceKey, crate::status::ResourceStatus>,
-) {
-    let node = crate::discovery::select::Node {
-        name: &ctx.opts.node,
-        address: ctx.opts.sd_node_address.as_deref(),
-    };
-    let targets = crate::discovery::select::targets(desired, host, &node, |s| {
-        computed
-            .get(&crate::resource_key::ResourceKey::server_id(&s.id))
-            .map(|st| st.conditions.as_slice())
-            .unwrap_or(&[])
-    });
-    ctx.metrics
-        .set_server_sd(crate::discovery::render(&targets));
-}
-
 /// The status of a valid server: conditions, endpoint, and what its unit on the host runs.
 fn server_status(
     d: &DesiredServer,
@@ -496,11 +495,12 @@ fn server_status(
 /// generation.
 async fn write_invalid_server(
     ctx: &Ctx,
+    pass: &Pass,
     s: &InferenceServer,
     reason: &'static str,
     msgs: &[String],
 ) -> Result<(), Error> {
-    let now = crate::clock::now();
+    let now = pass.time();
     let status = if reason == refusal::CONFLICT {
         refusal::conflict(&msgs.join("; "), s.metadata.generation, &now)
     } else {
@@ -650,31 +650,12 @@ async fn publish_events(
     }
 }
 
-/// Phase 7: host writes by kind, corrected drift, GPUs by slice and driver, Ready servers,
-/// errors by reason.
-fn record_metrics(ctx: &Ctx, r: &Resolved<'_>, report: &Report, ready: i64, was_ready: bool) {
+/// Phase 7 (beside `Outcome::record`: host writes, GPU rows): corrected drift, Ready
+/// servers, errors by reason.
+fn record_metrics(ctx: &Ctx, report: &Report, ready: i64, was_ready: bool) {
     let m = &ctx.metrics;
     if was_ready && report.writes > 0 {
         m.drifts_corrected.inc();
-    }
-    for (kind, n) in &report.writes_by_kind {
-        m.host_writes.with_label_values(&[kind]).inc_by(*n);
-    }
-    m.gpus.reset();
-    m.gpu_owner.reset();
-    let empty = HostState::default();
-    let host = report.final_host.as_ref().unwrap_or(&empty);
-    for s in &r.desired.partition.slices {
-        for g in &s.gpus {
-            let driver = driver_of(host, g);
-            m.gpus
-                .with_label_values(&[s.name.as_str(), driver.as_str()])
-                .inc();
-            let bus_id = crate::metrics::dcgm_bus_id(g);
-            m.gpu_owner
-                .with_label_values(&[&ctx.opts.node, &bus_id, &s.name, &driver])
-                .set(1);
-        }
     }
     m.servers_ready.set(ready);
     match &report.stop {
@@ -766,14 +747,6 @@ fn server_of<'a>(
     valid.iter().find(|(d, _)| &d.unit == unit).map(|(_, s)| *s)
 }
 
-/// The driver a GPU is bound to, `none` when unbound.
-fn driver_of(host: &HostState, gpu: &str) -> String {
-    host.pci_devices
-        .get(gpu)
-        .and_then(|d| d.driver.clone())
-        .unwrap_or_else(|| "none".into())
-}
-
 fn slice_status(dp: &DesiredPartition, host: &HostState) -> Vec<SliceStatus> {
     dp.slices
         .iter()
@@ -783,7 +756,7 @@ fn slice_status(dp: &DesiredPartition, host: &HostState) -> Vec<SliceStatus> {
             drivers: s
                 .gpus
                 .iter()
-                .map(|g| format!("{g}={}", driver_of(host, g)))
+                .map(|g| format!("{g}={}", host.driver_name(g)))
                 .collect(),
         })
         .collect()

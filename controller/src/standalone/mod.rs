@@ -25,11 +25,15 @@ mod status_files;
 mod watch;
 
 use crate::converge::{converge_seeded, Options};
-use crate::desired::select;
+use crate::desired::select::SelectError;
 use crate::door::Door;
 use crate::host::model::UnitRef;
 use crate::host::Host;
 use crate::manifests::Manifests;
+use crate::pass::outcome::final_host;
+use crate::pass::select::{from_manifests, Refused, Selected};
+use crate::pass::watch::Watching;
+use crate::pass::Pass;
 use crate::resource_key::ResourceKey;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -106,7 +110,7 @@ pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<()
     let mut progress = Default::default();
     let mut watch = watch::Watch::new(&opts.manifests);
     rt.spawn(signals::stop_on_signal(watch.stopper()));
-    let mut watched = Default::default();
+    let mut watching = Watching::default();
     let mut rounds = 0u64;
     loop {
         let started = Instant::now();
@@ -117,7 +121,7 @@ pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<()
             host.as_mut(),
             &metrics,
             &mut progress,
-            &mut watched,
+            &mut watching,
         );
         metrics
             .reconcile_duration
@@ -172,45 +176,24 @@ fn until_next(
     watch.wait(wait, Some(&mut probe))
 }
 
-/// What the host backend was last asked to watch (units, preflight requests): an observation
-/// made under the same is complete for the next converge.
-type Watched = (
-    Vec<crate::host::model::UnitRef>,
-    Vec<crate::host::model::PreflightRequest>,
-);
-
-/// One pass on the manifests as read: validate, converge, write status. `None` when nothing is left to wait
-/// for; else the units of the servers still starting (none when it waits for a lock).
+/// One pass on the manifests as read (`pass/`): select, converge, publish. `None` when nothing
+/// is left to wait for; else the units of the servers still starting (none when it waits for a
+/// lock).
 fn round(
     opts: &StandaloneOptions,
     manifests: Result<Manifests, crate::manifests::ManifestError>,
     host: &mut dyn Host,
     metrics: &crate::metrics::Metrics,
-    progress: &mut std::collections::BTreeMap<String, crate::converge::StartupTrack>,
-    watched: &mut Watched,
-) -> Option<Vec<crate::host::model::UnitRef>> {
-    let desired = manifests.map_err(|e| e.to_string()).and_then(|m| {
-        tracing::debug!(
-            "manifests read: {} partitions, {} servers",
-            m.partitions.len(),
-            m.servers.len()
-        );
-        let observed = host.observe().map_err(|e| e.to_string())?;
-        select::for_host(&m, &observed, &opts.gpu_vendor, &opts.gpu_driver)
-            .map(|mut d| {
-                select::decide_reboot(&mut d, &m, crate::clock::timestamp());
-                (d, observed)
-            })
-            .map_err(|e| {
-                // Each resource the refusal names reads it in its own status file too.
-                if let select::SelectError::Invalid(errs) = &e {
-                    status_files::write_refusals(&opts.status_dir, errs);
-                }
-                e.to_string()
-            })
-    });
-    let (mut desired, observed) = match desired {
-        Ok(d) => d,
+    progress: &mut BTreeMap<String, crate::converge::StartupTrack>,
+    watching: &mut Watching,
+) -> Option<Vec<UnitRef>> {
+    let pass = Pass::begin();
+    let mut removed = vec![];
+    let selected = manifests
+        .map_err(|e| e.to_string())
+        .and_then(|m| select(opts, &pass, &m, host, watching, &mut removed));
+    let Selected { desired, seed, .. } = match selected {
+        Ok(s) => s,
         Err(f) => {
             tracing::warn!(
                 "manifests in {} are not applied: {f}",
@@ -223,34 +206,6 @@ fn round(
             return None;
         }
     };
-    // Servers gone from the manifests: their units are stopped and removed (what a deleted
-    // InferenceServer's finalizer does in Kubernetes), found by the unit their status file names.
-    let units: BTreeMap<ResourceKey, UnitRef> = desired
-        .servers
-        .iter()
-        .map(|s| (ResourceKey::server_id(&s.id), s.unit.clone()))
-        .collect();
-    let removed = status_files::removed_servers(&opts.status_dir, &units);
-    for r in &removed {
-        if !desired.removed_units.contains(&r.unit) {
-            desired.removed_units.push(r.unit.clone());
-        }
-    }
-    let now_watched = (
-        desired
-            .servers
-            .iter()
-            .map(|s| s.unit.clone())
-            .chain(desired.removed_units.iter().cloned())
-            .collect(),
-        crate::desired::preflight::requests(&desired),
-    );
-    // The observation that selected the GPUs starts the converge loop when it watched the same
-    // units and preflight requests (one full observation fewer per pass).
-    let seed = (*watched == now_watched).then_some(observed);
-    host.watch_units(&now_watched.0);
-    host.watch_preflight(&now_watched.1);
-    *watched = now_watched;
     let report = {
         let mut door = Door::new(host);
         let o = Options {
@@ -260,38 +215,75 @@ fn round(
         };
         converge_seeded(&desired, &mut door, &o, progress, seed)
     };
-    for (kind, n) in &report.writes_by_kind {
-        metrics.host_writes.with_label_values(&[kind]).inc_by(*n);
-    }
-    let status =
-        crate::status::compute(&desired, &report, &Default::default(), &crate::clock::now());
-    status_files::write(&opts.status_dir, &status, &units);
-    for (key, st) in &status {
+    let node = crate::discovery::select::Node {
+        name: &desired.partition.node_name,
+        address: opts.sd_node_address.as_deref(),
+    };
+    let outcome = pass.outcome(&desired, &report, &Default::default(), &node);
+    outcome.record(metrics, &report, &desired.partition.node_name);
+    status_files::write(
+        &opts.status_dir,
+        &outcome.statuses,
+        &servers_by_key(&desired),
+    );
+    for (key, st) in &outcome.statuses {
         let (ns, name) = match key {
             ResourceKey::Partition { name } | ResourceKey::Pool { name } => ("", name.as_str()),
             ResourceKey::Server { namespace, name } => (namespace.as_str(), name.as_str()),
         };
         metrics.set_conditions(key.kind(), ns, name, &st.conditions);
     }
-    forget_removed(opts, metrics, &desired, &removed, host_state(&report));
-    let node = crate::discovery::select::Node {
-        name: &desired.partition.node_name,
-        address: opts.sd_node_address.as_deref(),
-    };
-    let targets = crate::discovery::select::targets(&desired, host_state(&report), &node, |s| {
-        status
-            .get(&crate::resource_key::ResourceKey::server_id(&s.id))
-            .map(|st| st.conditions.as_slice())
-            .unwrap_or(&[])
-    });
-    publish_targets(opts, metrics, crate::discovery::render(&targets));
-    record_gpus(metrics, &desired, host_state(&report));
+    forget_removed(opts, metrics, &desired, &removed, final_host(&report));
+    publish_targets(opts, metrics, outcome.targets);
     // A held lock: look again after a poll interval (no unit to probe meanwhile). What a dead
     // writer left and a step removed is logged where it is removed (host/local/files.rs).
     if report.waits_for_lock() {
         return Some(vec![]);
     }
     report.waiting_units(&desired)
+}
+
+/// The manifests' desired state for this host (`pass::select`), with the units of servers gone
+/// from the manifests to stop and remove (what a deleted InferenceServer's finalizer does in
+/// Kubernetes), found by the unit their status file names; a refusal is also written into the
+/// status file of each resource it names.
+fn select(
+    opts: &StandaloneOptions,
+    pass: &Pass,
+    m: &Manifests,
+    host: &mut dyn Host,
+    watching: &mut Watching,
+    removed: &mut Vec<status_files::Removed>,
+) -> Result<Selected, String> {
+    tracing::debug!(
+        "manifests read: {} partitions, {} servers",
+        m.partitions.len(),
+        m.servers.len()
+    );
+    let gpu = (opts.gpu_vendor.as_str(), opts.gpu_driver.as_str());
+    let add_removed = |d: &mut crate::desired::Desired| {
+        *removed = status_files::removed_servers(&opts.status_dir, &servers_by_key(d));
+        for r in removed.iter() {
+            if !d.removed_units.contains(&r.unit) {
+                d.removed_units.push(r.unit.clone());
+            }
+        }
+    };
+    from_manifests(pass, m, host, watching, gpu, add_removed).map_err(|e| {
+        if let Refused::Select(SelectError::Invalid(errs)) = &e {
+            status_files::write_refusals(&opts.status_dir, errs, &pass.time());
+        }
+        e.to_string()
+    })
+}
+
+/// Each server's unit by its resource key (the status files name the unit they were for).
+fn servers_by_key(desired: &crate::desired::Desired) -> BTreeMap<ResourceKey, UnitRef> {
+    desired
+        .servers
+        .iter()
+        .map(|s| (ResourceKey::server_id(&s.id), s.unit.clone()))
+        .collect()
 }
 
 /// The removed servers whose unit is gone (stopped, no file; or never there) lose their status
@@ -320,50 +312,10 @@ fn forget_removed(
     }
 }
 
-/// The host as the pass left it (empty when it could not be observed).
-fn host_state(report: &crate::converge::Report) -> &crate::host::model::HostState {
-    static EMPTY: std::sync::OnceLock<crate::host::model::HostState> = std::sync::OnceLock::new();
-    report
-        .final_host
-        .as_ref()
-        .unwrap_or_else(|| EMPTY.get_or_init(Default::default))
-}
-
 /// The servers for Prometheus, replaced whole: `/sd/servers` and the file_sd file.
 fn publish_targets(opts: &StandaloneOptions, metrics: &crate::metrics::Metrics, json: String) {
     if let Some(path) = &opts.file_sd {
         file_sd::write(path, &json);
     }
     metrics.set_server_sd(json);
-}
-
-/// `gpuplane_gpus` and `gpuplane_gpu_owner` as the Kubernetes agent records them: each GPU of
-/// the partition with its slice and bound driver, `pci_bus_id` as DCGM spells it (what the
-/// serving rules join a server's GPUs by).
-fn record_gpus(
-    metrics: &crate::metrics::Metrics,
-    desired: &crate::desired::Desired,
-    host: &crate::host::model::HostState,
-) {
-    metrics.gpus.reset();
-    metrics.gpu_owner.reset();
-    for s in &desired.partition.slices {
-        for g in &s.gpus {
-            let driver = host
-                .pci_devices
-                .get(g)
-                .and_then(|d| d.driver.clone())
-                .unwrap_or_else(|| "none".into());
-            metrics.gpus.with_label_values(&[&s.name, &driver]).inc();
-            metrics
-                .gpu_owner
-                .with_label_values(&[
-                    &desired.partition.node_name,
-                    &crate::metrics::dcgm_bus_id(g),
-                    &s.name,
-                    &driver,
-                ])
-                .set(1);
-        }
-    }
 }

@@ -8,6 +8,7 @@ use crate::host::model::UnitRef;
 use crate::resource_key::ResourceKey;
 use crate::status::ResourceStatus;
 use crate::status_dir::{self, file_name, FileKind};
+use gpuplane_crds::condition::Time;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -133,7 +134,7 @@ fn previous(dir: &Path, name: &str) -> Vec<gpuplane_crds::condition::Condition> 
 /// pass. (`_invalid.yaml`, written next, has the whole list.) A pool has no status file here:
 /// this agent asks no pool, and nothing would remove the file once the pool is fixed; its
 /// refusal is in `_invalid.yaml`.
-pub fn write_refusals(dir: &Path, errs: &[crate::desired::SpecError]) {
+pub fn write_refusals(dir: &Path, errs: &[crate::desired::SpecError], now: &Time) {
     let mut by: BTreeMap<crate::resource_key::ResourceKey, Vec<String>> = BTreeMap::new();
     let own_file = |e: &&crate::desired::SpecError| {
         !matches!(e.resource, crate::resource_key::ResourceKey::Pool { .. })
@@ -144,8 +145,7 @@ pub fn write_refusals(dir: &Path, errs: &[crate::desired::SpecError]) {
             .push(format!("{}: {}", e.field, e.message));
     }
     for (resource, msgs) in by {
-        let now = crate::clock::now();
-        let st = crate::status::refusal::invalid(&msgs, None, &now);
+        let st = crate::status::refusal::invalid(&msgs, None, now);
         put_conditions(dir, &resource, &st, None);
     }
 }

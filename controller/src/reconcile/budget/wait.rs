@@ -17,6 +17,7 @@ use kube::Resource;
 /// Writes the wait on `p` (only when it changed) and looks again after the poll interval.
 pub async fn wait(
     ctx: &Ctx,
+    pass: &crate::pass::Pass,
     p: &GpuPartition,
     pool: &str,
     step: &str,
@@ -24,7 +25,7 @@ pub async fn wait(
 ) -> Result<Action, Error> {
     let old = p.status.clone().unwrap_or_default();
     let g = p.metadata.generation;
-    let now = crate::clock::now();
+    let now = pass.time();
     let msg = crate::text::sanitize(
         &format!("{step} needs a disruption slot of GpuNodePool {pool}: {why}"),
         1024,
