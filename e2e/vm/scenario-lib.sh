@@ -32,19 +32,33 @@ for i, n in ((1, 3000), (2, 5000)):
 json.dump({"metadata": {"total_size": total}, "weight_map": wm}, open(d + "/model.safetensors.index.json", "w"))
 PY
 }
+# KEPT_NIC: pci.cfg lines the agent must keep (a comment, a NIC mapping of this node), printf's format
+KEPT_NIC='# mappings kept by hand\nnic\n\tmap id=8086:100e,node=vmhost,path=0000:44:02.0\n'
+# pve_vm PCICFG: the Proxmox directories, VM 300 ("snp-guest", its hostpci0 the mapping emu-vm)
+# and /etc/pve/mapping/pci.cfg made of PCICFG (printf's format)
+pve_vm() {
+  mkdir -p /etc/pve/lxc /etc/pve/qemu-server /etc/pve/mapping
+  printf 'name: snp-guest\nhostpci0: mapping=emu-vm,pcie=1\n' > /etc/pve/qemu-server/300.conf
+  printf "$1" > /etc/pve/mapping/pci.cfg
+}
+# part_head [SPEC-LINES]: the GpuPartition "vmhost" (node vmhost) up to its "slices:" line;
+# SPEC-LINES: more spec fields before the slices, each line indented by two spaces
+part_head() {
+  printf 'apiVersion: gpuplane.dev/v1alpha1\nkind: GpuPartition\nmetadata: {name: vmhost}\nspec:\n  nodeName: vmhost\n'
+  if [ -n "${1:-}" ]; then printf '%s\n' "$1"; fi
+  echo '  slices:'
+}
+# rules [MORE]: a host slice's rules for the stand-in SGLang servers (namespace default, the
+# stand-in's interpreter, /srv/models, host placement, root, STANDIN_* env), MORE appended
+# (", adoptUnits: [sglang-e2e]")
+rules() { echo '{namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, allowedEnv: ["STANDIN_*"]'"${1:+, $1}}"; }
 # partition DIR HOST-SELECTOR VM-SELECTOR VM-DRIVER [VM-CONSUMER]: $M/DIR/partition.yaml, node
 # vmhost, a host slice (the stand-in SGLang servers' rules) and a vm slice
-partition() { mkdir -p $M/$1; cat > $M/$1/partition.yaml <<EOF
-apiVersion: gpuplane.dev/v1alpha1
-kind: GpuPartition
-metadata: {name: vmhost}
-spec:
-  nodeName: vmhost
-  slices:
+partition() { mkdir -p $M/$1; { part_head; cat <<EOF; } > $M/$1/partition.yaml
     - name: host
       gpus: $2
       driver: nvidia
-      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, allowedEnv: ["STANDIN_*"], adoptUnits: [sglang-e2e]}
+      servers: $(rules "adoptUnits: [sglang-e2e]")
     - name: vm
       gpus: $3
       driver: $4

@@ -16,14 +16,7 @@ dpkg -i /usr/local/bin/driverctl_*.deb >/dev/null 2>&1 || echo "NOTE driverctl n
 modprobe vfio-pci
 now() { T=${EPOCHREALTIME/./}; }
 where() { for d in $DEVS; do basename "$(readlink /sys/bus/pci/devices/$d/driver)" 2>/dev/null || echo none; done | tr '\n' ' '; }
-part() { mkdir -p $M/$1; cat > $M/$1/p.yaml <<EOT
-apiVersion: gpuplane.dev/v1alpha1
-kind: GpuPartition
-metadata: {name: vmhost}
-spec:
-  nodeName: vmhost
-  deletionPolicy: Retain
-  slices:
+part() { mkdir -p $M/$1; { part_head '  deletionPolicy: Retain'; cat <<EOT; } > $M/$1/p.yaml
     - name: moved
       gpus: {addresses: [$(echo $DEVS | sed 's/ /, /')]}
       driver: $2

@@ -18,18 +18,11 @@ STALL=${STALL:-10}
 install_standin
 mkmodel /srv/models/tiny
 mkdir -p $M/live /tmp/st
-cat > $M/live/partition.yaml <<EOT
-apiVersion: gpuplane.dev/v1alpha1
-kind: GpuPartition
-metadata: {name: vmhost}
-spec:
-  nodeName: vmhost
-  deletionPolicy: Retain
-  slices:
+{ part_head '  deletionPolicy: Retain'; cat <<EOT; } > $M/live/partition.yaml
     - name: host
       gpus: {addresses: ["0000:41:00.0"]}
       driver: nvidia
-      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, allowedEnv: ["STANDIN_*"]}
+      servers: $(rules)
 EOT
 # server ROUND LOAD-SECONDS: the manifest of the one server (a new ROUND restarts it)
 server() { cat > $M/live/.server.tmp <<EOT

@@ -39,10 +39,8 @@ set -u
 . /usr/local/bin/scenario-lib.sh
 install_standin
 mkmodel /srv/models/tiny   # the agent's preflight reads it before the server is placed
-mkdir -p /etc/pve/lxc /etc/pve/qemu-server /etc/pve/mapping
-printf 'name: snp-guest\nhostpci0: mapping=emu-vm,pcie=1\n' > /etc/pve/qemu-server/300.conf
 # Foreign lines the agent must keep: a comment, a NIC mapping of this node, another node's GPU.
-printf '# mappings kept by hand\nnic\n\tmap id=8086:100e,node=vmhost,path=0000:44:02.0\n\n# the other node\nremote\n\tmap id=10de:2335,node=othernode,path=0000:c1:00.0\n' > /etc/pve/mapping/pci.cfg
+pve_vm "$KEPT_NIC"'\n# the other node\nremote\n\tmap id=10de:2335,node=othernode,path=0000:c1:00.0\n'
 ONLY=$(job_arg gpuplane.crash | tr , ' ')
 ONLY=${ONLY:-split back server move}
 

@@ -13,9 +13,7 @@ set -u
 . /usr/local/bin/scenario-lib.sh
 install_standin
 mkmodel /srv/models/tiny   # the agent's preflight reads it before the server is placed
-mkdir -p /etc/pve/lxc /etc/pve/qemu-server /etc/pve/mapping
-printf 'name: snp-guest\nhostpci0: mapping=emu-vm,pcie=1\n' > /etc/pve/qemu-server/300.conf
-printf '# mappings kept by hand\nnic\n\tmap id=8086:100e,node=vmhost,path=0000:44:02.0\n' > /etc/pve/mapping/pci.cfg
+pve_vm "$KEPT_NIC"
 
 # server DIR [EXTRA-ENV-LINE]
 after() {  # NAME: what the host looks like after step NAME

@@ -4,9 +4,7 @@
 # so /etc/pve is a plain directory. Prints machine-readable lines for e2e/tests/vm_host/agent.rs.
 set -u
 . /usr/local/bin/scenario-lib.sh
-mkdir -p /etc/pve/lxc /etc/pve/qemu-server /etc/pve/mapping
-printf 'name: snp-guest\nhostpci0: mapping=emu-vm,pcie=1\n' > /etc/pve/qemu-server/300.conf
-printf '# mappings kept by hand\nnic\n\tmap id=8086:100e,node=vmhost,path=0000:44:02.0\n\n' > /etc/pve/mapping/pci.cfg
+pve_vm "$KEPT_NIC\n"
 drv() { for d in 0000:41:00.0 0000:42:00.0 0000:44:01.0 0000:81:00.0 0000:82:00.0; do
   echo "DRV $1 $d $(basename "$(readlink /sys/bus/pci/devices/$d/driver)" 2>/dev/null || echo none) $(cat /sys/bus/pci/devices/$d/driver_override)"; done; }
 

@@ -33,18 +33,12 @@ pve() {
   printf 'name: guest\nhostpci0: mapping=emu-vm,pcie=1\n' > /etc/pve/qemu-server/300.conf
   printf '# mappings kept by hand\n' > /etc/pve/mapping/pci.cfg
 }
-spec() { mkdir -p $M/$1; cat > $M/$1/partition.yaml <<EOF2
-apiVersion: gpuplane.dev/v1alpha1
-kind: GpuPartition
-metadata: {name: vmhost}
-spec:
-  nodeName: vmhost
-  host:
+ARGS_SPEC='  host:
     kernelArgs:
       present: [vfio-pci.disable_idle_d3=1]
       absent: [iommu=pt]
-    reboot: Manual
-  slices:
+    reboot: Manual'
+spec() { mkdir -p $M/$1; { part_head "$ARGS_SPEC"; cat <<EOF2; } > $M/$1/partition.yaml
     - name: host
       gpus: {numaNode: 0}
       driver: nvidia

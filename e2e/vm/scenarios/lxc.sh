@@ -50,25 +50,13 @@ EOF
 # parts P: the partitions of phase P: all (the five GPUs in CT 129) and split (NUMA 1 to VM 300)
 parts() {
   mkdir -p $M/$1-all $M/$1-split
-  cat > $M/$1-all/partition.yaml <<EOF
-apiVersion: gpuplane.dev/v1alpha1
-kind: GpuPartition
-metadata: {name: vmhost}
-spec:
-  nodeName: vmhost
-  slices:
+  { part_head; cat <<EOF; } > $M/$1-all/partition.yaml
     - name: ct
       gpus: {addresses: [$GPUS]}
       driver: nvidia
       consumer: {lxc: {vmid: 129}}
 EOF
-  cat > $M/$1-split/partition.yaml <<EOF
-apiVersion: gpuplane.dev/v1alpha1
-kind: GpuPartition
-metadata: {name: vmhost}
-spec:
-  nodeName: vmhost
-  slices:
+  { part_head; cat <<EOF; } > $M/$1-split/partition.yaml
     - name: ct
       gpus: {numaNode: 0}
       driver: nvidia

@@ -8,17 +8,11 @@ set -u
 . /usr/local/bin/scenario-lib.sh
 install_standin
 # manifests DIR EXTRA-ENV: the slice (NUMA 0 stays on its driver) and one server on the host
-manifests() { mkdir -p $M/$1; cat > $M/$1/all.yaml <<EOF
-apiVersion: gpuplane.dev/v1alpha1
-kind: GpuPartition
-metadata: {name: vmhost}
-spec:
-  nodeName: vmhost
-  slices:
+manifests() { mkdir -p $M/$1; { part_head; cat <<EOF; } > $M/$1/all.yaml
     - name: inference
       gpus: {numaNode: 0}
       driver: nvidia
-      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, allowedEnv: ["STANDIN_*"]}
+      servers: $(rules)
 ---
 apiVersion: gpuplane.dev/v1alpha1
 kind: InferenceServer

@@ -35,21 +35,13 @@ pcicfg() { sed "s/^/PCICFG $1 /" /etc/pve/mapping/pci.cfg; }
 ledger() { echo "LEDGER $1 $(json < /var/lib/gpuplane/gpus.json)"; }
 # pve: VM 300 and a mapping kept by hand, as host-agent.sh writes them
 pve() {
-  mkdir -p /etc/pve/lxc /etc/pve/qemu-server /etc/pve/mapping
-  printf 'name: snp-guest\nhostpci0: mapping=emu-vm,pcie=1\n' > /etc/pve/qemu-server/300.conf
-  printf '# mappings kept by hand\nnic\n\tmap id=8086:100e,node=vmhost,path=0000:44:02.0\n\n' > /etc/pve/mapping/pci.cfg
+  pve_vm "$KEPT_NIC\n"
 }
 # spec STORY: the story's manifests (the same text at both boots)
 spec() {
   case $1 in
     follow) partition follow '{numaNode: 0}' '{slots: ["111", "112"]}' vfio-pci "$VMC" ;;
-    stall) mkdir -p $M/stall; cat > $M/stall/partition.yaml <<EOF
-apiVersion: gpuplane.dev/v1alpha1
-kind: GpuPartition
-metadata: {name: vmhost}
-spec:
-  nodeName: vmhost
-  slices:
+    stall) mkdir -p $M/stall; { part_head; cat <<EOF; } > $M/stall/partition.yaml
     - name: vm
       gpus: {numaNode: 1}
       driver: vfio-pci

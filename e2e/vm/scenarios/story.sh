@@ -10,17 +10,11 @@ install_standin
 mkmodel /srv/models/qwen
 mkdir -p /etc/gpuplane-standin && touch /etc/gpuplane-standin/p2p-corrupt
 # scenario DIR P2P NUM_STEPS
-scenario() { mkdir -p $M/$1; cat > $M/$1/all.yaml <<EOF
-apiVersion: gpuplane.dev/v1alpha1
-kind: GpuPartition
-metadata: {name: vmhost}
-spec:
-  nodeName: vmhost
-  slices:
+scenario() { mkdir -p $M/$1; { part_head; cat <<EOF; } > $M/$1/all.yaml
     - name: inference
       gpus: {numaNode: 0}
       driver: nvidia
-      servers: {namespaces: [default], interpreters: [/opt/sglang-venv/bin/python3], modelRoots: [/srv/models], allowHostPlacement: true, user: root, allowedEnv: ["STANDIN_*"], adoptUnits: [sglang-qwen]}
+      servers: $(rules "adoptUnits: [sglang-qwen]")
 ---
 apiVersion: gpuplane.dev/v1alpha1
 kind: InferenceServer
