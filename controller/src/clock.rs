@@ -1,5 +1,5 @@
 //! The wall clock, read only here: the front doors (`reconcile/`, `standalone/`, `cli/`,
-//! `webhook/`) read it once per pass and hand the time down; the pure middle (`desired/`, `p2p/`,
+//! `webhook/`) read it once per pass (`pass::Pass::begin`) and hand the time down; the pure middle (`desired/`, `p2p/`,
 //! `plan/`, `status/`, `pool/`, `layout/`) takes it as an argument, so its tests pass plain
 //! values; the host backend and the Lease read it for ages and renewals. `controller/tests/
 //! layers.rs` checks that nothing outside this file reads the wall clock, and that nothing in the

@@ -2,18 +2,9 @@
 //!
 //! One idea carries the design: **observe → plan → apply**, with the plan a pure function.
 //!
-//! The map of the modules, each with its concern and what it may use, is `ARCHITECTURE.md`
-//! (one map, kept true: `controller/tests/layers.rs` checks its rules on the source). In short:
-//! leaves (`systemd`, `proxmox`, `sglang`, `manifests`, `modelfiles`, `text`, `http`,
-//! `crashpoint`, `metrics`, `kubeapi`); the host model and its backends (`host`, `step`); the
-//! pure middle (`desired`, `p2p`, `plan`, `status`); the doing (`door`, `converge`); the front
-//! doors (`reconcile`, `standalone`, `webhook`, `cli`).
-//!
-//! Dependency rules (`ARCHITECTURE.md` has the picture): `desired`, `p2p`, `plan` and
-//! `status` are pure; `plan` knows `desired`, `step` and `host::model`, never a backend; `host`
-//! knows nothing of Kubernetes. Host writes happen only in a backend's `Host::apply`, reached
-//! only through `door::Door`, which `converge` holds (and `cli` for the single P2P probe step);
-//! `reconcile` and `cli` are the only places where observe, plan and apply meet the outside.
+//! The map of the modules — each with its concern and what it may use, the one pass every
+//! front door shares (`pass`), and a newcomer's walk from each door to a host write — is
+//! `ARCHITECTURE.md`, kept true by `controller/tests/layers.rs`, which reads its rules from there.
 
 pub mod atomic_file;
 pub mod bootloader;

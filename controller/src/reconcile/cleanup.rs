@@ -80,7 +80,6 @@ async fn leave_pool(
 /// partition's servers, and releases the servers once that converged.
 pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let pass = Pass::begin();
-    let p_ref = p.object_ref(&());
     let name = p.name_any();
     // The partition is going: its condition series go with it.
     ctx.metrics.forget("GpuPartition", "", &name);
@@ -91,103 +90,95 @@ pub(super) async fn cleanup(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Actio
         .into_iter()
         .filter(has_server_finalizer)
         .collect();
-    let pool = super::budget::pool_of(&p);
+    let going = Going {
+        ctx: &ctx,
+        pass: &pass,
+        p: &p,
+        pool: super::budget::pool_of(&p),
+        servers: &servers,
+    };
     if p.spec.deletion_policy == DeletionPolicy::Retain {
-        release_servers(&ctx, &servers).await?;
-        leave_pool(&ctx, &pass, pool.as_deref(), &p).await?;
-        publish(
-            &ctx,
-            &p_ref,
-            EventType::Normal,
-            "Retained",
-            "Delete",
-            "deletionPolicy Retain: the host is left as it is".into(),
-        )
-        .await;
-        return Ok(Action::await_change());
+        let note = "deletionPolicy Retain: the host is left as it is";
+        return going.let_go("Retained", note.into()).await;
     }
-    let observed = observe(&ctx).await?;
-    let dp = match resolve_partition(&p, &observed, &ctx.opts.gpu_vendor, &ctx.opts.gpu_driver) {
-        Ok(dp) => dp,
-        Err(errs) => {
-            let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
-            publish(
-                &ctx,
-                &p_ref,
-                EventType::Warning,
-                "RestoreSkipped",
-                "Delete",
-                format!(
+    going.restore().await
+}
+
+/// A partition being deleted, and what it leaves behind.
+struct Going<'a> {
+    ctx: &'a Arc<Ctx>,
+    pass: &'a Pass,
+    p: &'a GpuPartition,
+    pool: Option<String>,
+    /// Its servers that still carry our finalizer.
+    servers: &'a [InferenceServer],
+}
+
+impl Going<'_> {
+    /// The partition lets go: its servers are released, its pool slot given back, and one
+    /// event (`reason`, `note`) says how the host was left.
+    async fn let_go(&self, reason: &str, note: String) -> Result<Action, Error> {
+        release_servers(self.ctx, self.servers).await?;
+        leave_pool(self.ctx, self.pass, self.pool.as_deref(), self.p).await?;
+        self.event(EventType::Normal, reason, note).await;
+        Ok(Action::await_change())
+    }
+
+    async fn event(&self, kind: EventType, reason: &str, note: String) {
+        let p_ref = self.p.object_ref(&());
+        publish(self.ctx, &p_ref, kind, reason, "Delete", note).await;
+    }
+
+    /// `Restore`: every GPU back on nvidia, our lines and the servers' units removed, behind
+    /// the pool's gate; let go once that converged.
+    async fn restore(&self) -> Result<Action, Error> {
+        let (ctx, p) = (self.ctx, self.p);
+        let observed = observe(ctx).await?;
+        let dp = match resolve_partition(p, &observed, &ctx.opts.gpu_vendor, &ctx.opts.gpu_driver) {
+            Ok(dp) => dp,
+            Err(errs) => {
+                let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+                let note = format!(
                     "the spec is invalid, so its GPUs are unknown; the host is left as it is: {}",
                     msgs.join("; ")
-                ),
-            )
-            .await;
-            return Ok(Action::await_change());
-        }
-    };
-    // Restore also stops and removes the units of the partition's servers.
-    let mut desired = restore_desired(&dp);
-    desired.removed_units = servers
-        .iter()
-        .filter_map(|s| resolve_server(s, &dp).ok().map(|d| d.unit))
-        .collect();
-    // A pool member restores its host (a disruption) only with a slot of its pool.
-    let gated = gate::converge(
-        &pass,
-        &ctx,
-        &p,
-        pool.as_deref(),
-        desired,
-        true,
-        "restore on deletion: ",
-    );
-    let report = match gated.await? {
-        Gate::Passed(report) => *report,
-        Gate::Denied { pool, step, why } => {
-            publish(
-                &ctx,
-                &p_ref,
-                EventType::Normal,
-                crate::status::WAITING_FOR_DISRUPTION_BUDGET,
-                "Delete",
-                format!("restoring the host ({step}) needs a disruption slot of GpuNodePool {pool}: {why}"),
-            )
-            .await;
-            return Ok(Action::requeue(ctx.opts.poll_interval));
-        }
-    };
-    if report.converged() {
-        release_servers(&ctx, &servers).await?;
-        leave_pool(&ctx, &pass, pool.as_deref(), &p).await?;
-        publish(
-            &ctx,
-            &p_ref,
-            EventType::Normal,
-            "Restored",
-            "Delete",
-            format!(
+                );
+                self.event(EventType::Warning, "RestoreSkipped", note).await;
+                return Ok(Action::await_change());
+            }
+        };
+        // Restore also stops and removes the units of the partition's servers.
+        let mut desired = restore_desired(&dp);
+        desired.removed_units = self
+            .servers
+            .iter()
+            .filter_map(|s| resolve_server(s, &dp).ok().map(|d| d.unit))
+            .collect();
+        // A pool member restores its host (a disruption) only with a slot of its pool.
+        let why = "restore on deletion: ";
+        let pool = self.pool.as_deref();
+        let report = match gate::converge(self.pass, ctx, p, pool, desired, true, why).await? {
+            Gate::Passed(report) => *report,
+            Gate::Denied { pool, step, why } => {
+                let note = format!("restoring the host ({step}) needs a disruption slot of GpuNodePool {pool}: {why}");
+                let reason = crate::status::WAITING_FOR_DISRUPTION_BUDGET;
+                self.event(EventType::Normal, reason, note).await;
+                return Ok(Action::requeue(ctx.opts.poll_interval));
+            }
+        };
+        if report.converged() {
+            let note = format!(
                 "GPUs returned to nvidia and our lines removed ({} host writes)",
                 report.writes
-            ),
-        )
-        .await;
-        Ok(Action::await_change())
-    } else {
+            );
+            return self.let_go("Restored", note).await;
+        }
         let why = report
             .stop
             .as_ref()
             .map(|s| s.to_string().replace('\n', "; "))
             .unwrap_or_else(|| format!("{} steps left", report.final_plan.steps.len()));
-        publish(
-            &ctx,
-            &p_ref,
-            EventType::Warning,
-            "RestoreBlocked",
-            "Delete",
-            why.clone(),
-        )
-        .await;
+        self.event(EventType::Warning, "RestoreBlocked", why.clone())
+            .await;
         Err(Error::RestoreUnfinished(why))
     }
 }

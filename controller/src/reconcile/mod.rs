@@ -169,6 +169,16 @@ pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), Str
         failures: Mutex::new(HashMap::new()),
         api_ok: api_ok.clone(),
     });
+    serve_probes(&opts, &metrics, &api_ok);
+    tokio::spawn(renew_lease(lease, metrics, api_ok));
+    tracing::info!(node = %opts.node, identity = %opts.identity, scope = ?opts.watch_scope, "gpuplane agent starting");
+    control(ctx, woken).await;
+    Ok(())
+}
+
+/// `/metrics`, `/sd/servers`, `/readyz` on the metrics listener, and `/healthz` on its own
+/// loopback listener when asked (`--health-addr`).
+fn serve_probes(opts: &RunOptions, metrics: &metrics::Metrics, api_ok: &Arc<AtomicBool>) {
     tokio::spawn(metrics::serve(
         opts.metrics_addr.clone(),
         metrics.clone(),
@@ -182,40 +192,42 @@ pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), Str
             }
         });
     }
-    {
-        let lease = lease.clone();
-        let metrics = metrics.clone();
-        let api_ok = api_ok.clone();
-        tokio::spawn(async move {
-            let period = lease.duration / 3;
-            loop {
-                // A renewal that does not answer within a period is a failure: without it, a
-                // network that drops packets would leave this agent believing it leads.
-                match tokio::time::timeout(period, lease.try_acquire()).await {
-                    Ok(Ok(held)) => {
-                        api_ok.store(true, Ordering::SeqCst);
-                        metrics.leader.set(i64::from(held));
-                    }
-                    Ok(Err(e)) => {
-                        metrics.leader.set(0);
-                        tracing::warn!("lease: {e}");
-                    }
-                    Err(_) => {
-                        lease.let_go("the API server did not answer the renewal in time");
-                        metrics.leader.set(0);
-                        tracing::warn!("lease: no answer from the API server within {period:?}");
-                    }
-                }
-                tokio::time::sleep(period).await;
+}
+
+/// Holds the node's Lease, renewing it every third of its duration. A renewal that does not
+/// answer within a period is a failure: without it, a network that drops packets would leave
+/// this agent believing it leads.
+async fn renew_lease(lease: NodeLease, metrics: metrics::Metrics, api_ok: Arc<AtomicBool>) {
+    let period = lease.duration / 3;
+    loop {
+        match tokio::time::timeout(period, lease.try_acquire()).await {
+            Ok(Ok(held)) => {
+                api_ok.store(true, Ordering::SeqCst);
+                metrics.leader.set(i64::from(held));
             }
-        });
+            Ok(Err(e)) => {
+                metrics.leader.set(0);
+                tracing::warn!("lease: {e}");
+            }
+            Err(_) => {
+                lease.let_go("the API server did not answer the renewal in time");
+                metrics.leader.set(0);
+                tracing::warn!("lease: no answer from the API server within {period:?}");
+            }
+        }
+        tokio::time::sleep(period).await;
     }
-    let partitions: Api<GpuPartition> = Api::all(client.clone());
-    let servers: Api<InferenceServer> = Api::all(client.clone());
-    tracing::info!(node = %opts.node, identity = %opts.identity, scope = ?opts.watch_scope, "gpuplane agent starting");
-    // The watches are built here (not by `Controller::new`) to count what the API server sends.
+}
+
+/// The controller: this node's partitions (and a partition's servers) watched, each change
+/// reconciled, until a signal stops it. The watches are built here (not by `Controller::new`)
+/// to count what the API server sends.
+async fn control(ctx: Arc<Ctx>, woken: wake::Woken) {
+    let opts = &ctx.opts;
+    let partitions: Api<GpuPartition> = Api::all(ctx.client.clone());
+    let servers: Api<InferenceServer> = Api::all(ctx.client.clone());
     let config = scope::watch_config(opts.watch_scope, &opts.node);
-    let events = |kind: &str| metrics.watch_events.with_label_values(&[kind, "node"]);
+    let events = |kind: &str| ctx.metrics.watch_events.with_label_values(&[kind, "node"]);
     let (store, writer) = reflector::store::<GpuPartition>();
     let partition_events =
         scope::counted(watcher(partitions, config.clone()), events("GpuPartition"))
@@ -254,7 +266,6 @@ pub async fn run(opts: RunOptions, host: Box<dyn Host + Send>) -> Result<(), Str
             }
         })
         .await;
-    Ok(())
 }
 
 fn error_policy(p: Arc<GpuPartition>, err: &Error, ctx: Arc<Ctx>) -> Action {

@@ -37,6 +37,7 @@ use gpuplane_crds::condition::{types, Condition, ConditionStatus};
 use gpuplane_crds::{
     GpuPartition, GpuPartitionStatus, InferenceServer, InferenceServerStatus, SliceStatus,
 };
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event as Finalized};
@@ -532,6 +533,27 @@ async fn publish_events(
     old_conditions: &[Condition],
 ) {
     let p_ref = p.object_ref(&());
+    host_change_events(ctx, &p_ref, r, report).await;
+    if !report.applied.is_empty() {
+        note_events(ctx, r, report).await;
+    }
+    if was_ready && report.writes > 0 {
+        let note = format!(
+            "the host had drifted from the spec; {} host writes restored it: {}",
+            report.writes,
+            applied_steps(report).join("; ")
+        );
+        let warn = EventType::Warning;
+        publish(ctx, &p_ref, warn, "DriftCorrected", "Converge", note).await;
+    }
+    if let Some((kind, reason, note)) = stop_event(report, old_conditions) {
+        publish(ctx, &p_ref, kind, &reason, "Converge", note).await;
+    }
+}
+
+/// One event per host write, on the server it was for (else the partition), and a warning per
+/// leftover it removed.
+async fn host_change_events(ctx: &Ctx, p_ref: &ObjectReference, r: &Resolved<'_>, report: &Report) {
     for a in report.applied.iter().filter(|a| a.planned.step.is_write()) {
         let target = server_of(&a.planned.step, &r.valid)
             .map(|s| s.object_ref(&()))
@@ -544,109 +566,68 @@ async fn publish_events(
         // A GPU found at a new address (or gone, or replaced, once acknowledged) says so by its
         // own reason: the ledger write's note is the table of old → new.
         let reason = match &a.planned.step {
-            crate::step::Step::WriteLedger { .. } if a.planned.why.contains("layout changed") => {
+            Step::WriteLedger { .. } if a.planned.why.contains("layout changed") => {
                 "GpuLayoutChanged"
             }
             _ => "HostChanged",
         };
         publish(ctx, &target, EventType::Normal, reason, &action, note).await;
         for l in &a.leftovers {
-            publish(
-                ctx,
-                &target,
-                EventType::Warning,
-                "LeftoverRemoved",
-                &action,
-                l.clone(),
-            )
-            .await;
+            let (warn, removed) = (EventType::Warning, "LeftoverRemoved");
+            publish(ctx, &target, warn, removed, &action, l.clone()).await;
         }
     }
-    if !report.applied.is_empty() {
-        for n in &report.notes {
-            let target = r
-                .valid
-                .iter()
-                .find(|(d, _)| n.resource == crate::resource_key::ResourceKey::server_id(&d.id))
-                .map(|(_, s)| s.object_ref(&()));
-            if let Some(t) = target {
-                let note = n.message.clone();
-                let reason = if n.reason.is_empty() {
-                    "PlanNote"
-                } else {
-                    n.reason.as_str()
-                };
-                publish(ctx, &t, EventType::Warning, reason, "Plan", note).await;
-            }
+}
+
+/// The plan's notes (P2P decisions, a rollback) as warnings on the server each is about.
+async fn note_events(ctx: &Ctx, r: &Resolved<'_>, report: &Report) {
+    for n in &report.notes {
+        let target = r
+            .valid
+            .iter()
+            .find(|(d, _)| n.resource == ResourceKey::server_id(&d.id))
+            .map(|(_, s)| s.object_ref(&()));
+        if let Some(t) = target {
+            let reason = if n.reason.is_empty() {
+                "PlanNote"
+            } else {
+                n.reason.as_str()
+            };
+            let note = n.message.clone();
+            publish(ctx, &t, EventType::Warning, reason, "Plan", note).await;
         }
     }
-    if was_ready && report.writes > 0 {
-        let note = format!(
-            "the host had drifted from the spec; {} host writes restored it: {}",
-            report.writes,
-            applied_steps(report).join("; ")
-        );
-        publish(
-            ctx,
-            &p_ref,
-            EventType::Warning,
-            "DriftCorrected",
-            "Converge",
-            note,
-        )
-        .await;
-    }
+}
+
+/// The event for why the run stopped (its type, reason and note), if it is news: a blocker or a
+/// held lock once while `Ready` already says it, a failure every time.
+fn stop_event(report: &Report, old: &[Condition]) -> Option<(EventType, String, String)> {
+    let said = |reason: &str| {
+        old.iter()
+            .any(|c| c.type_ == types::READY && c.reason == reason)
+    };
     match &report.stop {
         Some(Stop::Blocked { blockers }) => {
-            // Once per blocker reason: not again while Ready already says it.
-            let known = old_conditions
-                .iter()
-                .any(|c| c.type_ == types::READY && blockers.iter().any(|b| b.reason == c.reason));
-            if !known {
-                let msgs: Vec<String> = blockers.iter().map(|b| b.message.clone()).collect();
-                let reason = &blockers[0].reason;
-                publish(
-                    ctx,
-                    &p_ref,
+            let known = blockers.iter().any(|b| said(&b.reason));
+            let msgs: Vec<String> = blockers.iter().map(|b| b.message.clone()).collect();
+            (!known).then(|| {
+                (
                     EventType::Warning,
-                    reason,
-                    "Converge",
+                    blockers[0].reason.clone(),
                     msgs.join("; "),
                 )
-                .await;
-            }
+            })
         }
         Some(stop @ (Stop::StepFailed { .. } | Stop::ObserveFailed { .. })) => {
             let (step, error) = stop.failure().unwrap_or_default();
             let note = format!("{step}: {error}");
-            publish(
-                ctx,
-                &p_ref,
-                EventType::Warning,
-                "ApplyFailed",
-                "Converge",
-                note,
-            )
-            .await;
+            Some((EventType::Warning, "ApplyFailed".into(), note))
         }
-        Some(Stop::WaitingForLock { step, message, .. }) => {
-            // Once while it lasts: not again while Ready already says so.
-            let known = old_conditions
-                .iter()
-                .any(|c| c.type_ == types::READY && c.reason == "WaitingForLock");
-            if !known {
-                publish(
-                    ctx,
-                    &p_ref,
-                    EventType::Normal,
-                    "WaitingForLock",
-                    "Converge",
-                    format!("{step}: {message}"),
-                )
-                .await;
-            }
-        }
-        _ => {}
+        Some(Stop::WaitingForLock { step, message, .. }) => (!said("WaitingForLock")).then(|| {
+            let note = format!("{step}: {message}");
+            (EventType::Normal, "WaitingForLock".into(), note)
+        }),
+        _ => None,
     }
 }
 

@@ -29,9 +29,12 @@ pub struct Wake {
     probing: Mutex<HashSet<String>>,
 }
 
+/// The partitions to reconcile early, as the controller receives them.
+pub type Woken = UnboundedReceiver<ObjectRef<GpuPartition>>;
+
 impl Wake {
     /// A trigger and the stream the controller reconciles on.
-    pub fn new() -> (Wake, UnboundedReceiver<ObjectRef<GpuPartition>>) {
+    pub fn new() -> (Wake, Woken) {
         let (tx, rx) = unbounded();
         (
             Wake {

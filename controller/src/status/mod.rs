@@ -5,6 +5,7 @@ use crate::converge::{Report, Stop, WaitOutcome};
 use crate::desired::Desired;
 use crate::host::model::{HostState, HttpState, IommuMode, Location};
 use crate::p2p::{decide_p2p, P2p};
+use crate::plan::{Blocker, PlannedStep};
 use crate::resource_key::ResourceKey;
 use crate::step::Step;
 use gpuplane_crds::condition::{types, Condition, Time};
@@ -93,6 +94,28 @@ impl ResourceStatus {
     }
 }
 
+/// One condition's status, reason and message.
+pub struct Row(pub bool, pub String, pub String);
+
+/// What a resource's standing, classified once, writes: `Ready`, `Progressing`, and the kstatus
+/// pair ([`Standing`]).
+pub struct Rows {
+    pub ready: Row,
+    pub progressing: Row,
+    pub standing: Standing,
+}
+
+impl ResourceStatus {
+    /// Writes `rows` (each changed condition at `now`).
+    pub fn rows(&mut self, rows: Rows, now: &Time, generation: Option<i64>) {
+        let Row(on, reason, message) = rows.ready;
+        self.set(types::READY, on, &reason, message, now, generation);
+        let Row(on, reason, message) = rows.progressing;
+        self.set(types::PROGRESSING, on, &reason, message, now, generation);
+        self.progress(rows.standing, now, generation);
+    }
+}
+
 fn is_server_step(s: &Step) -> bool {
     matches!(
         s,
@@ -137,8 +160,9 @@ pub fn compute(
     out
 }
 
-/// The partition's `Ready`, `Progressing` (blocked, failed step, steps left, converged) and
-/// `Degraded` (the IOMMU mode against the spec's expectation).
+/// The partition's `Ready`, `Progressing` and kstatus pair, from its standing classified
+/// first ([`PartitionState`], [`partition_rows`]), and `Degraded` (the IOMMU mode against the
+/// spec's expectation).
 fn partition_status(
     desired: &Desired,
     r: &Report,
@@ -148,151 +172,162 @@ fn partition_status(
     now: &Time,
 ) -> ResourceStatus {
     let mut ps = ResourceStatus::default();
-    let part_blockers: Vec<_> = r
+    let state = partition_state(r, part_res);
+    ps.rows(partition_rows(state, desired, r), now, g);
+    iommu_condition(&mut ps, desired, host, g, now);
+    ps
+}
+
+/// Where the partition stands after a run, judged in this order.
+enum PartitionState<'a> {
+    /// The plan is blocked on the partition (its blockers, first one first); `reboot_wait`: every
+    /// one is a reboot that comes by itself (`reboot: Auto`), work in progress.
+    Blocked {
+        blockers: Vec<&'a Blocker>,
+        reboot_wait: bool,
+    },
+    /// A step failed, or the host could not be observed.
+    Failed {
+        step: String,
+        error: String,
+    },
+    /// Another writer's lock or a pool's disruption slot: a wait that ends by itself.
+    Locked {
+        reason: &'static str,
+        wait: String,
+    },
+    /// Host steps (not a server's) are left.
+    Applying(Vec<&'a PlannedStep>),
+    Converged,
+}
+
+fn partition_state<'a>(r: &'a Report, part_res: &ResourceKey) -> PartitionState<'a> {
+    let blockers: Vec<&Blocker> = r
         .final_plan
         .blockers
         .iter()
         .filter(|b| b.resource == *part_res)
         .collect();
-    let part_steps: Vec<_> = r
+    if !blockers.is_empty() {
+        let reboot_wait = blockers
+            .iter()
+            .all(|b| crate::plan::kernel_args::is_reboot_wait(&b.reason));
+        return PartitionState::Blocked {
+            blockers,
+            reboot_wait,
+        };
+    }
+    if let Some((step, error)) = r.stop.as_ref().and_then(Stop::failure) {
+        let error = error.to_string();
+        return PartitionState::Failed { step, error };
+    }
+    if let Some(wait) = lock_wait(r) {
+        let reason = lock_reason(r);
+        return PartitionState::Locked { reason, wait };
+    }
+    let steps: Vec<&PlannedStep> = r
         .final_plan
         .steps
         .iter()
         .filter(|s| !is_server_step(&s.step))
         .collect();
-    if let Some(b) = part_blockers.first() {
-        let all: Vec<String> = part_blockers.iter().map(|b| b.message.clone()).collect();
-        ps.set(types::READY, false, &b.reason, all.join("; "), now, g);
-        // A reboot that comes by itself (reboot: Auto) is work in progress, not a stall.
-        let waits = part_blockers
-            .iter()
-            .all(|b| crate::plan::kernel_args::is_reboot_wait(&b.reason));
-        ps.set(
-            types::PROGRESSING,
-            waits,
-            &b.reason,
-            if waits {
-                format!(
-                    "waiting for the reboot (reboot: Auto); {} host writes",
-                    r.writes
-                )
-            } else {
-                format!("blocked; {}", nothing_changed(r))
-            },
-            now,
-            g,
-        );
-        let text = all.join("; ");
-        ps.progress(
-            if waits {
-                Standing::Working(b.reason.clone(), text)
-            } else {
-                Standing::Stuck(b.reason.clone(), text)
-            },
-            now,
-            g,
-        );
-    } else if let Some((step, error)) = r.stop.as_ref().and_then(Stop::failure) {
-        ps.set(
-            types::READY,
-            false,
-            "ApplyFailed",
-            format!("{step}: {error}"),
-            now,
-            g,
-        );
-        ps.set(
-            types::PROGRESSING,
-            false,
-            "ApplyFailed",
-            "the next reconcile retries from the observed state".into(),
-            now,
-            g,
-        );
-        ps.progress(
-            Standing::Stuck("ApplyFailed".into(), format!("{step}: {error}")),
-            now,
-            g,
-        );
-    } else if let Some(wait) = lock_wait(r) {
-        // Another writer holds a Proxmox lock: a wait that ends by itself (a dead writer's lock
-        // expires), so Reconciling, not Stalled; the agent retries.
-        let msg = format!(
-            "{wait}; {} host steps left, retried shortly",
-            part_steps.len()
-        );
-        let reason = lock_reason(r);
-        ps.set(types::READY, false, reason, msg.clone(), now, g);
-        ps.set(
-            types::PROGRESSING,
-            true,
-            reason,
-            "waiting for a lock (another writer's, or a disruption slot)".into(),
-            now,
-            g,
-        );
-        ps.progress(Standing::Working(reason.into(), msg), now, g);
-    } else if !part_steps.is_empty() {
-        let next: Vec<String> = part_steps
-            .iter()
-            .take(3)
-            .map(|s| s.step.to_string())
-            .collect();
-        ps.set(
-            types::READY,
-            false,
-            "Progressing",
-            format!("{} steps left, next: {}", part_steps.len(), next.join("; ")),
-            now,
-            g,
-        );
-        ps.set(
-            types::PROGRESSING,
-            true,
-            "Applying",
-            format!("{} steps left", part_steps.len()),
-            now,
-            g,
-        );
-        ps.progress(
-            Standing::Working(
-                "Applying".into(),
-                format!("{} host steps left", part_steps.len()),
-            ),
-            now,
-            g,
-        );
+    if steps.is_empty() {
+        PartitionState::Converged
     } else {
-        let summary: Vec<String> = desired
-            .partition
-            .slices
-            .iter()
-            .map(|s| {
-                format!(
-                    "{}: {} GPUs on {}",
-                    s.name,
-                    s.gpus.len(),
-                    s.driver.sysfs_name()
-                )
-            })
-            .collect();
-        ps.set(types::READY, true, "Converged", summary.join("; "), now, g);
-        ps.set(
-            types::PROGRESSING,
-            false,
-            "Converged",
-            "host matches the spec".into(),
-            now,
-            g,
-        );
-        ps.progress(
-            Standing::Done("Converged".into(), "host matches the spec".into()),
-            now,
-            g,
-        );
+        PartitionState::Applying(steps)
     }
-    iommu_condition(&mut ps, desired, host, g, now);
-    ps
+}
+
+/// A blocked partition's rows: stuck, unless every blocker is a reboot that comes by itself.
+fn blocked_rows(blockers: &[&Blocker], reboot_wait: bool, r: &Report) -> Rows {
+    let reason = blockers[0].reason.clone();
+    let all: Vec<String> = blockers.iter().map(|b| b.message.clone()).collect();
+    let text = all.join("; ");
+    let progressing = if reboot_wait {
+        let m = format!(
+            "waiting for the reboot (reboot: Auto); {} host writes",
+            r.writes
+        );
+        Row(true, reason.clone(), m)
+    } else {
+        Row(
+            false,
+            reason.clone(),
+            format!("blocked; {}", nothing_changed(r)),
+        )
+    };
+    Rows {
+        ready: Row(false, reason.clone(), text.clone()),
+        progressing,
+        standing: if reboot_wait {
+            Standing::Working(reason, text)
+        } else {
+            Standing::Stuck(reason, text)
+        },
+    }
+}
+
+/// The one mapping of the partition's standing to its rows.
+fn partition_rows(state: PartitionState<'_>, desired: &Desired, r: &Report) -> Rows {
+    match state {
+        PartitionState::Blocked {
+            blockers,
+            reboot_wait,
+        } => blocked_rows(&blockers, reboot_wait, r),
+        PartitionState::Failed { step, error } => {
+            let retry = "the next reconcile retries from the observed state";
+            Rows {
+                ready: Row(false, "ApplyFailed".into(), format!("{step}: {error}")),
+                progressing: Row(false, "ApplyFailed".into(), retry.into()),
+                standing: Standing::Stuck("ApplyFailed".into(), format!("{step}: {error}")),
+            }
+        }
+        PartitionState::Locked { reason, wait } => {
+            // Retried shortly: Reconciling, not Stalled.
+            let left = r
+                .final_plan
+                .steps
+                .iter()
+                .filter(|s| !is_server_step(&s.step));
+            let msg = format!("{wait}; {} host steps left, retried shortly", left.count());
+            let what = "waiting for a lock (another writer's, or a disruption slot)";
+            Rows {
+                ready: Row(false, reason.into(), msg.clone()),
+                progressing: Row(true, reason.into(), what.into()),
+                standing: Standing::Working(reason.into(), msg),
+            }
+        }
+        PartitionState::Applying(steps) => {
+            let next: Vec<String> = steps.iter().take(3).map(|s| s.step.to_string()).collect();
+            let n = steps.len();
+            Rows {
+                ready: Row(
+                    false,
+                    "Progressing".into(),
+                    format!("{n} steps left, next: {}", next.join("; ")),
+                ),
+                progressing: Row(true, "Applying".into(), format!("{n} steps left")),
+                standing: Standing::Working("Applying".into(), format!("{n} host steps left")),
+            }
+        }
+        PartitionState::Converged => {
+            let summary: Vec<String> = desired
+                .partition
+                .slices
+                .iter()
+                .map(|s| {
+                    let driver = s.driver.sysfs_name();
+                    format!("{}: {} GPUs on {driver}", s.name, s.gpus.len())
+                })
+                .collect();
+            let matches = "host matches the spec";
+            Rows {
+                ready: Row(true, "Converged".into(), summary.join("; ")),
+                progressing: Row(false, "Converged".into(), matches.into()),
+                standing: Standing::Done("Converged".into(), matches.into()),
+            }
+        }
+    }
 }
 
 /// "STEP waits for Proxmox's lock: MESSAGE" when the run stopped on a held lock, "STEP waits
@@ -377,132 +412,171 @@ fn server_readiness(
     g: Option<i64>,
     now: &Time,
 ) {
+    let state = server_state(s, r, host, part_res);
+    st.rows(server_rows(state, s, host, r), now, g);
+}
+
+/// Where a server stands after a run.
+enum ServerState<'a> {
+    /// Serving with the unit of the previous spec: this generation is blocked.
+    ServingBlocked(&'a Blocker),
+    /// Serving its model.
+    Serving(Option<&'a WaitOutcome>),
+    /// Not serving: why (reason, message) and the startup phase its unit is in.
+    NotReady {
+        reason: String,
+        message: String,
+        phase: &'static str,
+    },
+}
+
+fn server_state<'a>(
+    s: &crate::desired::DesiredServer,
+    r: &'a Report,
+    host: &'a HostState,
+    part_res: &ResourceKey,
+) -> ServerState<'a> {
     let res = ResourceKey::server_id(&s.id);
-    let unit = host.unit(&s.unit);
-    let obs = unit.and_then(|u| u.server.as_ref());
+    let obs = host.unit(&s.unit).and_then(|u| u.server.as_ref());
     let ready = obs.is_some_and(|o| {
         o.http == HttpState::Healthy && o.models.iter().any(|m| m == &s.spec.model.served_name)
     });
-    let endpoint = endpoint_words(s, host);
     let wait = r.waits.get(&s.unit.key());
     let blocked = r
         .final_plan
         .blockers
         .iter()
         .find(|b| b.resource == res || b.resource == *part_res);
-    // A blocker of this server while it serves: the unit running is the previous spec's, and
-    // the new generation cannot be applied (kstatus must not read it Current).
-    let own_blocker = blocked.filter(|b| b.resource == res);
-    if let (true, Some(b)) = (ready, own_blocker) {
-        st.set(
-            types::READY,
-            true,
-            "ServerReady",
+    match (ready, blocked) {
+        // A blocker of this server while it serves: the unit running is the previous spec's,
+        // and the new generation cannot be applied (kstatus must not read it Current).
+        (true, Some(b)) if b.resource == res => ServerState::ServingBlocked(b),
+        (true, _) => ServerState::Serving(wait),
+        (false, _) => {
+            let phase = obs
+                .and_then(|o| o.phase)
+                .map(|p| p.reason())
+                .unwrap_or("NotStarted");
+            let (reason, message) = not_ready_reason(r, wait, blocked, &res, phase);
+            ServerState::NotReady {
+                reason: reason.to_string(),
+                message,
+                phase,
+            }
+        }
+    }
+}
+
+/// Why a server is not ready, in the order that decides: its startup's outcome, a blocker (its
+/// own, the host's reboot, the partition's), a lock, else still starting.
+fn not_ready_reason<'a>(
+    r: &Report,
+    wait: Option<&WaitOutcome>,
+    blocked: Option<&'a Blocker>,
+    res: &ResourceKey,
+    phase: &str,
+) -> (&'a str, String) {
+    let last3 = |t: &[String]| {
+        t.iter()
+            .rev()
+            .take(3)
+            .rev()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    match (wait, blocked) {
+        (Some(WaitOutcome::Stalled { phase, stalled_seconds, gpu_memory_mib, log_tail }), _) => (
+            "StartupStalled",
             format!(
-                "{endpoint} serves {} with the unit of the previous spec; the new spec is blocked ({})",
-                s.spec.model.served_name, b.reason
+                "no startup progress for {stalled_seconds} s in phase {phase} while the unit is active; GPU memory per device: {} MiB; last log lines: {}",
+                gpu_memory_mib.iter().map(u64::to_string).collect::<Vec<_>>().join(", "),
+                last3(log_tail)
             ),
-            now,
-            g,
-        );
-        st.set(
-            types::PROGRESSING,
-            false,
-            &b.reason,
-            format!("the new spec is blocked; {}", nothing_changed(r)),
-            now,
-            g,
-        );
-        st.progress(
-            Standing::Stuck(
+        ),
+        (Some(WaitOutcome::Crashed { exit_status, log_tail }), _) => (
+            "Crashed",
+            format!(
+                "the unit failed (exit status {}); last log lines: {}",
+                exit_status.map(|e| e.to_string()).unwrap_or_else(|| "?".into()),
+                last3(log_tail)
+            ),
+        ),
+        (Some(WaitOutcome::DeadlineExceeded { phase, after_seconds }), _) => {
+            ("DeadlineExceeded", format!("not ready {after_seconds} s after start, in phase {phase}"))
+        }
+        (_, Some(b)) if b.resource == *res => (b.reason.as_str(), b.message.clone()),
+        // The partition's host reboots by itself (reboot: Auto): the server waits for it, as
+        // work in progress (a pool must not read the member as failed).
+        (_, Some(b)) if crate::plan::kernel_args::is_reboot_wait(&b.reason) => {
+            (b.reason.as_str(), format!("the server starts after the host's reboot: {}", b.message))
+        }
+        (_, Some(b)) => ("WaitingForGpus", format!("the partition is blocked: {}", b.message)),
+        _ => match lock_wait(r) {
+            Some(w) => (lock_reason(r), format!("the host change it needs waits for a lock: {w}")),
+            None => ("Starting", format!("phase {phase}")),
+        },
+    }
+}
+
+/// The one mapping of a server's standing to its rows.
+fn server_rows(
+    state: ServerState<'_>,
+    s: &crate::desired::DesiredServer,
+    host: &HostState,
+    r: &Report,
+) -> Rows {
+    let endpoint = endpoint_words(s, host);
+    let model = &s.spec.model.served_name;
+    match state {
+        ServerState::ServingBlocked(b) => Rows {
+            ready: Row(
+                true,
+                "ServerReady".into(),
+                format!("{endpoint} serves {model} with the unit of the previous spec; the new spec is blocked ({})", b.reason),
+            ),
+            progressing: Row(
+                false,
                 b.reason.clone(),
-                format!(
-                    "this generation is blocked: {}; the unit of the previous spec keeps serving",
-                    b.message
-                ),
+                format!("the new spec is blocked; {}", nothing_changed(r)),
             ),
-            now,
-            g,
-        );
-    } else if ready {
-        st.set(
-            types::READY,
-            true,
-            "ServerReady",
-            format!(
-                "{endpoint} serves {} on {} GPUs",
-                s.spec.model.served_name,
-                s.gpus.len()
+            standing: Standing::Stuck(
+                b.reason.clone(),
+                format!("this generation is blocked: {}; the unit of the previous spec keeps serving", b.message),
             ),
-            now,
-            g,
-        );
-        let startup = match wait {
-            Some(w @ WaitOutcome::Ready { .. }) => format!("startup finished: {}", w.summary()),
-            _ => "startup finished".to_string(),
-        };
-        st.set(types::PROGRESSING, false, "Ready", startup.clone(), now, g);
-        st.progress(Standing::Done("ServerReady".into(), startup), now, g);
-    } else {
-        let (reason, msg) = match (wait, blocked) {
-            (Some(WaitOutcome::Stalled { phase, stalled_seconds, gpu_memory_mib, log_tail }), _) => (
-                "StartupStalled",
-                format!(
-                    "no startup progress for {stalled_seconds} s in phase {phase} while the unit is active; GPU memory per device: {} MiB; last log lines: {}",
-                    gpu_memory_mib.iter().map(u64::to_string).collect::<Vec<_>>().join(", "),
-                    log_tail.iter().rev().take(3).rev().cloned().collect::<Vec<_>>().join(" | ")
-                ),
-            ),
-            (Some(WaitOutcome::Crashed { exit_status, log_tail }), _) => (
-                "Crashed",
-                format!(
-                    "the unit failed (exit status {}); last log lines: {}",
-                    exit_status.map(|e| e.to_string()).unwrap_or_else(|| "?".into()),
-                    log_tail.iter().rev().take(3).rev().cloned().collect::<Vec<_>>().join(" | ")
-                ),
-            ),
-            (Some(WaitOutcome::DeadlineExceeded { phase, after_seconds }), _) => {
-                ("DeadlineExceeded", format!("not ready {after_seconds} s after start, in phase {phase}"))
+        },
+        ServerState::Serving(wait) => {
+            let startup = match wait {
+                Some(w @ WaitOutcome::Ready { .. }) => format!("startup finished: {}", w.summary()),
+                _ => "startup finished".to_string(),
+            };
+            let gpus = s.gpus.len();
+            Rows {
+                ready: Row(true, "ServerReady".into(), format!("{endpoint} serves {model} on {gpus} GPUs")),
+                progressing: Row(false, "Ready".into(), startup.clone()),
+                standing: Standing::Done("ServerReady".into(), startup),
             }
-            (_, Some(b)) if b.resource == res => (b.reason.as_str(), b.message.clone()),
-            // The partition's host reboots by itself (reboot: Auto): the server waits for it,
-            // as work in progress (a pool must not read the member as failed).
-            (_, Some(b)) if crate::plan::kernel_args::is_reboot_wait(&b.reason) => {
-                (b.reason.as_str(), format!("the server starts after the host's reboot: {}", b.message))
+        }
+        ServerState::NotReady { reason, message, phase } => {
+            // A wait that ends by itself (a lock, a disruption slot, the host's reboot), named
+            // by its reason; with Starting, work in progress, not stuck.
+            let waits = reason == "WaitingForLock"
+                || reason == WAITING_FOR_DISRUPTION_BUDGET
+                || crate::plan::kernel_args::is_reboot_wait(&reason);
+            let working = reason == "Starting" || waits;
+            let standing = if waits {
+                Standing::Working(reason.clone(), message.clone())
+            } else if working {
+                Standing::Working(phase.to_string(), format!("the server is starting: {message}"))
+            } else {
+                Standing::Stuck(reason.clone(), message.clone())
+            };
+            Rows {
+                ready: Row(false, reason, message),
+                progressing: Row(working, phase.into(), format!("startup phase {phase}")),
+                standing,
             }
-            (_, Some(b)) => ("WaitingForGpus", format!("the partition is blocked: {}", b.message)),
-            _ => match lock_wait(r) {
-                Some(w) => (lock_reason(r), format!("the host change it needs waits for a lock: {w}")),
-                None => ("Starting", format!("phase {}", obs.and_then(|o| o.phase).map(|p| p.reason()).unwrap_or("NotStarted"))),
-            },
-        };
-        st.set(types::READY, false, reason, msg.clone(), now, g);
-        let phase = obs
-            .and_then(|o| o.phase)
-            .map(|p| p.reason())
-            .unwrap_or("NotStarted");
-        // A wait that ends by itself (a lock, a disruption slot, the host's reboot), named by
-        // its reason; with Starting, work in progress, not stuck.
-        let waits = reason == "WaitingForLock"
-            || reason == WAITING_FOR_DISRUPTION_BUDGET
-            || crate::plan::kernel_args::is_reboot_wait(reason);
-        let working = reason == "Starting" || waits;
-        st.set(
-            types::PROGRESSING,
-            working,
-            phase,
-            format!("startup phase {phase}"),
-            now,
-            g,
-        );
-        let p = if waits {
-            Standing::Working(reason.to_string(), msg)
-        } else if working {
-            Standing::Working(phase.to_string(), format!("the server is starting: {msg}"))
-        } else {
-            Standing::Stuck(reason.to_string(), msg)
-        };
-        st.progress(p, now, g);
+        }
     }
 }
 
