@@ -9,6 +9,7 @@ pub mod condition;
 pub mod kstatus;
 pub mod partition;
 pub mod pool;
+pub mod reason;
 pub mod server;
 
 pub use condition::{set_condition, ConditionStatus};

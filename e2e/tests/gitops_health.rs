@@ -188,3 +188,51 @@ fn every_kind_has_the_same_health_script() {
         );
     }
 }
+
+/// Every reason of the closed list that names a standing (`gpuplane_crds::reason`), written as
+/// the agent writes it (`Ready`, and the kstatus pair from `Standing::pair`), reads the same in
+/// the three readers shipped here: kstatus, Argo CD's `health.lua` and Flux's CEL — on every
+/// kind. A reason moved to another standing, or a health script that reads the pair otherwise,
+/// fails here.
+#[test]
+fn every_reason_reads_as_its_standing_in_kstatus_argo_and_flux() {
+    use gpuplane_crds::reason::{Reason, Standing};
+    let mut checked = 0;
+    for r in Reason::ALL.iter().copied() {
+        let Some(want) = r.standing().kstatus() else {
+            continue;
+        };
+        let (reconciling, stalled) = r.standing().pair();
+        let word = |on: bool| if on { "True" } else { "False" };
+        let cond = |t: &str, on: bool| {
+            serde_json::json!({"type": t, "status": word(on), "reason": r.as_str(),
+                "message": "m", "lastTransitionTime": "2026-12-05T00:00:00Z"})
+        };
+        let argo = match r.standing() {
+            Standing::Working => "Progressing",
+            Standing::Stuck => "Degraded",
+            _ => "Healthy",
+        };
+        for kind in KINDS {
+            let obj = serde_json::json!({
+                "apiVersion": "gpuplane.dev/v1alpha1", "kind": kind,
+                "metadata": {"name": "x", "generation": 1},
+                "status": {"observedGeneration": 1, "conditions": [
+                    cond("Ready", r.standing() == Standing::Done),
+                    cond("Reconciling", reconciling),
+                    cond("Stalled", stalled),
+                ]},
+            });
+            assert_eq!(kstatus::compute(&obj).status, want, "{kind} {r}");
+            let (status, _) = lua_health(&argo_dir(kind).join("health.lua"), &obj);
+            assert_eq!(status, argo, "{kind} {r}: health.lua");
+            assert_eq!(
+                flux_status(&flux_expr_for(&obj), &obj),
+                want,
+                "{kind} {r}: Flux"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked > 40, "only {checked} reasons name a standing");
+}

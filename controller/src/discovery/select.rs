@@ -63,7 +63,7 @@ fn listed(conditions: &[Condition]) -> bool {
             .filter(|c| c.status == status)
     };
     is(types::READY, "True").is_some()
-        && is(types::DEGRADED, "True").is_none_or(|c| c.reason != crate::plan::ROLLED_BACK)
+        && is(types::DEGRADED, "True").is_none_or(|c| c.reason != crate::plan::Reason::RolledBack)
 }
 
 /// The value of `--flag value` or `--flag=value` in `argv`.

@@ -1,7 +1,7 @@
 //! LXC consumers: which containers must stop (their GPU lines change, or a GPU they mount is
 //! rebound), their device lines, and starting them again once their GPUs are in place.
 
-use super::{GpuTarget, Planner, Step};
+use super::{GpuTarget, Planner, Reason, Step};
 use crate::desired::ResolvedConsumer;
 use crate::host::model::{Location, RunState};
 use std::collections::{BTreeMap, BTreeSet};
@@ -94,7 +94,7 @@ impl Planner<'_> {
             let Some(c) = h.containers.get(vmid) else {
                 self.block(
                     self.resource(),
-                    "ConsumerNotFound",
+                    Reason::ConsumerNotFound,
                     format!(
                         "container {vmid} does not exist on {}; create it or fix consumer.lxc.vmid",
                         h.node_name

@@ -10,7 +10,7 @@
 //! the container's PID namespace; its cgroup names the container and, under the container's own
 //! systemd, its unit.
 
-use super::Planner;
+use super::{Planner, Reason};
 use crate::host::model::{Location, UnitRef};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -69,7 +69,7 @@ impl Planner<'_> {
                         "stop that process first".to_string()
                     };
                     let msg = format!("{addr} must move from {} to {to} for slice {slice}, but {holder} holds it; {fix}", dev.driver.as_deref().unwrap_or("none"));
-                    self.block(self.resource(), "GpuInUse", msg);
+                    self.block(self.resource(), Reason::GpuInUse, msg);
                 }
             }
         }

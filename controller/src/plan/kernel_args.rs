@@ -29,7 +29,7 @@
 //!   as `Manual`, with reason `WaitingForMaintenanceWindow` (a wait) and why. VMs are not
 //!   stopped by the agent: Proxmox's own shutdown (`pve-guests.service`) stops its guests.
 
-use super::{Blocker, PlannedStep, Step};
+use super::{Blocker, PlannedStep, Reason, Step};
 use crate::bootloader::difference;
 use crate::desired::reboot::RebootGate;
 use crate::desired::{Desired, ResolvedConsumer, ResolvedSlice};
@@ -174,14 +174,14 @@ pub(super) struct Verdict {
     pub reboot: Option<Vec<PlannedStep>>,
 }
 
-/// The reasons of a partition blocked on a reboot that comes by itself (`reboot: Auto`): the
-/// status reads them as work in progress (`Reconciling`), not a stall.
-pub const REBOOTING: &str = "Rebooting";
-pub const WAITING_FOR_MAINTENANCE_WINDOW: &str = "WaitingForMaintenanceWindow";
-
-/// Whether a blocker's `reason` is one of those waits.
-pub fn is_reboot_wait(reason: &str) -> bool {
-    reason == REBOOTING || reason == WAITING_FOR_MAINTENANCE_WINDOW
+/// Whether a blocker's `reason` is a reboot that comes by itself (`reboot: Auto`): `Rebooting`
+/// or `WaitingForMaintenanceWindow`, which the status reads as work in progress
+/// (`Reconciling`), not a stall (their standing is `Working`).
+pub fn is_reboot_wait(reason: Reason) -> bool {
+    matches!(
+        reason,
+        Reason::Rebooting | Reason::WaitingForMaintenanceWindow
+    )
 }
 
 /// The kernel-argument steps and blockers for `d` on `h`.
@@ -249,7 +249,7 @@ pub(super) fn check(d: &Desired, h: &HostState) -> Verdict {
     let (reason, message) = blocker_text(d, &j, h);
     v.blockers.push(Blocker {
         resource: crate::resource_key::ResourceKey::partition(d.partition.name.as_str()),
-        reason: reason.into(),
+        reason,
         message: format!("{message}{waiting}"),
     });
     v
@@ -328,19 +328,19 @@ fn asked_in_this_boot(h: &HostState) -> bool {
 
 /// What `reboot:` does about a pending reboot: the reason (when not `RebootRequired`) and the
 /// end of the message.
-fn policy_text(d: &Desired, j: &Judgement, h: &HostState) -> (Option<&'static str>, String) {
+fn policy_text(d: &Desired, j: &Judgement, h: &HostState) -> (Option<Reason>, String) {
     match &d.partition.reboot {
         RebootGate::Manual => (None, "reboot the host to boot with them (reboot: Manual: the agent never reboots)".into()),
-        g if g.is_auto() && asked_in_this_boot(h) => (Some(REBOOTING), "reboot: Auto: the agent asked for the reboot (systemctl reboot) from this boot and does not ask again in it; it verifies /proc/cmdline when the host is back".into()),
-        RebootGate::Now(by) if j.refreshed_by_agent => (Some(REBOOTING), format!("reboot: Auto: the agent stops the partition's servers and containers and reboots the host, {by}")),
-        RebootGate::Now(by) => (Some(REBOOTING), format!("reboot: Auto: the agent refreshes the bootloader, then reboots the host, {by}")),
-        RebootGate::Later(why) => (Some(WAITING_FOR_MAINTENANCE_WINDOW), format!("reboot: Auto: not now: {why}")),
+        g if g.is_auto() && asked_in_this_boot(h) => (Some(Reason::Rebooting), "reboot: Auto: the agent asked for the reboot (systemctl reboot) from this boot and does not ask again in it; it verifies /proc/cmdline when the host is back".into()),
+        RebootGate::Now(by) if j.refreshed_by_agent => (Some(Reason::Rebooting), format!("reboot: Auto: the agent stops the partition's servers and containers and reboots the host, {by}")),
+        RebootGate::Now(by) => (Some(Reason::Rebooting), format!("reboot: Auto: the agent refreshes the bootloader, then reboots the host, {by}")),
+        RebootGate::Later(why) => (Some(Reason::WaitingForMaintenanceWindow), format!("reboot: Auto: not now: {why}")),
         RebootGate::Cannot(why) => (None, format!("reboot: Auto cannot reboot: {why}; or reboot the host by hand")),
     }
 }
 
 /// The blocker's reason and message for a standing other than `Booted`.
-pub fn blocker_text(d: &Desired, j: &Judgement, h: &HostState) -> (&'static str, String) {
+pub fn blocker_text(d: &Desired, j: &Judgement, h: &HostState) -> (Reason, String) {
     let cfg = h.boot.config.as_ref();
     let path = cfg
         .map(|c| c.path.as_str())
@@ -349,7 +349,7 @@ pub fn blocker_text(d: &Desired, j: &Judgement, h: &HostState) -> (&'static str,
         .map(|c| c.bootloader.refresh_command().join(" "))
         .unwrap_or_default();
     match &j.standing {
-        Standing::Booted => ("KernelArgsBooted", String::new()),
+        Standing::Booted => (Reason::KernelArgsBooted, String::new()),
         Standing::RebootPending => {
             let config = if j.refreshed_by_agent {
                 format!("the agent wrote them to {path} and ran {refresh}")
@@ -359,24 +359,24 @@ pub fn blocker_text(d: &Desired, j: &Judgement, h: &HostState) -> (&'static str,
                 format!("the agent writes them to {path} and runs {refresh}")
             };
             let (reason, policy) = policy_text(d, j, h);
-            (reason.unwrap_or("RebootRequired"), format!(
+            (reason.unwrap_or(Reason::RebootRequired), format!(
                 "the running kernel {} (/proc/cmdline); {config}: {policy}",
                 j.difference()
             ))
         }
-        Standing::NotBooted => ("KernelArgsNotBooted", format!(
+        Standing::NotBooted => (Reason::KernelArgsNotBooted, format!(
             "the host booted after the agent wrote the kernel arguments to {path} and ran {refresh}, but the running kernel {} (/proc/cmdline): the bootloader did not boot what it was given (another boot entry or ESP, a drop-in overriding it, a kernel pinned by hand?); the agent does not reboot again: fix the boot and reboot",
             j.difference()
         )),
-        Standing::NoBootloader => ("BootloaderNotFound", format!(
+        Standing::NoBootloader => (Reason::BootloaderNotFound, format!(
             "the running kernel {} (/proc/cmdline) and the agent cannot write kernel arguments here: neither /etc/kernel/cmdline (proxmox-boot-tool) nor /etc/default/grub (GRUB) exists; set them by hand and reboot",
             j.difference()
         )),
-        Standing::ConfigProblem(p) => ("BootloaderConfigUnsupported", format!(
+        Standing::ConfigProblem(p) => (Reason::BootloaderConfigUnsupported, format!(
             "the running kernel {} (/proc/cmdline) and the agent does not edit {path}: {p}; set the arguments by hand (or simplify the line) and reboot",
             j.difference()
         )),
-        Standing::Unknown => ("KernelArgsUnknown", "/proc/cmdline could not be read: whether the kernel runs with spec.host.kernelArgs is unknown".into()),
+        Standing::Unknown => (Reason::KernelArgsUnknown, "/proc/cmdline could not be read: whether the kernel runs with spec.host.kernelArgs is unknown".into()),
     }
 }
 

@@ -23,20 +23,21 @@ use crate::host::ledger::{Ledger, LedgerGpu};
 use crate::host::model::{GpuIdentity, HostState, PciDevice};
 use crate::layout::matching::{known_identities, match_gpus, Matching};
 use crate::layout::{layout_hash, Terms, ACCEPT_ANNOTATION, UNVERIFIED_ANNOTATION};
+use gpuplane_crds::reason::Reason;
 use gpuplane_crds::GpuDriver;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Reasons, most severe first.
-pub const GPU_MISSING: &str = "GpuMissing";
-pub const GPU_REPLACED: &str = "GpuReplaced";
-pub const LAYOUT_CHANGED: &str = "HostLayoutChanged";
-pub const IDENTITY_UNKNOWN: &str = "GpuIdentityUnknown";
+/// Its reasons, most severe first.
+pub const GPU_MISSING: Reason = Reason::GpuMissing;
+pub const GPU_REPLACED: Reason = Reason::GpuReplaced;
+pub const LAYOUT_CHANGED: Reason = Reason::HostLayoutChanged;
+pub const IDENTITY_UNKNOWN: Reason = Reason::GpuIdentityUnknown;
 
 /// A slice the guard froze.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stall {
     pub slice: String,
-    pub reason: &'static str,
+    pub reason: Reason,
     pub message: String,
 }
 
@@ -60,7 +61,7 @@ impl Verdict {
 
 /// One difference between the ledger and the spec's selection now.
 struct Change {
-    reason: &'static str,
+    reason: Reason,
     /// The slices it touches (the old owner, the new one).
     slices: BTreeSet<String>,
     row: String,
@@ -307,7 +308,7 @@ fn contested(t: &Terms, l: &Ledger, m: &Matching) -> Vec<Change> {
 /// severe reason among its changes and all its rows.
 fn stalls(changes: &[Change], hash: &str) -> Vec<Stall> {
     let mut by: BTreeMap<&str, (usize, Vec<&str>)> = BTreeMap::new();
-    let rank = |r: &str| match r {
+    let rank = |r: Reason| match r {
         GPU_MISSING => 0,
         GPU_REPLACED => 1,
         _ => 2,

@@ -37,7 +37,8 @@ pub mod servers;
 mod stalled_containers;
 
 pub use crate::step::Step;
-pub use output::{Blocker, Note, Plan, PlannedStep, ROLLED_BACK};
+pub use gpuplane_crds::reason::Reason;
+pub use output::{Blocker, Note, Plan, PlannedStep};
 
 use crate::desired::Desired;
 use crate::host::model::{HostState, RunState};
@@ -97,7 +98,7 @@ pub fn plan(desired: &Desired, host: &HostState) -> Plan {
     for s in verdict.stalls {
         p.plan.blockers.push(Blocker {
             resource: res.clone(),
-            reason: s.reason.into(),
+            reason: s.reason,
             message: s.message,
         });
     }
@@ -167,10 +168,15 @@ impl Planner<'_> {
         });
     }
 
-    fn block(&mut self, resource: crate::resource_key::ResourceKey, reason: &str, message: String) {
+    fn block(
+        &mut self,
+        resource: crate::resource_key::ResourceKey,
+        reason: Reason,
+        message: String,
+    ) {
         self.plan.blockers.push(Blocker {
             resource,
-            reason: reason.into(),
+            reason,
             message,
         });
     }
@@ -191,7 +197,7 @@ impl Planner<'_> {
         // Companions in the GPUs' IOMMU groups move with them; foreign group members block passthrough.
         let (companions, shared) = companions::find(self.d, h);
         for msg in shared {
-            self.block(self.resource(), "IommuGroupShared", msg);
+            self.block(self.resource(), Reason::IommuGroupShared, msg);
         }
         let companion_moves: Vec<&companions::Companion> =
             companions.iter().filter(|c| c.must_move(h)).collect();

@@ -17,7 +17,7 @@
 //! again (then through its GPUs). A kill between its stop and its removal (one step) leaves its
 //! file, which the next run finds and removes.
 
-use super::{Planner, Step};
+use super::{Planner, Reason, Step};
 use crate::desired::DesiredServer;
 use crate::host::model::{Holder, Location, UnitRef};
 use crate::sglang::command;
@@ -96,7 +96,7 @@ impl Planner<'_> {
             .collect();
         self.block(
             crate::resource_key::ResourceKey::server_id(&s.id),
-            "GpuInUse",
+            Reason::GpuInUse,
             format!(
                 "another server runs on this server's GPUs: {}; the agent starts {} only once it has them alone: stop and disable that server (an old unit left after a rename, or one in a container that no longer consumes the slice), or delete the InferenceServer that runs it",
                 said.join("; "),
@@ -122,7 +122,7 @@ impl Planner<'_> {
         }
         self.block(
             crate::resource_key::ResourceKey::server_id(&s.id),
-            "PortInUse",
+            Reason::PortInUse,
             format!(
                 "port {port} is already listened on ({}), and not by {}, which is not running: stop the program that holds it, or give this server another spec.listen.port",
                 s.unit.location, s.unit.name

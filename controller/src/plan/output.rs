@@ -1,6 +1,7 @@
 //! What the planner returns: the ordered steps with their reasons, blockers and notes.
 
 use crate::step::Step;
+use gpuplane_crds::reason::Reason;
 use serde::{Deserialize, Serialize};
 
 /// A step and why the planner wants it.
@@ -18,8 +19,8 @@ pub struct PlannedStep {
 pub struct Blocker {
     /// `GpuPartition/<name>` or `InferenceServer/<ns>/<name>`.
     pub resource: crate::resource_key::ResourceKey,
-    /// Condition reason (`GpuInUse`, `IommuMismatch`, ...).
-    pub reason: String,
+    /// Condition reason (`GpuInUse`, `HostLayoutChanged`, ...).
+    pub reason: Reason,
     pub message: String,
 }
 
@@ -39,17 +40,14 @@ pub struct Plan {
     pub notes: Vec<Note>,
 }
 
-/// The reason of the note a rollback leaves: others match on it, never on the message's words.
-pub const ROLLED_BACK: &str = "RolledBack";
-
 /// A decision worth telling the user about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Note {
     pub resource: crate::resource_key::ResourceKey,
-    /// A CamelCase word for events (`P2PDisabled`, `RolledBack`, `PreflightFailed`).
-    #[serde(default)]
-    pub reason: String,
+    /// What it is (`P2PDisabled`, `RolledBack`, `PreflightFailed`): events and the status match
+    /// on it, never on the message's words.
+    pub reason: Reason,
     pub message: String,
 }
 

@@ -16,7 +16,7 @@
 //!   host whose installed userspace is newer than the loaded module (`RebootRequired`), is
 //!   blocked like a failed preflight: read while the old server still runs.
 
-use super::{Blocker, Note, Plan, Step};
+use super::{Blocker, Note, Plan, Reason, Step};
 use crate::desired::preflight::judge;
 use crate::desired::{Desired, DesiredServer};
 use crate::host::model::{HostState, Location};
@@ -38,7 +38,7 @@ pub(super) fn gate(d: &Desired, h: &HostState, plan: &mut Plan) {
             if container_stopped(h, s) && plan.steps.iter().any(|p| p.step.is_write()) {
                 plan.notes.push(Note {
                     resource: crate::resource_key::ResourceKey::server_id(&s.id),
-                    reason: "PreflightNotChecked".into(),
+                    reason: Reason::PreflightNotChecked,
                     message: "preflight could not be checked before the first write (its container is stopped, so its model and interpreter cannot be read yet); it is checked once the container runs, and a failure then stops the plan after the steps already made".into(),
                 });
             }
@@ -56,24 +56,24 @@ pub(super) fn gate(d: &Desired, h: &HostState, plan: &mut Plan) {
         );
         // A stale module is the host's, and only a reboot ends it: its own reason.
         let reason = if reboot.is_some() && problems.len() == 1 {
-            "RebootRequired"
+            Reason::RebootRequired
         } else {
-            "PreflightFailed"
+            Reason::PreflightFailed
         };
         let rolling_back = plan
             .notes
             .iter()
-            .any(|n| n.resource == res && n.reason == super::output::ROLLED_BACK);
+            .any(|n| n.resource == res && n.reason == Reason::RolledBack);
         if touches(plan, s) && !rolling_back {
             failed.push(Blocker {
                 resource: res,
-                reason: reason.into(),
+                reason,
                 message,
             });
         } else {
             plan.notes.push(Note {
                 resource: res,
-                reason: reason.into(),
+                reason,
                 message: format!("{message} (the server runs as specified and is left alone)"),
             });
         }
@@ -90,7 +90,7 @@ pub(super) fn gate(d: &Desired, h: &HostState, plan: &mut Plan) {
     plan.blockers = failed;
     plan.blockers.push(Blocker {
         resource: crate::resource_key::ResourceKey::partition(d.partition.name.as_str()),
-        reason: "PreflightFailed".into(),
+        reason: Reason::PreflightFailed,
         message: format!(
             "{} failed preflight: the plan stops before changing what it needs",
             names.join(", ")

@@ -1,6 +1,6 @@
 //! Planning of inference server units: P2P decision, unit content, start/restart, readiness.
 
-use super::{Note, Planner, Step};
+use super::{Note, Planner, Reason, Step};
 use crate::desired::DesiredServer;
 use crate::host::model::{HostState, HttpState, Location};
 use crate::p2p::{decide_p2p, P2p};
@@ -106,7 +106,7 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &AfterPartition<'_>) {
             if !s.adopt && !unit::is_managed(file) {
                 p.block(
                     crate::resource_key::ResourceKey::server_id(&s.id),
-                    "UnitNotManaged",
+                    Reason::UnitNotManaged,
                     format!("{} was not written by gpuplane (no `{}` header); the agent never writes over, restarts or removes such a unit: rename the server's unit, or the slice's admin may adopt it (servers.adoptUnits)", s.unit, unit::HEADER),
                 );
                 continue;
@@ -115,7 +115,7 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &AfterPartition<'_>) {
                 if let Some(runs) = not_an_sglang_launch(file) {
                     p.block(
                         crate::resource_key::ResourceKey::server_id(&s.id),
-                        "UnitNotSGLang",
+                        Reason::UnitNotSGLang,
                         format!("{} runs {runs}, not an SGLang server (`python -m sglang.launch_server`); the agent adopts only SGLang units and leaves this one as it is: name the server's unit differently, or the slice's admin removes it from servers.adoptUnits", s.unit),
                     );
                     continue;
@@ -125,7 +125,7 @@ pub(super) fn plan_servers(p: &mut Planner<'_>, ctx: &AfterPartition<'_>) {
         if let Some(why) = root_in_privileged_container(s, p.h) {
             p.block(
                 crate::resource_key::ResourceKey::server_id(&s.id),
-                "RootInPrivilegedContainer",
+                Reason::RootInPrivilegedContainer,
                 why,
             );
             continue;
@@ -221,7 +221,7 @@ fn unit_content(
         P2p::Off(why) => {
             p.plan.notes.push(Note {
                 resource: res.clone(),
-                reason: "P2PDisabled".into(),
+                reason: Reason::P2PDisabled,
                 message: format!("P2P disabled: {why}"),
             });
             true
@@ -263,7 +263,7 @@ fn unit_content(
         Err(e) => {
             p.block(
                 res,
-                "InvalidSpec",
+                Reason::InvalidSpec,
                 format!("the unit cannot be rendered: {e}"),
             );
             None
@@ -301,7 +301,7 @@ fn choose_unit(p: &mut Planner<'_>, s: &DesiredServer, content: String) -> Chose
         (Some(r), true) => {
             p.plan.notes.push(Note {
                 resource: crate::resource_key::ResourceKey::server_id(&s.id),
-                reason: super::output::ROLLED_BACK.into(),
+                reason: Reason::RolledBack,
                 message: format!("Rolled back: the unit rendered from this spec failed to start, so {} runs the last unit that reached Ready; change the spec to try again", s.unit),
             });
             r.clone()
@@ -381,7 +381,7 @@ fn plan_unit(p: &mut Planner<'_>, ctx: &AfterPartition<'_>, s: &DesiredServer, c
         let u = observed.cloned().unwrap_or_default();
         p.block(
             crate::resource_key::ResourceKey::server_id(&s.id),
-            "Crashed",
+            Reason::Crashed,
             crash_message(s, &u),
         );
     } else if !active {

@@ -25,6 +25,7 @@
 //!   leaves them consistent with the slots it wrote.
 
 use gpuplane_crds::condition::{Condition, Time};
+use gpuplane_crds::reason::Reason;
 use gpuplane_crds::{
     set_condition, GpuNodePool, GpuNodePoolStatus, MemberStatus, PoolFailure, SlotHolder,
 };
@@ -348,7 +349,7 @@ fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member],
     st.observed_generation = pool.metadata.generation;
     list_members(st, members);
     count_members(st, members);
-    let cond = |st: &mut GpuNodePoolStatus, t: &str, on: bool, reason: &str, message: String| {
+    let cond = |st: &mut GpuNodePoolStatus, t: &str, on: bool, reason: Reason, message: String| {
         set_condition(
             &mut st.conditions,
             Condition {
@@ -366,9 +367,9 @@ fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member],
     cond(st, types::PAUSED, paused, p_reason, p_msg.clone());
     let degraded = st.failure.is_some() || st.degraded_member_count > 0;
     let d_reason = match (st.failure.is_some(), degraded) {
-        (true, _) => "MemberFailed",
-        (false, true) => "MembersDegraded",
-        (false, false) => "AsExpected",
+        (true, _) => Reason::MemberFailed,
+        (false, true) => Reason::MembersDegraded,
+        (false, false) => Reason::AsExpected,
     };
     let d_msg = if degraded {
         format!("{} members degraded; {p_msg}", st.degraded_member_count)
@@ -386,7 +387,11 @@ fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member],
         waiting
     );
     let all = st.member_count > 0 && st.updated_member_count == st.member_count;
-    let all_reason = if all { "AllUpdated" } else { "Updating" };
+    let all_reason = if all {
+        Reason::AllUpdated
+    } else {
+        Reason::Updating
+    };
     cond(
         st,
         types::UPDATED,
@@ -394,25 +399,33 @@ fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member],
         all_reason,
         counts.clone(),
     );
-    let up_reason = if updating > 0 { "Updating" } else { "Idle" };
+    let up_reason = if updating > 0 {
+        Reason::Updating
+    } else {
+        Reason::Idle
+    };
     cond(st, types::UPDATING, updating > 0, up_reason, counts.clone());
     // kstatus: at most one of the pair is True.
     let stuck = st.failure.is_some() || bad.is_some();
     let (rec, stl, reason) = if bad.is_some() {
-        (false, true, "InvalidSpec")
+        (false, true, Reason::InvalidSpec)
     } else if stuck {
-        (false, true, "MemberFailed")
+        (false, true, Reason::MemberFailed)
     } else if updating > 0 || !all {
-        (true, false, "Updating")
+        (true, false, Reason::Updating)
     } else {
-        (false, false, "AllUpdated")
+        (false, false, Reason::AllUpdated)
     };
     let msg = if stuck { p_msg } else { counts };
     cond(st, types::RECONCILING, rec, reason, msg.clone());
     cond(st, types::STALLED, stl, reason, msg.clone());
     // Ready (what `kubectl wait` and the GitOps health checks read): every member updated and
     // whole, no slot held, no failure.
-    let ready_reason = if rec || stl { reason } else { "AllUpdated" };
+    let ready_reason = if rec || stl {
+        reason
+    } else {
+        Reason::AllUpdated
+    };
     cond(st, types::READY, !rec && !stl, ready_reason, msg);
 }
 
@@ -453,26 +466,26 @@ fn pause(
     pool: &GpuNodePool,
     members: &[Member],
     bad: Option<&str>,
-) -> (bool, &'static str, String) {
+) -> (bool, Reason, String) {
     match (bad, &st.failure, pool.spec.paused) {
-        (Some(why), _, _) => (true, "InvalidSpec", why.to_string()),
+        (Some(why), _, _) => (true, Reason::InvalidSpec, why.to_string()),
         (None, Some(f), _) => (
             true,
-            "MemberFailed",
+            Reason::MemberFailed,
             format!(
                 "member {} (node {}) failed at {}: {}: {}",
                 f.member, f.node, f.step, f.reason, f.message
             ),
         ),
-        (None, None, true) => (true, "Paused", "spec.paused is true".to_string()),
+        (None, None, true) => (true, Reason::Paused, "spec.paused is true".to_string()),
         // A budget of none (`0`, `"0%"`) freezes the
         // members as `paused` does; the pool says so rather than "members may take slots".
         (None, None, false) if pool.spec.max_unavailable().slots(members.len()) == Some(0) => (
             true,
-            "NoBudget",
+            Reason::NoBudget,
             "maxUnavailable gives no slot: no member may start a disruptive change (set it above 0 to resume)".to_string(),
         ),
-        (None, None, false) => (false, "NotPaused", "members may take slots".to_string()),
+        (None, None, false) => (false, Reason::NotPaused, "members may take slots".to_string()),
     }
 }
 

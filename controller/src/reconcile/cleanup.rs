@@ -161,7 +161,7 @@ impl Going<'_> {
             Gate::Denied { pool, step, why } => {
                 let note = format!("restoring the host ({step}) needs a disruption slot of GpuNodePool {pool}: {why}");
                 let reason = crate::status::WAITING_FOR_DISRUPTION_BUDGET;
-                self.event(EventType::Normal, reason, note).await;
+                self.event(EventType::Normal, reason.as_str(), note).await;
                 return Ok(Action::requeue(ctx.opts.poll_interval));
             }
         };

@@ -27,7 +27,7 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
 /// The reason of the loser's conditions.
-pub const REASON: &str = refusal::CONFLICT;
+pub const REASON: crate::status::Reason = refusal::CONFLICT;
 
 /// The claim order: creation time (none last), then namespace and name.
 pub fn claim_key<K: Resource>(o: &K) -> (bool, String, String, String) {
@@ -82,7 +82,7 @@ pub(super) async fn settle_partition(p: &GpuPartition, ctx: &Ctx) -> Result<Opti
         return Ok(Some(Action::await_change()));
     }
     let refusal = Refusal {
-        reason: REASON.into(),
+        reason: REASON,
         status: refusal::conflict(&message, p.metadata.generation, &crate::clock::now()),
         note: message,
         action: "Claim",

@@ -44,7 +44,7 @@ pub(super) async fn report(ctx: &Ctx, partition: &str) {
         let status =
             refusal::partition_not_found(partition, s.metadata.generation, &crate::clock::now());
         let refusal = Refusal {
-            reason: refusal::PARTITION_NOT_FOUND.into(),
+            reason: refusal::PARTITION_NOT_FOUND,
             note: status.conditions[0].message.clone(),
             status,
             action: "Resolve",

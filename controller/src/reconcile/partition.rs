@@ -32,6 +32,7 @@ use crate::pass::{Outcome, Pass};
 use crate::pool::{Ask, State};
 use crate::resource_key::ResourceKey;
 use crate::status::refusal;
+use crate::status::Reason;
 use crate::step::Step;
 use gpuplane_crds::condition::{types, Condition, ConditionStatus};
 use gpuplane_crds::{
@@ -122,7 +123,7 @@ struct Resolved<'a> {
     valid: Vec<(DesiredServer, &'a InferenceServer)>,
     /// Invalid servers with their reason (`InvalidSpec`, or `Conflict` with an older server)
     /// and messages (`field: message`).
-    invalid: Vec<(&'a InferenceServer, &'static str, Vec<String>)>,
+    invalid: Vec<(&'a InferenceServer, Reason, Vec<String>)>,
     /// Deleted servers and their unit (an invalid one has no known unit: nothing to remove).
     removed: Vec<(&'a InferenceServer, Option<UnitRef>)>,
 }
@@ -199,12 +200,12 @@ fn resolve<'a>(
     deleting: &'a [InferenceServer],
 ) -> Resolved<'a> {
     let mut valid: Vec<(DesiredServer, &InferenceServer)> = vec![];
-    let mut invalid: Vec<(&InferenceServer, &'static str, Vec<String>)> = vec![];
+    let mut invalid: Vec<(&InferenceServer, Reason, Vec<String>)> = vec![];
     // The oldest claim first: in a conflict the server already running keeps what it has.
     for s in in_claim_order(servers) {
         match resolve_server(s, &dp) {
             Ok(d) => valid.push((d, s)),
-            Err(errs) => invalid.push((s, "InvalidSpec", field_messages(&errs))),
+            Err(errs) => invalid.push((s, Reason::InvalidSpec, field_messages(&errs))),
         }
     }
     let together =
@@ -260,7 +261,7 @@ async fn report_invalid_partition(
     let now = pass.time();
     let slice_count = p.spec.slices.len() as u32;
     let refused = Refusal {
-        reason: refusal::INVALID_SPEC.into(),
+        reason: refusal::INVALID_SPEC,
         status: refusal::invalid(&msgs, p.metadata.generation, &now),
         note: msgs.join("; "),
         action: "Validate",
@@ -273,7 +274,7 @@ async fn report_invalid_partition(
     for s in servers {
         let status = refusal::partition_invalid(&name, &msgs, s.metadata.generation, &now);
         let refused = Refusal {
-            reason: refusal::PARTITION_INVALID.into(),
+            reason: refusal::PARTITION_INVALID,
             note: status.conditions[0].message.clone(),
             status,
             action: "Validate",
@@ -385,7 +386,7 @@ async fn write_status(
         write(ctx, *s, &st).await?;
     }
     for (s, reason, msgs) in &r.invalid {
-        write_invalid_server(ctx, pass, s, reason, msgs).await?;
+        write_invalid_server(ctx, pass, s, *reason, msgs).await?;
     }
     // The SGLang servers for Prometheus (`/sd/servers`): this pass's Ready servers with
     // metrics, the whole list replacing the last (`discovery/`).
@@ -498,7 +499,7 @@ async fn write_invalid_server(
     ctx: &Ctx,
     pass: &Pass,
     s: &InferenceServer,
-    reason: &'static str,
+    reason: Reason,
     msgs: &[String],
 ) -> Result<(), Error> {
     let now = pass.time();
@@ -508,7 +509,7 @@ async fn write_invalid_server(
         refusal::invalid(msgs, s.metadata.generation, &now)
     };
     let refused = Refusal {
-        reason: reason.into(),
+        reason,
         status,
         note: msgs.join("; "),
         action: "Validate",
@@ -588,11 +589,7 @@ async fn note_events(ctx: &Ctx, r: &Resolved<'_>, report: &Report) {
             .find(|(d, _)| n.resource == ResourceKey::server_id(&d.id))
             .map(|(_, s)| s.object_ref(&()));
         if let Some(t) = target {
-            let reason = if n.reason.is_empty() {
-                "PlanNote"
-            } else {
-                n.reason.as_str()
-            };
+            let reason = n.reason.as_str();
             let note = n.message.clone();
             publish(ctx, &t, EventType::Warning, reason, "Plan", note).await;
         }
@@ -608,12 +605,12 @@ fn stop_event(report: &Report, old: &[Condition]) -> Option<(EventType, String, 
     };
     match &report.stop {
         Some(Stop::Blocked { blockers }) => {
-            let known = blockers.iter().any(|b| said(&b.reason));
+            let known = blockers.iter().any(|b| said(b.reason.as_str()));
             let msgs: Vec<String> = blockers.iter().map(|b| b.message.clone()).collect();
             (!known).then(|| {
                 (
                     EventType::Warning,
-                    blockers[0].reason.clone(),
+                    blockers[0].reason.into(),
                     msgs.join("; "),
                 )
             })
@@ -621,12 +618,14 @@ fn stop_event(report: &Report, old: &[Condition]) -> Option<(EventType, String, 
         Some(stop @ (Stop::StepFailed { .. } | Stop::ObserveFailed { .. })) => {
             let (step, error) = stop.failure().unwrap_or_default();
             let note = format!("{step}: {error}");
-            Some((EventType::Warning, "ApplyFailed".into(), note))
+            Some((EventType::Warning, Reason::ApplyFailed.into(), note))
         }
-        Some(Stop::WaitingForLock { step, message, .. }) => (!said("WaitingForLock")).then(|| {
-            let note = format!("{step}: {message}");
-            (EventType::Normal, "WaitingForLock".into(), note)
-        }),
+        Some(Stop::WaitingForLock { step, message, .. }) => {
+            (!said(Reason::WaitingForLock.as_str())).then(|| {
+                let note = format!("{step}: {message}");
+                (EventType::Normal, Reason::WaitingForLock.into(), note)
+            })
+        }
         _ => None,
     }
 }

@@ -28,12 +28,13 @@ use kube::api::ListParams;
 use kube::runtime::watcher;
 use kube::ResourceExt;
 
+use gpuplane_crds::reason::Reason;
 pub use gpuplane_crds::NODE_LABEL;
 
 /// Reason of an object of this node that lacks the label.
-pub const NODE_LABEL_MISSING: &str = "NodeLabelMissing";
+pub const NODE_LABEL_MISSING: Reason = Reason::NodeLabelMissing;
 /// Reason of an object whose label names another node than its own.
-pub const NODE_LABEL_MISMATCH: &str = "NodeLabelMismatch";
+pub const NODE_LABEL_MISMATCH: Reason = Reason::NodeLabelMismatch;
 
 /// What an agent watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -129,7 +130,7 @@ pub fn list_params(scope: WatchScope, node: &str) -> ListParams {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabelProblem {
     /// [`NODE_LABEL_MISSING`] or [`NODE_LABEL_MISMATCH`].
-    pub reason: &'static str,
+    pub reason: Reason,
     /// What a person reads, naming the label to set.
     pub message: String,
 }

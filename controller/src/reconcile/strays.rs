@@ -119,7 +119,7 @@ async fn report_all(
 /// failure is logged: the next report (a watch change, the drift interval) tries again.
 pub(super) async fn report<K: Reported>(ctx: &Ctx, obj: &K, problem: &LabelProblem) {
     let refusal = Refusal {
-        reason: problem.reason.to_string(),
+        reason: problem.reason,
         status: refusal::label_problem(
             problem.reason,
             problem.message.clone(),

@@ -455,7 +455,7 @@ async fn a_refusal_is_written_and_announced_once_per_generation() {
     let (client, seen) = mock(&p, vec![s]);
     let c = ctx(client, crate::testutil::twin());
     let refusal = |p: &GpuPartition| Refusal {
-        reason: crate::status::refusal::CONFLICT.into(),
+        reason: crate::status::refusal::CONFLICT,
         status: crate::status::refusal::conflict(
             "node kpro6 is already claimed by GpuPartition old",
             p.metadata.generation,

@@ -109,7 +109,7 @@ fn show<K: Reported>(ctx: &Ctx, obj: &K, st: &K::Status) {
 /// A refusal to write: its conditions (a builder of [`crate::status::refusal`]), the reason
 /// they carry, and the note and action of its event.
 pub(super) struct Refusal {
-    pub reason: String,
+    pub reason: crate::status::Reason,
     pub status: ResourceStatus,
     pub note: String,
     pub action: &'static str,
@@ -148,7 +148,7 @@ pub(super) async fn refuse<K: Reported>(
             ctx,
             &r,
             EventType::Warning,
-            &refusal.reason,
+            refusal.reason.as_str(),
             refusal.action,
             refusal.note,
         )

@@ -153,7 +153,7 @@ pub fn write_refusals(dir: &Path, errs: &[crate::desired::SpecError], now: &Time
 /// Records why the manifests were not applied.
 pub fn write_invalid(dir: &Path, message: &str) {
     let text = serde_yaml::to_string(&serde_json::json!({
-        "reason": "InvalidSpec",
+        "reason": crate::status::Reason::InvalidSpec.as_str(),
         "message": message,
     }))
     .unwrap_or_default();

@@ -10,6 +10,7 @@ use super::ResourceStatus;
 use crate::desired::Desired;
 use crate::host::model::HostState;
 use crate::plan::kernel_args::{blocker_text, judge, Standing};
+use crate::plan::Reason;
 use gpuplane_crds::condition::{types, Condition, Time};
 use gpuplane_crds::set_condition;
 
@@ -26,7 +27,7 @@ pub fn condition(st: &mut ResourceStatus, d: &Desired, h: &HostState, g: Option<
     let (status, reason, message) = match &j.standing {
         Standing::Booted => (
             "False",
-            "KernelArgsBooted",
+            Reason::KernelArgsBooted,
             format!(
                 "the running kernel has the partition's kernel arguments (/proc/cmdline: {wanted})"
             ),
@@ -43,8 +44,8 @@ pub fn condition(st: &mut ResourceStatus, d: &Desired, h: &HostState, g: Option<
             let (r, m) = blocker_text(d, &j, h);
             (
                 "True",
-                if r == "RebootRequired" || crate::plan::kernel_args::is_reboot_wait(r) {
-                    "KernelArgsPending"
+                if r == Reason::RebootRequired || crate::plan::kernel_args::is_reboot_wait(r) {
+                    Reason::KernelArgsPending
                 } else {
                     r
                 },

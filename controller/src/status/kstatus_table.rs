@@ -269,3 +269,32 @@ fn reconciling_and_stalled_are_never_both_true() {
         );
     }
 }
+
+/// Every reason of the closed list that names a standing reads in kstatus as its standing says
+/// (`gpuplane_crds::reason`): the conditions are written by the status's own `rows`, so a
+/// reason moved to another standing, or a change of how a standing is written, fails here.
+#[test]
+fn every_reason_reads_in_kstatus_as_its_standing_says() {
+    use super::{Reason, Row, Rows};
+    use gpuplane_crds::reason::Standing;
+    let now = gpuplane_crds::condition::Time("2026-12-05T00:00:00Z".parse().unwrap());
+    let mut checked = 0;
+    for r in Reason::ALL.iter().copied() {
+        let Some(want) = r.standing().kstatus() else {
+            continue;
+        };
+        let mut st = ResourceStatus::default();
+        let done = r.standing() == Standing::Done;
+        let working = r.standing() == Standing::Working;
+        let rows = Rows {
+            ready: Row(done, r, format!("{r}: message")),
+            progressing: Row(working, r, "progress".into()),
+            standing: (r, format!("{r}: message")),
+        };
+        st.rows(rows, &now, Some(1));
+        let v = kstatus::compute(&object(&st, 1, 1, false));
+        assert_eq!(v.status, want, "{r}: {v:?}");
+        checked += 1;
+    }
+    assert!(checked > 40, "only {checked} reasons name a standing");
+}

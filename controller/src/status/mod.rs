@@ -9,6 +9,8 @@ use crate::plan::{Blocker, PlannedStep};
 use crate::resource_key::ResourceKey;
 use crate::step::Step;
 use gpuplane_crds::condition::{types, Condition, Time};
+pub use gpuplane_crds::reason::Reason;
+use gpuplane_crds::reason::Standing as Class;
 use gpuplane_crds::{set_condition, IommuModeExpectation};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,7 +42,7 @@ impl ResourceStatus {
         &mut self,
         type_: &str,
         status: bool,
-        reason: &str,
+        reason: Reason,
         message: String,
         now: &Time,
         generation: Option<i64>,
@@ -50,7 +52,7 @@ impl ResourceStatus {
             Condition {
                 type_: type_.into(),
                 status: if status { "True" } else { "False" }.into(),
-                reason: reason.into(),
+                reason: reason.as_str().into(),
                 message,
                 observed_generation: generation,
                 last_transition_time: now.clone(),
@@ -59,60 +61,59 @@ impl ResourceStatus {
     }
 }
 
-/// Where a resource stands for kstatus, written as the abnormal-true pair `Reconciling` /
-/// `Stalled`.
-///
-/// # Guarantees
-/// At most one of the two is `True`, so kstatus's "first abnormal-true condition wins" never
-/// depends on the order of the list.
-pub enum Standing {
-    /// Work remains and the agent is doing it: `Reconciling=True` (kstatus: InProgress).
-    Working(String, String),
-    /// The agent cannot go on without a person or a spec change: `Stalled=True` (Failed).
-    Stuck(String, String),
-    /// Nothing left to do: both `False` (kstatus then reads `Ready`).
-    Done(String, String),
-}
-
 impl ResourceStatus {
-    /// Writes `Reconciling` and `Stalled` for `p`.
-    pub fn progress(&mut self, p: Standing, now: &Time, generation: Option<i64>) {
-        let (reconciling, stalled, reason, message) = match p {
-            Standing::Working(r, m) => (true, false, r, m),
-            Standing::Stuck(r, m) => (false, true, r, m),
-            Standing::Done(r, m) => (false, false, r, m),
-        };
+    /// Writes the kstatus pair `Reconciling` / `Stalled` for a resource whose standing is named
+    /// by `reason`: its standing in the closed list (`gpuplane_crds::reason`) decides which is
+    /// true — `Working`: `Reconciling` (kstatus InProgress), `Stuck`: `Stalled` (Failed),
+    /// `Done`: neither (kstatus then reads `Ready`).
+    ///
+    /// # Guarantees
+    /// At most one of the two is `True`, so kstatus's "first abnormal-true condition wins" never
+    /// depends on the order of the list.
+    pub fn progress(
+        &mut self,
+        reason: Reason,
+        message: String,
+        now: &Time,
+        generation: Option<i64>,
+    ) {
+        debug_assert!(
+            reason.standing() != Class::Detail,
+            "{reason} names no standing"
+        );
+        let (reconciling, stalled) = reason.standing().pair();
         self.set(
             types::RECONCILING,
             reconciling,
-            &reason,
+            reason,
             message.clone(),
             now,
             generation,
         );
-        self.set(types::STALLED, stalled, &reason, message, now, generation);
+        self.set(types::STALLED, stalled, reason, message, now, generation);
     }
 }
 
 /// One condition's status, reason and message.
-pub struct Row(pub bool, pub String, pub String);
+pub struct Row(pub bool, pub Reason, pub String);
 
-/// What a resource's standing, classified once, writes: `Ready`, `Progressing`, and the kstatus
-/// pair ([`Standing`]).
+/// What a resource's standing, classified once, writes: `Ready`, `Progressing`, and the reason
+/// and message of the kstatus pair ([`ResourceStatus::progress`]).
 pub struct Rows {
     pub ready: Row,
     pub progressing: Row,
-    pub standing: Standing,
+    pub standing: (Reason, String),
 }
 
 impl ResourceStatus {
     /// Writes `rows` (each changed condition at `now`).
     pub fn rows(&mut self, rows: Rows, now: &Time, generation: Option<i64>) {
         let Row(on, reason, message) = rows.ready;
-        self.set(types::READY, on, &reason, message, now, generation);
+        self.set(types::READY, on, reason, message, now, generation);
         let Row(on, reason, message) = rows.progressing;
-        self.set(types::PROGRESSING, on, &reason, message, now, generation);
-        self.progress(rows.standing, now, generation);
+        self.set(types::PROGRESSING, on, reason, message, now, generation);
+        let (reason, message) = rows.standing;
+        self.progress(reason, message, now, generation);
     }
 }
 
@@ -193,7 +194,7 @@ enum PartitionState<'a> {
     },
     /// Another writer's lock or a pool's disruption slot: a wait that ends by itself.
     Locked {
-        reason: &'static str,
+        reason: Reason,
         wait: String,
     },
     /// Host steps (not a server's) are left.
@@ -211,7 +212,7 @@ fn partition_state<'a>(r: &'a Report, part_res: &ResourceKey) -> PartitionState<
     if !blockers.is_empty() {
         let reboot_wait = blockers
             .iter()
-            .all(|b| crate::plan::kernel_args::is_reboot_wait(&b.reason));
+            .all(|b| b.reason.standing() == Class::Working);
         return PartitionState::Blocked {
             blockers,
             reboot_wait,
@@ -240,7 +241,7 @@ fn partition_state<'a>(r: &'a Report, part_res: &ResourceKey) -> PartitionState<
 
 /// A blocked partition's rows: stuck, unless every blocker is a reboot that comes by itself.
 fn blocked_rows(blockers: &[&Blocker], reboot_wait: bool, r: &Report) -> Rows {
-    let reason = blockers[0].reason.clone();
+    let reason = blockers[0].reason;
     let all: Vec<String> = blockers.iter().map(|b| b.message.clone()).collect();
     let text = all.join("; ");
     let progressing = if reboot_wait {
@@ -248,22 +249,22 @@ fn blocked_rows(blockers: &[&Blocker], reboot_wait: bool, r: &Report) -> Rows {
             "waiting for the reboot (reboot: Auto); {} host writes",
             r.writes
         );
-        Row(true, reason.clone(), m)
+        Row(true, reason, m)
     } else {
-        Row(
-            false,
-            reason.clone(),
-            format!("blocked; {}", nothing_changed(r)),
-        )
+        Row(false, reason, format!("blocked; {}", nothing_changed(r)))
     };
     Rows {
-        ready: Row(false, reason.clone(), text.clone()),
+        ready: Row(false, reason, text.clone()),
         progressing,
-        standing: if reboot_wait {
-            Standing::Working(reason, text)
-        } else {
-            Standing::Stuck(reason, text)
-        },
+        // Stuck on the first blocker that needs a person, if one does.
+        standing: (
+            blockers
+                .iter()
+                .map(|b| b.reason)
+                .find(|r| r.standing() != Class::Working)
+                .unwrap_or(reason),
+            text,
+        ),
     }
 }
 
@@ -277,9 +278,9 @@ fn partition_rows(state: PartitionState<'_>, desired: &Desired, r: &Report) -> R
         PartitionState::Failed { step, error } => {
             let retry = "the next reconcile retries from the observed state";
             Rows {
-                ready: Row(false, "ApplyFailed".into(), format!("{step}: {error}")),
-                progressing: Row(false, "ApplyFailed".into(), retry.into()),
-                standing: Standing::Stuck("ApplyFailed".into(), format!("{step}: {error}")),
+                ready: Row(false, Reason::ApplyFailed, format!("{step}: {error}")),
+                progressing: Row(false, Reason::ApplyFailed, retry.into()),
+                standing: (Reason::ApplyFailed, format!("{step}: {error}")),
             }
         }
         PartitionState::Locked { reason, wait } => {
@@ -292,9 +293,9 @@ fn partition_rows(state: PartitionState<'_>, desired: &Desired, r: &Report) -> R
             let msg = format!("{wait}; {} host steps left, retried shortly", left.count());
             let what = "waiting for a lock (another writer's, or a disruption slot)";
             Rows {
-                ready: Row(false, reason.into(), msg.clone()),
-                progressing: Row(true, reason.into(), what.into()),
-                standing: Standing::Working(reason.into(), msg),
+                ready: Row(false, reason, msg.clone()),
+                progressing: Row(true, reason, what.into()),
+                standing: (reason, msg),
             }
         }
         PartitionState::Applying(steps) => {
@@ -303,11 +304,11 @@ fn partition_rows(state: PartitionState<'_>, desired: &Desired, r: &Report) -> R
             Rows {
                 ready: Row(
                     false,
-                    "Progressing".into(),
+                    Reason::Progressing,
                     format!("{n} steps left, next: {}", next.join("; ")),
                 ),
-                progressing: Row(true, "Applying".into(), format!("{n} steps left")),
-                standing: Standing::Working("Applying".into(), format!("{n} host steps left")),
+                progressing: Row(true, Reason::Applying, format!("{n} steps left")),
+                standing: (Reason::Applying, format!("{n} host steps left")),
             }
         }
         PartitionState::Converged => {
@@ -322,9 +323,9 @@ fn partition_rows(state: PartitionState<'_>, desired: &Desired, r: &Report) -> R
                 .collect();
             let matches = "host matches the spec";
             Rows {
-                ready: Row(true, "Converged".into(), summary.join("; ")),
-                progressing: Row(false, "Converged".into(), matches.into()),
-                standing: Standing::Done("Converged".into(), matches.into()),
+                ready: Row(true, Reason::Converged, summary.join("; ")),
+                progressing: Row(false, Reason::Converged, matches.into()),
+                standing: (Reason::Converged, matches.into()),
             }
         }
     }
@@ -346,15 +347,15 @@ fn lock_wait(r: &Report) -> Option<String> {
 
 /// The reason of a run stopped on a lock: a pool member's disruption slot
 /// (`WaitingForDisruptionBudget`) or another writer's Proxmox lock (`WaitingForLock`).
-fn lock_reason(r: &Report) -> &'static str {
+fn lock_reason(r: &Report) -> Reason {
     match &r.stop {
         Some(Stop::WaitingForSlot { .. }) => WAITING_FOR_DISRUPTION_BUDGET,
-        _ => "WaitingForLock",
+        _ => Reason::WaitingForLock,
     }
 }
 
 /// The reason a pool member's resources give while it waits for a disruption slot.
-pub const WAITING_FOR_DISRUPTION_BUDGET: &str = "WaitingForDisruptionBudget";
+pub const WAITING_FOR_DISRUPTION_BUDGET: Reason = Reason::WaitingForDisruptionBudget;
 
 /// What a stopped run changed, truthfully: nothing, or nothing after its writes.
 fn nothing_changed(r: &Report) -> String {
@@ -382,7 +383,7 @@ fn iommu_condition(
         st.set(
             types::DEGRADED,
             false,
-            "AsExpected",
+            Reason::AsExpected,
             format!("IOMMU mode {mode:?}"),
             now,
             g,
@@ -391,7 +392,7 @@ fn iommu_condition(
         st.set(
             types::DEGRADED,
             true,
-            "IommuMismatch",
+            Reason::IommuMismatch,
             format!("spec expects IOMMU {:?} but the host runs {mode:?} (kernel command line: {}); changing it needs a reboot", desired.partition.iommu, host.iommu.cmdline.join(" ")),
             now,
             g,
@@ -424,9 +425,9 @@ enum ServerState<'a> {
     Serving(Option<&'a WaitOutcome>),
     /// Not serving: why (reason, message) and the startup phase its unit is in.
     NotReady {
-        reason: String,
+        reason: Reason,
         message: String,
-        phase: &'static str,
+        phase: Reason,
     },
 }
 
@@ -455,11 +456,11 @@ fn server_state<'a>(
         (false, _) => {
             let phase = obs
                 .and_then(|o| o.phase)
-                .map(|p| p.reason())
-                .unwrap_or("NotStarted");
+                .map(phase_reason)
+                .unwrap_or(Reason::NotStarted);
             let (reason, message) = not_ready_reason(r, wait, blocked, &res, phase);
             ServerState::NotReady {
-                reason: reason.to_string(),
+                reason,
                 message,
                 phase,
             }
@@ -469,13 +470,13 @@ fn server_state<'a>(
 
 /// Why a server is not ready, in the order that decides: its startup's outcome, a blocker (its
 /// own, the host's reboot, the partition's), a lock, else still starting.
-fn not_ready_reason<'a>(
+fn not_ready_reason(
     r: &Report,
     wait: Option<&WaitOutcome>,
-    blocked: Option<&'a Blocker>,
+    blocked: Option<&Blocker>,
     res: &ResourceKey,
-    phase: &str,
-) -> (&'a str, String) {
+    phase: Reason,
+) -> (Reason, String) {
     let last3 = |t: &[String]| {
         t.iter()
             .rev()
@@ -487,7 +488,7 @@ fn not_ready_reason<'a>(
     };
     match (wait, blocked) {
         (Some(WaitOutcome::Stalled { phase, stalled_seconds, gpu_memory_mib, log_tail }), _) => (
-            "StartupStalled",
+            Reason::StartupStalled,
             format!(
                 "no startup progress for {stalled_seconds} s in phase {phase} while the unit is active; GPU memory per device: {} MiB; last log lines: {}",
                 gpu_memory_mib.iter().map(u64::to_string).collect::<Vec<_>>().join(", "),
@@ -495,7 +496,7 @@ fn not_ready_reason<'a>(
             ),
         ),
         (Some(WaitOutcome::Crashed { exit_status, log_tail }), _) => (
-            "Crashed",
+            Reason::Crashed,
             format!(
                 "the unit failed (exit status {}); last log lines: {}",
                 exit_status.map(|e| e.to_string()).unwrap_or_else(|| "?".into()),
@@ -503,19 +504,32 @@ fn not_ready_reason<'a>(
             ),
         ),
         (Some(WaitOutcome::DeadlineExceeded { phase, after_seconds }), _) => {
-            ("DeadlineExceeded", format!("not ready {after_seconds} s after start, in phase {phase}"))
+            (Reason::DeadlineExceeded, format!("not ready {after_seconds} s after start, in phase {phase}"))
         }
-        (_, Some(b)) if b.resource == *res => (b.reason.as_str(), b.message.clone()),
+        (_, Some(b)) if b.resource == *res => (b.reason, b.message.clone()),
         // The partition's host reboots by itself (reboot: Auto): the server waits for it, as
         // work in progress (a pool must not read the member as failed).
-        (_, Some(b)) if crate::plan::kernel_args::is_reboot_wait(&b.reason) => {
-            (b.reason.as_str(), format!("the server starts after the host's reboot: {}", b.message))
+        (_, Some(b)) if crate::plan::kernel_args::is_reboot_wait(b.reason) => {
+            (b.reason, format!("the server starts after the host's reboot: {}", b.message))
         }
-        (_, Some(b)) => ("WaitingForGpus", format!("the partition is blocked: {}", b.message)),
+        (_, Some(b)) => (Reason::WaitingForGpus, format!("the partition is blocked: {}", b.message)),
         _ => match lock_wait(r) {
             Some(w) => (lock_reason(r), format!("the host change it needs waits for a lock: {w}")),
-            None => ("Starting", format!("phase {phase}")),
+            None => (Reason::Starting, format!("phase {phase}")),
         },
+    }
+}
+
+/// The `Progressing` reason of a startup phase.
+fn phase_reason(p: crate::sglang::phase::StartupPhase) -> Reason {
+    use crate::sglang::phase::StartupPhase as P;
+    match p {
+        P::Launching => Reason::Launching,
+        P::LoadingWeights => Reason::LoadingWeights,
+        P::AllocatingKvCache => Reason::AllocatingKvCache,
+        P::CapturingCudaGraphs => Reason::CapturingCudaGraphs,
+        P::WarmingUp => Reason::WarmingUp,
+        P::Ready => Reason::Ready,
     }
 }
 
@@ -532,16 +546,16 @@ fn server_rows(
         ServerState::ServingBlocked(b) => Rows {
             ready: Row(
                 true,
-                "ServerReady".into(),
+                Reason::ServerReady,
                 format!("{endpoint} serves {model} with the unit of the previous spec; the new spec is blocked ({})", b.reason),
             ),
             progressing: Row(
                 false,
-                b.reason.clone(),
+                b.reason,
                 format!("the new spec is blocked; {}", nothing_changed(r)),
             ),
-            standing: Standing::Stuck(
-                b.reason.clone(),
+            standing: (
+                b.reason,
                 format!("this generation is blocked: {}; the unit of the previous spec keeps serving", b.message),
             ),
         },
@@ -552,28 +566,30 @@ fn server_rows(
             };
             let gpus = s.gpus.len();
             Rows {
-                ready: Row(true, "ServerReady".into(), format!("{endpoint} serves {model} on {gpus} GPUs")),
-                progressing: Row(false, "Ready".into(), startup.clone()),
-                standing: Standing::Done("ServerReady".into(), startup),
+                ready: Row(true, Reason::ServerReady, format!("{endpoint} serves {model} on {gpus} GPUs")),
+                progressing: Row(false, Reason::Ready, startup.clone()),
+                standing: (Reason::ServerReady, startup),
             }
         }
-        ServerState::NotReady { reason, message, phase } => {
-            // A wait that ends by itself (a lock, a disruption slot, the host's reboot), named
-            // by its reason; with Starting, work in progress, not stuck.
-            let waits = reason == "WaitingForLock"
-                || reason == WAITING_FOR_DISRUPTION_BUDGET
-                || crate::plan::kernel_args::is_reboot_wait(&reason);
-            let working = reason == "Starting" || waits;
-            let standing = if waits {
-                Standing::Working(reason.clone(), message.clone())
-            } else if working {
-                Standing::Working(phase.to_string(), format!("the server is starting: {message}"))
+        ServerState::NotReady {
+            reason,
+            message,
+            phase,
+        } => {
+            // Starting: work in progress, named by its startup phase; a wait that ends by
+            // itself (a lock, a disruption slot, the host's reboot): work in progress, named by
+            // its reason; anything else needs a person.
+            let standing = if reason != Reason::Starting {
+                (reason, message.clone())
+            } else if phase.standing() == Class::Working {
+                (phase, format!("the server is starting: {message}"))
             } else {
-                Standing::Stuck(reason.clone(), message.clone())
+                (reason, format!("the server is starting: {message}"))
             };
+            let working = reason.standing() == Class::Working;
             Rows {
                 ready: Row(false, reason, message),
-                progressing: Row(working, phase.into(), format!("startup phase {phase}")),
+                progressing: Row(working, phase, format!("startup phase {phase}")),
                 standing,
             }
         }
@@ -590,13 +606,13 @@ fn p2p_condition(
 ) {
     let (p2p_ok, p2p_reason, p2p_msg) = match decide_p2p(s, host, &BTreeSet::new()) {
         P2p::On => match s.spec.p2p {
-            gpuplane_crds::P2pPolicy::Enabled => (true, "PolicyEnabled", "p2p: Enabled; not checked".to_string()),
-            _ if host.iommu.mode() == IommuMode::Translated => (true, "P2PVerified", "the P2P probe copied correctly between every GPU pair".to_string()),
-            _ => (true, "NotTranslated", format!("IOMMU mode {:?}: GPU DMA is not translated", host.iommu.mode())),
+            gpuplane_crds::P2pPolicy::Enabled => (true, Reason::PolicyEnabled, "p2p: Enabled; not checked".to_string()),
+            _ if host.iommu.mode() == IommuMode::Translated => (true, Reason::P2PVerified, "the P2P probe copied correctly between every GPU pair".to_string()),
+            _ => (true, Reason::NotTranslated, format!("IOMMU mode {:?}: GPU DMA is not translated", host.iommu.mode())),
         },
-        P2p::Off(why) if s.spec.p2p == gpuplane_crds::P2pPolicy::Disabled => (true, "PolicyDisabled", why),
-        P2p::Off(why) => (false, "P2PCorruption", format!("{why}; P2P is disabled for this server (NCCL_P2P_DISABLE=1, --disable-custom-all-reduce)")),
-        P2p::Probe(why) => (false, "ProbePending", why),
+        P2p::Off(why) if s.spec.p2p == gpuplane_crds::P2pPolicy::Disabled => (true, Reason::PolicyDisabled, why),
+        P2p::Off(why) => (false, Reason::P2PCorruption, format!("{why}; P2P is disabled for this server (NCCL_P2P_DISABLE=1, --disable-custom-all-reduce)")),
+        P2p::Probe(why) => (false, Reason::ProbePending, why),
     };
     st.set(types::P2P_SAFE, p2p_ok, p2p_reason, p2p_msg, now, g);
 }
@@ -625,7 +641,7 @@ fn preflight_condition(
         st.set(
             types::PREFLIGHT_PASSED,
             true,
-            "PreflightPassed",
+            Reason::PreflightPassed,
             v.summary,
             now,
             g,
@@ -634,7 +650,7 @@ fn preflight_condition(
         st.set(
             types::PREFLIGHT_PASSED,
             false,
-            "PreflightFailed",
+            Reason::PreflightFailed,
             crate::text::truncate(&v.problems.join("; "), 2000),
             now,
             g,
@@ -662,7 +678,14 @@ fn smoke_condition(
     };
     if r.failures.is_empty() {
         let msg = format!("{} chat requests answered as expected", r.requests);
-        st.set(types::SMOKE_TESTED, true, "SmokeTestPassed", msg, now, g);
+        st.set(
+            types::SMOKE_TESTED,
+            true,
+            Reason::SmokeTestPassed,
+            msg,
+            now,
+            g,
+        );
     } else {
         let msg = format!(
             "{} of {} requests failed: {}",
@@ -671,7 +694,14 @@ fn smoke_condition(
             r.failures.join("; ")
         );
         let msg = crate::text::truncate(&msg, 2000);
-        st.set(types::SMOKE_TESTED, false, "SmokeTestFailed", msg, now, g);
+        st.set(
+            types::SMOKE_TESTED,
+            false,
+            Reason::SmokeTestFailed,
+            msg,
+            now,
+            g,
+        );
     }
 }
 
@@ -700,20 +730,20 @@ fn degraded_condition(
     let rolled_back = r
         .notes
         .iter()
-        .find(|n| n.resource == res && n.reason == crate::plan::ROLLED_BACK)
+        .find(|n| n.resource == res && n.reason == crate::plan::Reason::RolledBack)
         .map(|n| n.message.clone());
     let drift = obs.and_then(|o| effective_config_drift(&s.spec, &o.server_info));
     // The most actionable problem wins.
     let degraded = mismatch
-        .map(|m| ("DriverMismatch", m))
-        .or_else(|| rolled_back.map(|m| (crate::plan::ROLLED_BACK, m)))
-        .or_else(|| drift.map(|m| ("EffectiveConfigDrift", m)));
+        .map(|m| (Reason::DriverMismatch, m))
+        .or_else(|| rolled_back.map(|m| (crate::plan::Reason::RolledBack, m)))
+        .or_else(|| drift.map(|m| (Reason::EffectiveConfigDrift, m)));
     match degraded {
         Some((reason, m)) => st.set(types::DEGRADED, true, reason, m, now, g),
         None => st.set(
             types::DEGRADED,
             false,
-            "AsExpected",
+            Reason::AsExpected,
             "no known problem".into(),
             now,
             g,

@@ -16,22 +16,22 @@
 //! The reasons of a reconcile that reached the host (`ApplyFailed`, `GpuInUse`, ...) are
 //! computed from its report by [`super::compute`].
 
-use super::ResourceStatus;
+use super::{Reason, ResourceStatus};
 use gpuplane_crds::condition::{Condition, Time};
 
 /// A spec that failed validation.
-pub const INVALID_SPEC: &str = "InvalidSpec";
+pub const INVALID_SPEC: Reason = Reason::InvalidSpec;
 /// A server whose partition failed validation.
-pub const PARTITION_INVALID: &str = "PartitionInvalid";
+pub const PARTITION_INVALID: Reason = Reason::PartitionInvalid;
 /// A server whose `partitionRef` names no `GpuPartition`.
-pub const PARTITION_NOT_FOUND: &str = "PartitionNotFound";
+pub const PARTITION_NOT_FOUND: Reason = Reason::PartitionNotFound;
 /// The younger of two claims on one node, slice, unit or port (the oldest claim wins).
-pub const CONFLICT: &str = "Conflict";
+pub const CONFLICT: Reason = Reason::Conflict;
 
 fn condition(
     t: &str,
     s: &str,
-    reason: &str,
+    reason: Reason,
     message: String,
     generation: Option<i64>,
     now: &Time,
@@ -67,7 +67,7 @@ pub fn invalid(messages: &[String], generation: Option<i64>, now: &Time) -> Reso
 /// Conditions for a server whose partition cannot be applied: not Ready and Stalled, since
 /// only a change to a spec can move it. The shape of every reason but [`INVALID_SPEC`] and
 /// [`CONFLICT`]; callers use the named builders below.
-fn waiting(reason: &str, message: String, generation: Option<i64>, now: &Time) -> ResourceStatus {
+fn waiting(reason: Reason, message: String, generation: Option<i64>, now: &Time) -> ResourceStatus {
     let c = |t: &str, s: &str| condition(t, s, reason, message.clone(), generation, now);
     ResourceStatus {
         conditions: vec![
@@ -112,7 +112,7 @@ pub fn partition_not_found(partition: &str, generation: Option<i64>, now: &Time)
 /// An object whose node label is missing or wrong (`reason` `NodeLabelMissing` or
 /// `NodeLabelMismatch`; `message` names the label to set).
 pub fn label_problem(
-    reason: &str,
+    reason: Reason,
     message: String,
     generation: Option<i64>,
     now: &Time,

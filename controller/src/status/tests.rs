@@ -104,7 +104,7 @@ fn a_serving_server_whose_new_spec_is_blocked_reads_stalled_and_says_the_old_uni
     let mut blocked = done.clone();
     blocked.final_plan.blockers.push(crate::plan::Blocker {
         resource: res.clone(),
-        reason: "PreflightFailed".into(),
+        reason: crate::plan::Reason::PreflightFailed,
         message: "preflight failed, nothing was changed: shard 39 is cut short".into(),
     });
     blocked.stop = Some(Stop::Blocked {

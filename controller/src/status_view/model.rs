@@ -229,7 +229,8 @@ pub fn resource(d: &Doc) -> Resource {
         Ok(v) if d.kind == Kind::Invalid => r.conditions.push(Condition {
             type_: "Valid".into(),
             status: "False".into(),
-            reason: text(v, "reason", WORD_MAX).unwrap_or_else(|| "InvalidSpec".into()),
+            reason: text(v, "reason", WORD_MAX)
+                .unwrap_or_else(|| gpuplane_crds::reason::Reason::InvalidSpec.into()),
             message: text(v, "message", MESSAGE_MAX).unwrap_or_default(),
             since: None,
         }),

@@ -2,7 +2,7 @@
 //! slice with a server and a VM slice): renumberings followed or stopped, GPUs swapped,
 //! replaced, gone; the acknowledgement; and the ledger's own fixpoint.
 
-use super::{GPU_MISSING, GPU_REPLACED, LAYOUT_CHANGED};
+use super::{Reason, GPU_MISSING, GPU_REPLACED, LAYOUT_CHANGED};
 use crate::converge::{converge, Options, Report, Stop};
 use crate::door::Door;
 use crate::host::ledger::Ledger;
@@ -45,11 +45,11 @@ fn steps(r: &Report) -> Vec<String> {
 }
 
 /// The blockers' reasons and messages of a blocked run.
-fn blocked(r: &Report) -> Vec<(String, String)> {
+fn blocked(r: &Report) -> Vec<(Reason, String)> {
     match &r.stop {
         Some(Stop::Blocked { blockers }) => blockers
             .iter()
-            .map(|b| (b.reason.clone(), b.message.clone()))
+            .map(|b| (b.reason, b.message.clone()))
             .collect(),
         other => panic!("not blocked: {other:?} after {:?}", steps(r)),
     }
@@ -200,7 +200,7 @@ fn gpus_that_would_change_owner_under_an_unchanged_spec_stall_both_slices_until_
     assert_eq!(run(&mut h, &m).writes, 0, "and then nothing");
     assert_eq!(b.len(), 2, "{b:?}");
     assert!(
-        b.iter().all(|(reason, _)| reason == LAYOUT_CHANGED),
+        b.iter().all(|(reason, _)| *reason == LAYOUT_CHANGED),
         "{b:?}"
     );
     let msg = &b[0].1;
@@ -331,7 +331,7 @@ fn a_gpu_replaced_in_place_is_seen_on_nvidia_before_it_reaches_the_vm() {
         narrowing.contains("0000:91:00.0 (dsn 48b02d9c5ccf057d → 48b02d9c5ccf99aa)"),
         "{narrowing}"
     );
-    assert_eq!((b.len(), b[0].0.as_str()), (1, GPU_REPLACED), "{b:?}");
+    assert_eq!((b.len(), b[0].0), (1, GPU_REPLACED), "{b:?}");
     assert!(
         b[0].1.contains("replaced by another GPU at 0000:91:00.0"),
         "{}",
@@ -510,7 +510,7 @@ fn a_swap_that_makes_two_selectors_pick_one_gpu_stalls_both_slices_instead_of_re
     let b = blocked(&r);
     let slices: Vec<&str> = b
         .iter()
-        .filter(|(reason, _)| reason == LAYOUT_CHANGED)
+        .filter(|(reason, _)| *reason == LAYOUT_CHANGED)
         .filter_map(|(_, m)| m.strip_prefix("slice ")?.split(':').next())
         .collect();
     assert_eq!(slices, ["confidential-vm", "inference"], "{b:?}");

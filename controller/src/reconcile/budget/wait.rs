@@ -7,7 +7,7 @@
 use super::super::kube_io::publish;
 use super::super::write_status::{merge, write};
 use super::super::{Ctx, Error};
-use crate::status::{ResourceStatus, Standing, WAITING_FOR_DISRUPTION_BUDGET};
+use crate::status::{ResourceStatus, WAITING_FOR_DISRUPTION_BUDGET};
 use gpuplane_crds::condition::{types, Condition};
 use gpuplane_crds::{set_condition, GpuPartition};
 use kube::runtime::controller::Action;
@@ -44,11 +44,7 @@ pub async fn wait(
         &mut st.conditions,
         cond(types::PROGRESSING, true, "waiting for a disruption slot"),
     );
-    st.progress(
-        Standing::Working(WAITING_FOR_DISRUPTION_BUDGET.into(), msg.clone()),
-        &now,
-        g,
-    );
+    st.progress(WAITING_FOR_DISRUPTION_BUDGET, msg.clone(), &now, g);
     let mut next = old.clone();
     next.observed_generation = g;
     next.conditions = merge(&old.conditions, &st.conditions);
@@ -64,7 +60,7 @@ pub async fn wait(
             ctx,
             &p.object_ref(&()),
             EventType::Normal,
-            WAITING_FOR_DISRUPTION_BUDGET,
+            WAITING_FOR_DISRUPTION_BUDGET.as_str(),
             "Converge",
             msg,
         )

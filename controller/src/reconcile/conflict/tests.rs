@@ -80,7 +80,7 @@ fn a_conflict_condition_does_not_flap_across_100_reconciles() {
         let ready = conditions.iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
-            ("False", REASON)
+            ("False", REASON.as_str())
         );
         let t = ready.last_transition_time.clone();
         assert_eq!(
