@@ -36,6 +36,23 @@ pub fn desired(host: &mut SimHost, m: &Manifests) -> Desired {
     }
 }
 
+/// A converge of `d` on `h` with the CLI's options (blocking on readiness), through the door.
+pub fn converged_run(h: &mut SimHost, d: &Desired) -> crate::converge::Report {
+    crate::converge::converge(d, &mut crate::door::Door::new(h), &Default::default())
+}
+
+/// Kernel arguments no partition may write by default: a shell at boot, a preloaded library, a
+/// debug shell, single-user mode, vfio-pci blacklisted, the IOMMU off, an unlisted key.
+pub const DANGEROUS_KERNEL_ARGS: &[&str] = &[
+    "systemd.run=/bin/sh",
+    "systemd.setenv=LD_PRELOAD=/tmp/x.so",
+    "rd.break",
+    "single",
+    "module_blacklist=vfio_pci",
+    "iommu=off",
+    "console=ttyS0",
+];
+
 /// Cases for a property test: `PROPTEST_CASES` when set (the long runs of `docs/RELIABILITY.md`),
 /// else `default` (bounded, for CI).
 pub fn cases(default: u32) -> u32 {

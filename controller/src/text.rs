@@ -49,5 +49,10 @@ pub fn sanitize(s: &str, max: usize) -> String {
     truncate(&head, max)
 }
 
+/// The last `n` of `lines`, joined by ` | ` (a log's tail in one line of a message).
+pub fn last_lines(lines: &[String], n: usize) -> String {
+    lines[lines.len().saturating_sub(n)..].join(" | ")
+}
+
 #[cfg(test)]
 mod tests;

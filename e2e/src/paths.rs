@@ -58,3 +58,15 @@ pub fn find_in_path(prog: &str) -> Option<PathBuf> {
         .map(|d| d.join(prog))
         .find(|f| f.is_file())
 }
+
+/// Runs `cmd` and returns its stdout, panicking with its output when it fails.
+pub fn run_ok(cmd: &mut std::process::Command) -> String {
+    let o = cmd.output().expect("run");
+    assert!(
+        o.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}

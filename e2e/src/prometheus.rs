@@ -78,6 +78,16 @@ impl Prometheus {
         }
         Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
     }
+
+    /// [`Prometheus::query`], an empty result being an error ("no data"): for `wait_for`.
+    pub fn query_some(&self, expr: &str) -> Result<Vec<Json>, String> {
+        let r = self.query(expr)?;
+        if r.is_empty() {
+            Err(format!("{expr}: no data"))
+        } else {
+            Ok(r)
+        }
+    }
 }
 
 impl Drop for Prometheus {

@@ -88,3 +88,17 @@ pub fn unit_file_of(host: &Yaml, key: &str) -> String {
         .unwrap_or("")
         .to_string()
 }
+
+/// Gives container 129 of the simulated host `path` the static address `ip` (its config's
+/// `ip=dhcp` becomes `ip=IP/24`): where the agent reaches a server in it that listens on a
+/// wildcard.
+pub fn set_container_ip(path: &Path, ip: &impl std::fmt::Display) {
+    edit_host(path, |h| {
+        let ct = entry_mut(&mut h["containers"], "129").expect("container 129");
+        let text = ct["config"]
+            .as_str()
+            .unwrap_or("")
+            .replace("ip=dhcp", &format!("ip={ip}/24"));
+        ct["config"] = Yaml::from(text);
+    });
+}

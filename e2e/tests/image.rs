@@ -27,14 +27,7 @@ fn build(out: &Path) -> String {
 }
 
 fn run(cmd: &mut Command) -> String {
-    let o = cmd.output().expect("run");
-    assert!(
-        o.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    gpuplane_e2e::paths::run_ok(cmd)
 }
 
 #[test]

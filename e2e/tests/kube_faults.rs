@@ -57,19 +57,22 @@ fn assert_one_unit_write(writes: &[(String, String)], what: &str) {
     }
 }
 
+/// A cluster whose agent `agent-a` reaches the API server through a relay the test can cut
+/// ([`CutRelay`]), with the examples applied and converged.
+fn relayed(name: &str) -> (Cluster, CutRelay, Agent) {
+    let c = Cluster::start(name);
+    let relay = CutRelay::start(c.cp.apiserver_port);
+    let url = format!("https://127.0.0.1:{}", relay.port);
+    let kc = agent_kubeconfig(&c, "relay.kubeconfig", &url, None);
+    let a = Agent::start_with_kubeconfig(&c, "agent-a", AgentOpts::default(), &kc);
+    c.apply_examples_and_wait();
+    (c, relay, a)
+}
+
 #[test]
 fn a_cut_connection_resumes_and_a_change_made_meanwhile_converges() {
     let t0 = Instant::now();
-    let c = Cluster::start("faults-cut");
-    let relay = CutRelay::start(c.cp.apiserver_port);
-    let kc = agent_kubeconfig(
-        &c,
-        "relay.kubeconfig",
-        &format!("https://127.0.0.1:{}", relay.port),
-        None,
-    );
-    let mut a = Agent::start_with_kubeconfig(&c, "agent-a", AgentOpts::default(), &kc);
-    c.apply_examples_and_wait();
+    let (c, relay, mut a) = relayed("faults-cut");
     std::thread::sleep(Duration::from_secs(4)); // one quiet drift check
     let w0 = a.host_writes().len();
 
@@ -273,14 +276,7 @@ fn finalizer_patches_survive_a_concurrent_writer() {
             .spawn()
             .expect("python3");
         std::thread::sleep(Duration::from_secs(1));
-        c.k(&[
-            "delete",
-            "inferenceserver",
-            SERVER,
-            "-n",
-            "default",
-            "--wait=false",
-        ]);
+        c.delete_server();
         c.wait_gone(
             "the server",
             &["get", "inferenceserver", SERVER, "-n", "default"],
@@ -338,16 +334,7 @@ fn finalizer_patches_survive_a_concurrent_writer() {
 #[test]
 fn a_black_holed_leader_lets_go_before_the_standby_takes_over() {
     let t0 = Instant::now();
-    let c = Cluster::start("faults-hole");
-    let relay = CutRelay::start(c.cp.apiserver_port);
-    let kc = agent_kubeconfig(
-        &c,
-        "relay.kubeconfig",
-        &format!("https://127.0.0.1:{}", relay.port),
-        None,
-    );
-    let mut a = Agent::start_with_kubeconfig(&c, "agent-a", AgentOpts::default(), &kc);
-    c.apply_examples_and_wait();
+    let (c, relay, mut a) = relayed("faults-hole");
     a.wait_metric(
         "agent-a leads",
         "gpuplane_leader",

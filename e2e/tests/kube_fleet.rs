@@ -33,7 +33,7 @@ use gpuplane_e2e::fleet::{
     agent_node, agent_server, apiserver_metrics, create_all, objects, proc_stat, quantile,
     sum_where, FleetSize, CLK_TCK, OTHERS_NS, ROLE_LABEL,
 };
-use gpuplane_e2e::kube::{ready_for_generation, Cluster};
+use gpuplane_e2e::kube::{by_name, ready_for_generation, Cluster};
 use gpuplane_e2e::paths::repo_root;
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
@@ -72,16 +72,8 @@ fn mib(kib: u64) -> f64 {
 fn agent_servers(c: &Cluster, nodes: &Range<usize>) -> BTreeMap<String, Json> {
     let names: Vec<String> = nodes.clone().map(agent_server).collect();
     let sel = format!("{ROLE_LABEL}=agent");
-    c.json(&["get", "inferenceservers", "-n", "default", "-l", &sel])["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            (
-                s["metadata"]["name"].as_str().unwrap().to_string(),
-                s.clone(),
-            )
-        })
+    by_name(&c.json(&["get", "inferenceservers", "-n", "default", "-l", &sel]))
+        .into_iter()
         .filter(|(k, _)| names.contains(k))
         .collect()
 }

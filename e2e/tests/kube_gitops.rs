@@ -16,7 +16,7 @@ mod gitops;
 use gitops::{argo_dir, flux_expr_for, flux_status, lua_health};
 use gpuplane_crds::kstatus::{self, Kstatus};
 use gpuplane_e2e::agent::{Agent, AgentOpts};
-use gpuplane_e2e::kpro6::{NODE, SERVER};
+use gpuplane_e2e::kpro6::NODE;
 use gpuplane_e2e::kube::{cond3, ready_for_generation, Cluster};
 use gpuplane_e2e::paths::repo_root;
 use gpuplane_e2e::prometheus::{promtool_check_metrics, Prometheus};
@@ -108,14 +108,7 @@ fn dashboard_queries_return_data(prom: &Prometheus) {
             let rows = wait_for(
                 &format!("data for panel {}", p["title"]),
                 Duration::from_secs(30),
-                || {
-                    let r = prom.query(expr)?;
-                    if r.is_empty() {
-                        Err(format!("{expr}: no data"))
-                    } else {
-                        Ok(r)
-                    }
-                },
+                || prom.query_some(expr),
             );
             println!(
                 "panel {:<48} {} series",
@@ -189,14 +182,7 @@ fn gitops_tools_read_the_agents_status_as_it_means() {
         Kstatus::InProgress,
         "Progressing",
     );
-    c.k(&[
-        "delete",
-        "inferenceserver",
-        SERVER,
-        "-n",
-        "default",
-        "--wait=false",
-    ]);
+    c.delete_server();
     c.k(&["delete", "gpupartition", NODE, "--wait=false"]);
     check(
         "deleting",

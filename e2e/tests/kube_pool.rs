@@ -32,7 +32,7 @@ use gpuplane_e2e::agent::{Agent, AgentOpts};
 use gpuplane_e2e::fleet::{
     agent_node, agent_server, node_host_file, partition, server, slot_holders,
 };
-use gpuplane_e2e::kube::{cond3, ready_for_generation, Cluster};
+use gpuplane_e2e::kube::{by_name, cond3, ready_for_generation, Cluster};
 use gpuplane_e2e::wait::wait_for;
 use serde_json::Value as Json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -107,17 +107,7 @@ fn pool_json(c: &Cluster) -> Json {
 
 /// Every server by name.
 fn all_servers(c: &Cluster) -> BTreeMap<String, Json> {
-    c.json(&["get", "inferenceservers", "-n", "default"])["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            (
-                s["metadata"]["name"].as_str().unwrap().to_string(),
-                s.clone(),
-            )
-        })
-        .collect()
+    by_name(&c.json(&["get", "inferenceservers", "-n", "default"]))
 }
 
 /// One sample: members whose server is not Ready, members Ready for the new generation, slots,

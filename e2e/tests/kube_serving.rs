@@ -30,10 +30,9 @@ use gpuplane_e2e::kube::{cond3, Cluster};
 use gpuplane_e2e::net::{free_ports, own_address};
 use gpuplane_e2e::paths::repo_root;
 use gpuplane_e2e::prometheus::Prometheus;
-use gpuplane_e2e::sim_host::{edit_host, entry_mut};
+use gpuplane_e2e::sim_host::set_container_ip;
 use gpuplane_e2e::wait::wait_for;
 use serde_json::Value as Json;
-use serde_yaml::Value as Yaml;
 use serving::{http, prometheus, targets_of, Standin, SD_REFRESH_SECONDS};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -71,14 +70,7 @@ fn every_panel_has_data(prom: &Prometheus, spelling: &str) -> Vec<(String, Strin
             let rows = wait_for(
                 &format!("data for panel {title} ({spelling})"),
                 Duration::from_secs(60),
-                || {
-                    let r = prom.query(expr)?;
-                    if r.is_empty() {
-                        Err(format!("{expr}: no data"))
-                    } else {
-                        Ok(r)
-                    }
-                },
+                || prom.query_some(expr),
             );
             let value = rows[0]["value"][1].as_str().unwrap_or("?").to_string();
             let who = rows[0]["metric"]["inference_server"]
@@ -100,14 +92,7 @@ fn prometheus_discovers_scrapes_and_forgets_the_servers_through_the_agent() {
     let port = free_ports(1)[0];
     // Container 129 gets this machine's address as its static one; its server listens on
     // 0.0.0.0 with metrics on, at a free port.
-    edit_host(&c.host, |h| {
-        let ct = entry_mut(&mut h["containers"], "129").expect("container 129");
-        let text = ct["config"]
-            .as_str()
-            .unwrap()
-            .replace("ip=dhcp", &format!("ip={ip}/24"));
-        ct["config"] = Yaml::from(text);
-    });
+    set_container_ip(&c.host, &ip);
     let agent = Agent::start_on(
         &c.cp,
         "agent-a",
@@ -283,14 +268,7 @@ fn prometheus_discovers_scrapes_and_forgets_the_servers_through_the_agent() {
     );
 
     let t0 = Instant::now();
-    c.k(&[
-        "delete",
-        "inferenceserver",
-        SERVER,
-        "-n",
-        "default",
-        "--wait=false",
-    ]);
+    c.delete_server();
     wait_for("/sd/servers empty", Duration::from_secs(60), || match http(
         "127.0.0.1".parse().unwrap(),
         agent.metrics_port(),

@@ -13,10 +13,9 @@ mod serving;
 
 use gpuplane_e2e::net::{free_ports, http_get, own_address};
 use gpuplane_e2e::paths::{gpuplane_bin, repo_root};
-use gpuplane_e2e::sim_host::{edit_host, entry_mut};
+use gpuplane_e2e::sim_host::set_container_ip;
 use gpuplane_e2e::wait::wait_for;
 use serde_json::Value as Json;
-use serde_yaml::Value as Yaml;
 use serving::{prometheus, targets_of, Standin};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -55,14 +54,7 @@ fn the_standalone_agent_lists_its_servers_for_http_sd_and_file_sd() {
     std::fs::write(m.join("server.yaml"), server).unwrap();
     let host = d.join("host.yaml");
     std::fs::copy(repo_root().join("examples/hosts/kpro6.yaml"), &host).unwrap();
-    edit_host(&host, |h| {
-        let ct = entry_mut(&mut h["containers"], "129").expect("container 129");
-        let text = ct["config"]
-            .as_str()
-            .unwrap()
-            .replace("ip=dhcp", &format!("ip={ip}/24"));
-        ct["config"] = Yaml::from(text);
-    });
+    set_container_ip(&host, &ip);
     let file_sd = d.join("prometheus/servers.json");
     let log = std::fs::File::create(d.join("agent.log")).unwrap();
     let _agent = Standalone(

@@ -147,11 +147,5 @@ fn the_chart_runs_the_agent_on_a_real_kubelet_node() {
 
 /// Runs `cmd`, panicking with its output when it fails.
 fn sh(cmd: &mut Command) {
-    let o = cmd.output().expect("run");
-    assert!(
-        o.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    gpuplane_e2e::paths::run_ok(cmd);
 }

@@ -131,13 +131,7 @@ async fn connect_from(from: &str, port: u16) -> tokio::net::TcpStream {
 /// restarted the agent. Now it gets its 4, others are served, and liveness has its own listener.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_client_holding_connections_starves_neither_scrapes_nor_liveness() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(serve_on(
-        listener,
-        Metrics::new().unwrap(),
-        Arc::new(AtomicBool::new(true)),
-    ));
+    let port = serve_ready(Metrics::new().unwrap()).await;
     let health = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let health_addr = health.local_addr().unwrap().to_string();
     tokio::spawn(serve_health_on(health, Arc::new(AtomicBool::new(true))));
@@ -233,13 +227,7 @@ async fn serves_the_server_list_as_prometheus_http_sd_json() {
 /// is answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_aliases_of_one_network_do_not_starve_the_scrapes() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(serve_on(
-        listener,
-        Metrics::new().unwrap(),
-        Arc::new(AtomicBool::new(true)),
-    ));
+    let port = serve_ready(Metrics::new().unwrap()).await;
     let mut idle = Vec::new();
     for a in 2..10 {
         for _ in 0..4 {
@@ -309,4 +297,12 @@ async fn the_server_list_requires_the_bearer_token_when_one_is_set() {
     assert!(wrong.contains(" 401 "), "{wrong}");
     assert!(right.contains(" 200 ") && right.ends_with("[]"), "{right}");
     assert!(metrics.contains(" 200 "), "{metrics}");
+}
+
+/// Serves `m` (ready) on a loopback port of its own; returns the port.
+async fn serve_ready(m: Metrics) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(serve_on(listener, m, Arc::new(AtomicBool::new(true))));
+    port
 }

@@ -469,14 +469,7 @@ fn crash_message(s: &DesiredServer, u: &crate::host::model::Unit) -> String {
         u.exit_status
             .map(|e| e.to_string())
             .unwrap_or_else(|| "?".into()),
-        u.log_tail
-            .iter()
-            .rev()
-            .take(3)
-            .rev()
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(" | ")
+        crate::text::last_lines(&u.log_tail, 3)
     )
 }
 

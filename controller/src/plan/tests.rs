@@ -1,5 +1,4 @@
 use super::*;
-use crate::host::model::Holder;
 use crate::host::Host;
 use crate::testutil::{desired, manifests, twin};
 
@@ -105,14 +104,7 @@ fn container_lines_are_exactly_the_slice_minors() {
 fn held_gpu_blocks_everything() {
     let mut h = twin();
     let d = desired(&mut h, &manifests());
-    h.file.holders.push(crate::host::sim::SimHolder {
-        address: "0000:91:00.0".into(),
-        holder: Holder {
-            pid: 777,
-            command: "nvidia-persistenced".into(),
-            ..Holder::default()
-        },
-    });
+    h.hold("0000:91:00.0", 777, "nvidia-persistenced");
     let p = plan(&d, &h.observe().unwrap());
     assert!(
         p.steps.is_empty(),
@@ -139,16 +131,7 @@ fn held_gpu_blocks_everything() {
 fn a_tenant_process_in_the_consumer_container_blocks_the_move() {
     let mut h = twin();
     let d = desired(&mut h, &manifests());
-    h.file.holders.push(crate::host::sim::SimHolder {
-        address: "0000:91:00.0".into(),
-        holder: Holder {
-            pid: 4321,
-            command: "python3".into(),
-            container: Some(129),
-            vm: None,
-            unit: None,
-        },
-    });
+    h.hold("0000:91:00.0", 4321, "python3").container = Some(129);
     let st = h.observe().unwrap();
     let own: Vec<_> = st.pci_devices["0000:91:00.0"]
         .holders
@@ -491,7 +474,7 @@ fn drift_that_crashes_the_server_is_corrected() {
         st.units["lxc-129/sglang-qwen.service"].active_state, "failed",
         "the drift crashed the server"
     );
-    let r = crate::converge::converge(&d, &mut crate::door::Door::new(&mut h), &Default::default());
+    let r = crate::testutil::converged_run(&mut h, &d);
     assert!(r.converged(), "{:?}", r.stop);
     let st = h.observe().unwrap();
     assert_eq!(
@@ -832,11 +815,7 @@ fn a_renamed_unit_replaces_the_old_one_instead_of_starting_beside_it() {
     assert!(p.steps[remove]
         .why
         .contains("older unit of InferenceServer default/qwen35-122b"));
-    let r = crate::converge::converge(
-        &d2,
-        &mut crate::door::Door::new(&mut h),
-        &Default::default(),
-    );
+    let r = crate::testutil::converged_run(&mut h, &d2);
     assert!(r.converged(), "{:?}", r.stop);
     let st = h.observe().unwrap();
     assert!(
@@ -883,11 +862,7 @@ fn a_stopped_old_unit_of_a_renamed_server_is_removed_too() {
     .unwrap_or_else(|| panic!("the old unit is removed: {:?}", kinds(&p)));
     let write = index(&p, |s| matches!(s, Step::WriteUnit { .. })).unwrap();
     assert!(remove < write, "{:?}", kinds(&p));
-    let r = crate::converge::converge(
-        &d2,
-        &mut crate::door::Door::new(&mut h),
-        &Default::default(),
-    );
+    let r = crate::testutil::converged_run(&mut h, &d2);
     assert!(r.converged(), "{:?}", r.stop);
     let st = h.observe().unwrap();
     assert!(st.unit(&old).is_none_or(|u| u.file.is_none()));
@@ -926,11 +901,7 @@ fn a_stranger_on_the_gpus_blocks_the_server_and_is_named() {
         "{:?}",
         kinds(&p)
     );
-    let b = p
-        .blockers
-        .iter()
-        .find(|b| b.resource == "InferenceServer/default/qwen35-122b")
-        .unwrap_or_else(|| panic!("the server is blocked: {p:#?}"));
+    let b = blocker_of(&p, "InferenceServer/default/qwen35-122b");
     assert_eq!(b.reason, "GpuInUse");
     assert!(
         b.message.contains("unit sglang-qwen.service in container 129 (pid 10000, 10001, 10002, 10003) holds 0000:01:00.0"),
@@ -949,16 +920,7 @@ fn a_daemon_holding_every_gpu_does_not_block_a_server() {
         "0000:61:00.0",
         "0000:71:00.0",
     ] {
-        h.file.holders.push(crate::host::sim::SimHolder {
-            address: g.into(),
-            holder: Holder {
-                pid: 4242,
-                command: "nvidia-persiste".into(),
-                container: None,
-                vm: None,
-                unit: Some("nvidia-persistenced.service".into()),
-            },
-        });
+        h.hold(g, 4242, "nvidia-persiste").unit = Some("nvidia-persistenced.service".into());
     }
     let d = desired(&mut h, &manifests());
     let st = h.observe().unwrap();
@@ -992,11 +954,7 @@ fn a_port_held_by_another_program_blocks_the_server() {
         dev.holders.clear();
     }
     let p = plan(&d, &st2);
-    let b = p
-        .blockers
-        .iter()
-        .find(|b| b.resource == "InferenceServer/default/qwen35-122b")
-        .unwrap_or_else(|| panic!("blocked: {p:#?}"));
+    let b = blocker_of(&p, "InferenceServer/default/qwen35-122b");
     assert_eq!(b.reason, "PortInUse");
     assert!(
         b.message.contains("port 30000") && b.message.contains("container 129"),
@@ -1095,4 +1053,12 @@ fn a_p2p_verdict_counts_only_where_it_was_probed() {
         matches!(decide_p2p(&s, &st, &none), P2p::Probe(_)),
         "an old cache entry without a place is probed again"
     );
+}
+
+/// The blocker of resource `res` in `p`; panics with the plan when there is none.
+fn blocker_of<'p>(p: &'p Plan, res: &str) -> &'p crate::plan::Blocker {
+    p.blockers
+        .iter()
+        .find(|b| b.resource == res)
+        .unwrap_or_else(|| panic!("{res} is not blocked: {p:#?}"))
 }

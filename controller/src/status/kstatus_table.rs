@@ -4,7 +4,7 @@
 use super::{compute, ResourceStatus};
 use crate::converge::{converge, Options};
 use crate::desired::Desired;
-use crate::host::sim::{SimHolder, SimHost};
+use crate::host::sim::SimHost;
 use crate::testutil::{desired, manifests, twin};
 use gpuplane_crds::kstatus::{self, Kstatus};
 use std::collections::BTreeMap;
@@ -55,7 +55,22 @@ type Row = (
     (i64, i64, bool),
 );
 
+/// The row of `scenario` for resource `res` of `st`: expected `want` with `reason`, read at
+/// (generation, observedGeneration, deleting).
+fn row(
+    scenario: &'static str,
+    res: &'static str,
+    want: Kstatus,
+    reason: &'static str,
+    st: &BTreeMap<crate::resource_key::ResourceKey, ResourceStatus>,
+    at: (i64, i64, bool),
+) -> Row {
+    let status = st[&crate::testutil::key(res)].clone();
+    (scenario, res, want, reason, status, at)
+}
+
 fn scenarios() -> Vec<Row> {
+    use Kstatus::{Current, Failed, InProgress, Terminating};
     let mut rows: Vec<Row> = vec![];
     let controller = Options {
         block_on_ready: false,
@@ -66,56 +81,56 @@ fn scenarios() -> Vec<Row> {
     let d = desired(&mut h, &manifests());
     let st = statuses(&mut h, &d, &Options::default());
     let same = (1, 1, false);
-    rows.push((
+    rows.push(row(
         "reference split, converged",
         PART,
-        Kstatus::Current,
+        Current,
         "Ready",
-        st[&crate::testutil::key(PART)].clone(),
+        &st,
         same,
     ));
-    rows.push((
+    rows.push(row(
         "reference split, converged",
         SERVER,
-        Kstatus::Current,
+        Current,
         "Ready",
-        st[&crate::testutil::key(SERVER)].clone(),
+        &st,
         same,
     ));
-    rows.push((
+    rows.push(row(
         "spec edited, not yet observed",
         PART,
-        Kstatus::InProgress,
+        InProgress,
         "LatestGenerationNotObserved",
-        st[&crate::testutil::key(PART)].clone(),
+        &st,
         (2, 1, false),
     ));
-    rows.push((
+    rows.push(row(
         "being deleted",
         SERVER,
-        Kstatus::Terminating,
+        Terminating,
         "DeletionTimestamp",
-        st[&crate::testutil::key(SERVER)].clone(),
+        &st,
         (1, 1, true),
     ));
     // One reconcile of the agent: the host is split, the server is starting.
     let mut h = twin();
     let d = desired(&mut h, &manifests());
     let st = statuses(&mut h, &d, &controller);
-    rows.push((
+    rows.push(row(
         "first reconcile, server starting",
         PART,
-        Kstatus::Current,
+        Current,
         "Ready",
-        st[&crate::testutil::key(PART)].clone(),
+        &st,
         same,
     ));
-    rows.push((
+    rows.push(row(
         "first reconcile, server starting",
         SERVER,
-        Kstatus::InProgress,
+        InProgress,
         "Launching",
-        st[&crate::testutil::key(SERVER)].clone(),
+        &st,
         same,
     ));
     // Stopped after two steps: host steps remain.
@@ -129,40 +144,26 @@ fn scenarios() -> Vec<Row> {
             ..controller.clone()
         },
     );
-    rows.push((
-        "steps remain",
-        PART,
-        Kstatus::InProgress,
-        "Applying",
-        st[&crate::testutil::key(PART)].clone(),
-        same,
-    ));
+    rows.push(row("steps remain", PART, InProgress, "Applying", &st, same));
     // A process holds a GPU that must move: blocked, Failed in one reconcile.
     let mut h = twin();
     let d = desired(&mut h, &manifests());
-    h.file.holders.push(SimHolder {
-        address: "0000:91:00.0".into(),
-        holder: crate::host::model::Holder {
-            pid: 777,
-            command: "nvidia-persistenced".into(),
-            ..Default::default()
-        },
-    });
+    h.hold("0000:91:00.0", 777, "nvidia-persistenced");
     let st = statuses(&mut h, &d, &controller);
-    rows.push((
+    rows.push(row(
         "GPU held by a process",
         PART,
-        Kstatus::Failed,
+        Failed,
         "GpuInUse",
-        st[&crate::testutil::key(PART)].clone(),
+        &st,
         same,
     ));
-    rows.push((
+    rows.push(row(
         "GPU held by a process",
         SERVER,
-        Kstatus::Failed,
+        Failed,
         "WaitingForGpus",
-        st[&crate::testutil::key(SERVER)].clone(),
+        &st,
         same,
     ));
     // A foreign device shares a moving GPU's IOMMU group.
@@ -184,12 +185,12 @@ fn scenarios() -> Vec<Row> {
     h.file.pci_drivers.insert("mlx5_core".into());
     let d = desired(&mut h, &manifests());
     let st = statuses(&mut h, &d, &controller);
-    rows.push((
+    rows.push(row(
         "IOMMU group shared with a NIC",
         PART,
-        Kstatus::Failed,
+        Failed,
         "IommuGroupShared",
-        st[&crate::testutil::key(PART)].clone(),
+        &st,
         same,
     ));
     rows.extend(server_failures());
@@ -198,18 +199,19 @@ fn scenarios() -> Vec<Row> {
 
 /// Servers that cannot start: P2P on under a translating IOMMU (hangs after loading), a crash.
 fn server_failures() -> Vec<Row> {
+    use Kstatus::Failed;
     let same = (1, 1, false);
     let mut rows: Vec<Row> = vec![];
     let mut h = twin();
     let mut d = desired(&mut h, &manifests());
     d.servers[0].spec.p2p = gpuplane_crds::P2pPolicy::Enabled;
     let st = statuses(&mut h, &d, &Options::default());
-    rows.push((
+    rows.push(row(
         "p2p Enabled under SEV-SNP: hangs",
         SERVER,
-        Kstatus::Failed,
+        Failed,
         "StartupStalled",
-        st[&crate::testutil::key(SERVER)].clone(),
+        &st,
         same,
     ));
     let mut h = twin();
@@ -219,12 +221,12 @@ fn server_failures() -> Vec<Row> {
         value: "load".into(),
     });
     let st = statuses(&mut h, &d, &Options::default());
-    rows.push((
+    rows.push(row(
         "server dies while loading",
         SERVER,
-        Kstatus::Failed,
+        Failed,
         "Crashed",
-        st[&crate::testutil::key(SERVER)].clone(),
+        &st,
         same,
     ));
     rows

@@ -477,15 +477,7 @@ fn not_ready_reason(
     res: &ResourceKey,
     phase: Reason,
 ) -> (Reason, String) {
-    let last3 = |t: &[String]| {
-        t.iter()
-            .rev()
-            .take(3)
-            .rev()
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(" | ")
-    };
+    let last3 = |t: &[String]| crate::text::last_lines(t, 3);
     match (wait, blocked) {
         (Some(WaitOutcome::Stalled { phase, stalled_seconds, gpu_memory_mib, log_tail }), _) => (
             Reason::StartupStalled,

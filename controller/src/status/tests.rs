@@ -29,7 +29,7 @@ fn container_userspace_older_than_the_kernel_module_is_driver_mismatch() {
         .unwrap()
         .nvidia_userspace_version = Some("565.57.01".into());
     let d = crate::testutil::desired(&mut h, &crate::testutil::manifests());
-    let r = crate::converge::converge(&d, &mut crate::door::Door::new(&mut h), &Default::default());
+    let r = crate::testutil::converged_run(&mut h, &d);
     let st = compute(&d, &r, &Default::default(), &crate::clock::now());
     let c = st[&crate::testutil::key("InferenceServer/default/qwen35-122b")]
         .condition("Degraded")

@@ -143,6 +143,18 @@ impl Cluster {
         self.cp.kubectl(args).ok()
     }
 
+    /// `kubectl delete` of the reference server, not waiting for its finalizer.
+    pub fn delete_server(&self) -> String {
+        self.k(&[
+            "delete",
+            "inferenceserver",
+            SERVER,
+            "-n",
+            "default",
+            "--wait=false",
+        ])
+    }
+
     /// `kubectl apply -f REL` of a file or directory of the repository; returns stdout.
     pub fn apply(&self, rel: &str) -> String {
         self.k(&["apply", "-f", &repo_path(rel)])
@@ -359,4 +371,13 @@ impl Cluster {
             .unwrap_or("")
             .to_string()
     }
+}
+
+/// The items of a `kubectl get -o json` list, by `metadata.name`.
+pub fn by_name(list: &serde_json::Value) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let items = list["items"].as_array().cloned().unwrap_or_default();
+    items
+        .into_iter()
+        .map(|o| (o["metadata"]["name"].as_str().unwrap_or("").to_string(), o))
+        .collect()
 }

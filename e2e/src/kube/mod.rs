@@ -6,7 +6,7 @@ pub mod control_plane;
 pub mod kubectl;
 pub mod objects;
 
-pub use cluster::{Cluster, LEASE_NS};
+pub use cluster::{by_name, Cluster, LEASE_NS};
 pub use control_plane::{describe, ControlPlane, KubeBinaries};
 pub use kubectl::{table, Kubectl, KubectlOutput};
 pub use objects::{cond3, condition, has_finalizer, ready_for_generation, ready_is};

@@ -152,16 +152,8 @@ fn bad_arguments_name_their_field_and_what_to_fix() {
 /// refusal naming its field and what to do.
 #[test]
 fn unlisted_and_dangerous_arguments_are_refused_by_default() {
-    let bad = [
-        "systemd.run=/bin/sh",
-        "systemd.setenv=LD_PRELOAD=/tmp/x.so",
-        "rd.break",
-        "single",
-        "module_blacklist=vfio_pci",
-        "iommu=off",
-        "console=ttyS0",
-    ];
-    let e = check(args(&bad, &[])).unwrap_err();
+    let bad = crate::testutil::DANGEROUS_KERNEL_ARGS;
+    let e = check(args(bad, &[])).unwrap_err();
     let fields: Vec<&str> = e.iter().map(|(f, _)| f.as_str()).collect();
     let want: Vec<String> = (0..bad.len())
         .map(|i| format!("spec.host.kernelArgs.present[{i}]"))

@@ -258,15 +258,7 @@ fn kernel_args(present: &[&str], absent: &[&str], allow: &[&str]) -> gpuplane_cr
 fn the_kernel_argument_allow_list_is_decided_without_a_host() {
     let mut m = manifests();
     m.partitions[0].spec.host = Some(kernel_args(
-        &[
-            "systemd.run=/bin/sh",
-            "systemd.setenv=LD_PRELOAD=/tmp/x.so",
-            "rd.break",
-            "single",
-            "module_blacklist=vfio_pci",
-            "iommu=off",
-            "console=ttyS0",
-        ],
+        crate::testutil::DANGEROUS_KERNEL_ARGS,
         &[],
         &[],
     ));

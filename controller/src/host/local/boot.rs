@@ -164,16 +164,7 @@ impl LocalHost {
         absent: &[String],
     ) -> Result<Vec<super::files::Leftover>, LocalError> {
         let path = self.root.path(b.config_path());
-        let text = match read_bounded(&path) {
-            Some(Ok(t)) => t,
-            Some(Err(e)) => return Err(LocalError::Edit(e)),
-            None => {
-                return Err(LocalError::Edit(format!(
-                    "{} does not exist (any more)",
-                    path.display()
-                )))
-            }
-        };
+        let text = read_config(&path)?;
         let new = b
             .edit(&text, present, absent)
             .map_err(|e| LocalError::Edit(format!("{}: {e}", path.display())))?;
@@ -200,16 +191,7 @@ impl LocalHost {
         b: Bootloader,
     ) -> Result<Vec<super::files::Leftover>, LocalError> {
         let path = self.root.path(b.config_path());
-        let text = match read_bounded(&path) {
-            Some(Ok(t)) => t,
-            Some(Err(e)) => return Err(LocalError::Edit(e)),
-            None => {
-                return Err(LocalError::Edit(format!(
-                    "{} does not exist",
-                    path.display()
-                )))
-            }
-        };
+        let text = read_config(&path)?;
         let hash = crate::digest::sha256(&text);
         let program = match b {
             Bootloader::ProxmoxBootTool => &self.tools.proxmox_boot_tool,
@@ -269,6 +251,18 @@ impl LocalHost {
         let mut record = load_record(&self.state_dir).unwrap_or_default();
         record.reboot_from = Some(boot_id.into());
         store_record(&self.state_dir, &record)
+    }
+}
+
+/// The bootloader's config at `path`, read bounded; its absence is an error of the edit.
+fn read_config(path: &std::path::Path) -> Result<String, LocalError> {
+    match read_bounded(path) {
+        Some(Ok(t)) => Ok(t),
+        Some(Err(e)) => Err(LocalError::Edit(e)),
+        None => Err(LocalError::Edit(format!(
+            "{} does not exist (any more)",
+            path.display()
+        ))),
     }
 }
 

@@ -4,7 +4,7 @@
 //! so the real backend's checks ([`crate::modelfiles`]) run unchanged on them.
 
 use super::SimHost;
-use crate::host::model::{InterpreterFacts, Location, PreflightFacts, RunState};
+use crate::host::model::{InterpreterFacts, PreflightFacts};
 use crate::host::preflight::Cache;
 use crate::modelfiles::{safetensors, Entry, Target};
 use serde::{Deserialize, Serialize};
@@ -193,15 +193,7 @@ impl SimHost {
         let mut cache = Cache::default();
         let mut out = BTreeMap::new();
         for req in &self.preflight {
-            let runs = match req.location {
-                Location::Host => true,
-                Location::Container(v) => self
-                    .file
-                    .containers
-                    .get(&v)
-                    .is_some_and(|c| c.state == RunState::Running),
-            };
-            if !runs {
+            if !self.runs(req.location) {
                 continue;
             }
             let interp = || {

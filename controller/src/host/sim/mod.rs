@@ -46,6 +46,32 @@ pub struct SimHost {
 }
 
 impl SimHost {
+    /// Whether `loc` runs: the host always does, a container while it is running.
+    pub fn runs(&self, loc: Location) -> bool {
+        match loc {
+            Location::Host => true,
+            Location::Container(v) => self
+                .file
+                .containers
+                .get(&v)
+                .is_some_and(|c| c.state == RunState::Running),
+        }
+    }
+
+    /// Process `pid` running `command` holds the device at `address` (what `fuser` shows);
+    /// the holder's other facts (its container, VM or unit) are the caller's to set.
+    pub fn hold(&mut self, address: &str, pid: u32, command: &str) -> &mut Holder {
+        self.file.holders.push(SimHolder {
+            address: address.into(),
+            holder: Holder {
+                pid,
+                command: command.into(),
+                ..Holder::default()
+            },
+        });
+        &mut self.file.holders.last_mut().expect("just pushed").holder
+    }
+
     /// The device at `addr`, or the step fails.
     fn dev_mut(&mut self, addr: &str, step: &Step) -> Result<&mut SimDevice, HostError> {
         self.file
@@ -70,15 +96,7 @@ impl SimHost {
 
     /// Fails the step unless `loc` runs (the host always does); `why` ends the message.
     fn require_running(&self, step: &Step, loc: Location, why: &str) -> Result<(), HostError> {
-        let running = match loc {
-            Location::Host => true,
-            Location::Container(v) => self
-                .file
-                .containers
-                .get(&v)
-                .is_some_and(|c| c.state == RunState::Running),
-        };
-        if running {
+        if self.runs(loc) {
             Ok(())
         } else {
             Err(fail(step, format!("{loc} is not running{why}")))

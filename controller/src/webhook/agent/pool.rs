@@ -85,18 +85,17 @@ fn slots(
     mine: &str,
     members: &Members,
 ) -> Option<String> {
-    for s in old.slots.iter().filter(|s| !new.slots.contains(s)) {
-        if s.node != mine {
-            let refused = unless_left(members, &s.member, who, || {
-                format!(
-                    "{who}; it may not free or change node {}'s slot (member {})",
-                    s.node, s.member
-                )
-            });
-            if refused.is_some() {
-                return refused;
-            }
-        }
+    let freed = old.slots.iter().filter(|s| !new.slots.contains(s));
+    if let Some(refused) = freed.filter(|s| s.node != mine).find_map(|s| {
+        let what = format!(
+            "free or change node {}'s slot (member {})",
+            s.node, s.member
+        );
+        unless_left(members, &s.member, who, || {
+            format!("{who}; it may not {what}")
+        })
+    }) {
+        return Some(refused);
     }
     let added: Vec<_> = new
         .slots
@@ -160,11 +159,9 @@ fn entries(
                 ))
             }
             None => {
+                let what = format!("remove node {}'s member entry ({})", e.node, e.name);
                 let refused = unless_left(members, &e.name, who, || {
-                    format!(
-                        "{who}; it may not remove node {}'s member entry ({})",
-                        e.node, e.name
-                    )
+                    format!("{who}; it may not {what}")
                 });
                 if refused.is_some() {
                     return refused;
