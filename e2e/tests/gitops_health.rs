@@ -170,9 +170,9 @@ fn the_argocd_cm_snippet_holds_the_tested_scripts() {
     }
 }
 
-/// One health rule for every kind: Argo CD wants a script per kind, and the three are the same
-/// bytes, so a fix made to one and not the others fails here (the conditions they read are
-/// the same kstatus pair on every kind).
+/// One health rule for every kind: Argo CD wants a script per kind, and the three are links to
+/// one file (`examples/gitops/argocd/health.lua`); a link replaced by a copy that then drifts
+/// fails here (the conditions they read are the same kstatus pair on every kind).
 #[test]
 fn every_kind_has_the_same_health_script() {
     let scripts: Vec<String> = KINDS
