@@ -53,6 +53,24 @@ pub const DANGEROUS_KERNEL_ARGS: &[&str] = &[
     "console=ttyS0",
 ];
 
+/// Two slices that both select NUMA node 0 (list items of `spec.slices`, indented by four): one
+/// problem, named in the spec's terms at every door.
+pub const TWO_ON_NUMA_0: &str = "    - {name: inference, gpus: {numaNode: 0}, driver: nvidia}
+    - {name: training, gpus: {numaNode: 0}, driver: nvidia}
+";
+
+/// A host that meets every prerequisite of an SEV-SNP guest with GPUs (SNP API 1.55).
+pub fn snp_ready() -> crate::host::model::ConfidentialFacts {
+    crate::host::model::ConfidentialFacts {
+        kvm_sev_snp: Some(true),
+        dev_sev: true,
+        snp_api: Some("1.55".into()),
+        kernel_refusals: vec![],
+        proxmox_snp: Some(true),
+        vfio_disable_idle_d3: Some(true),
+    }
+}
+
 /// Cases for a property test: `PROPTEST_CASES` when set (the long runs of `docs/RELIABILITY.md`),
 /// else `default` (bounded, for CI).
 pub fn cases(default: u32) -> u32 {
@@ -60,6 +78,16 @@ pub fn cases(default: u32) -> u32 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// A property test's settings: [`cases`]`(default)` cases, no failure files written into the
+/// source tree.
+pub fn fuzz_config(default: u32) -> proptest::prelude::ProptestConfig {
+    proptest::prelude::ProptestConfig {
+        cases: cases(default),
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    }
 }
 
 /// Text made of `tokens` of a grammar with arbitrary snippets in between: fuzz input that reaches

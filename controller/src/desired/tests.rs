@@ -473,16 +473,10 @@ fn a_smoke_test_that_can_never_pass_is_refused_with_the_field() {
 #[test]
 fn two_slices_on_one_numa_node_are_one_problem_in_the_specs_terms() {
     let errors = partition_errors(
-        r#"
-apiVersion: gpuplane.dev/v1alpha1
-kind: GpuPartition
-metadata: {name: kpro6}
-spec:
-  nodeName: kpro6
-  slices:
-    - {name: inference, gpus: {numaNode: 0}, driver: nvidia}
-    - {name: training, gpus: {numaNode: 0}, driver: nvidia}
-"#,
+        &format!(
+            "apiVersion: gpuplane.dev/v1alpha1\nkind: GpuPartition\nmetadata: {{name: kpro6}}\nspec:\n  nodeName: kpro6\n  slices:\n{}",
+            crate::testutil::TWO_ON_NUMA_0
+        ),
     );
     assert_eq!(
         errors,

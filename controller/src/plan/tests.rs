@@ -641,12 +641,7 @@ fn a_passing_smoke_test_is_reported_and_makes_the_unit_the_one_to_go_back_to() {
         (c.status.as_str(), c.message.as_str()),
         ("True", "3 chat requests answered as expected")
     );
-    let u = h
-        .observe()
-        .unwrap()
-        .unit(&d.servers[0].unit)
-        .cloned()
-        .unwrap();
+    let u = first_unit(&mut h, &d);
     assert_eq!(
         u.last_ready, u.file,
         "saved only after the smoke test passed"
@@ -671,12 +666,7 @@ fn a_failing_smoke_test_says_what_failed_and_the_unit_is_not_kept_as_good() {
         "{}",
         c.message
     );
-    let u = h
-        .observe()
-        .unwrap()
-        .unit(&d.servers[0].unit)
-        .cloned()
-        .unwrap();
+    let u = first_unit(&mut h, &d);
     assert_eq!(u.last_ready, None);
 }
 
@@ -710,12 +700,7 @@ fn a_new_unit_that_fails_its_smoke_test_is_rolled_back_to_the_last_good_one() {
         "{}",
         mark.planned.why
     );
-    let u = h
-        .observe()
-        .unwrap()
-        .unit(&d.servers[0].unit)
-        .cloned()
-        .unwrap();
+    let u = first_unit(&mut h, &d);
     assert_eq!(u.file, good, "the last good unit runs again");
     assert!(u.active_state == "active");
     let st = crate::status::compute(&d2, &r2, &Default::default(), &crate::clock::now());
@@ -1061,4 +1046,12 @@ fn blocker_of<'p>(p: &'p Plan, res: &str) -> &'p crate::plan::Blocker {
         .iter()
         .find(|b| b.resource == res)
         .unwrap_or_else(|| panic!("{res} is not blocked: {p:#?}"))
+}
+
+/// The unit of `d`'s first server as `h` shows it now.
+fn first_unit(h: &mut crate::host::sim::SimHost, d: &Desired) -> crate::host::model::Unit {
+    let st = h.observe().unwrap();
+    st.unit(&d.servers[0].unit)
+        .cloned()
+        .expect("the unit exists")
 }

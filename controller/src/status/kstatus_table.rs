@@ -55,18 +55,19 @@ type Row = (
     (i64, i64, bool),
 );
 
-/// The row of `scenario` for resource `res` of `st`: expected `want` with `reason`, read at
-/// (generation, observedGeneration, deleting).
-fn row(
-    scenario: &'static str,
-    res: &'static str,
-    want: Kstatus,
-    reason: &'static str,
-    st: &BTreeMap<crate::resource_key::ResourceKey, ResourceStatus>,
-    at: (i64, i64, bool),
-) -> Row {
-    let status = st[&crate::testutil::key(res)].clone();
-    (scenario, res, want, reason, status, at)
+/// A scenario's statuses, read at (generation, observedGeneration, deleting).
+struct Scenario<'a>(
+    &'static str,
+    &'a BTreeMap<crate::resource_key::ResourceKey, ResourceStatus>,
+    (i64, i64, bool),
+);
+
+impl Scenario<'_> {
+    /// The row of resource `res`: expected `want` with `reason`.
+    fn row(&self, res: &'static str, want: Kstatus, reason: &'static str) -> Row {
+        let status = self.1[&crate::testutil::key(res)].clone();
+        (self.0, res, want, reason, status, self.2)
+    }
 }
 
 fn scenarios() -> Vec<Row> {
@@ -81,57 +82,29 @@ fn scenarios() -> Vec<Row> {
     let d = desired(&mut h, &manifests());
     let st = statuses(&mut h, &d, &Options::default());
     let same = (1, 1, false);
-    rows.push(row(
-        "reference split, converged",
-        PART,
-        Current,
-        "Ready",
-        &st,
-        same,
-    ));
-    rows.push(row(
-        "reference split, converged",
-        SERVER,
-        Current,
-        "Ready",
-        &st,
-        same,
-    ));
-    rows.push(row(
-        "spec edited, not yet observed",
-        PART,
-        InProgress,
-        "LatestGenerationNotObserved",
-        &st,
-        (2, 1, false),
-    ));
-    rows.push(row(
-        "being deleted",
+    rows.push(Scenario("reference split, converged", &st, same).row(PART, Current, "Ready"));
+    rows.push(Scenario("reference split, converged", &st, same).row(SERVER, Current, "Ready"));
+    rows.push(
+        Scenario("spec edited, not yet observed", &st, (2, 1, false)).row(
+            PART,
+            InProgress,
+            "LatestGenerationNotObserved",
+        ),
+    );
+    rows.push(Scenario("being deleted", &st, (1, 1, true)).row(
         SERVER,
         Terminating,
         "DeletionTimestamp",
-        &st,
-        (1, 1, true),
     ));
     // One reconcile of the agent: the host is split, the server is starting.
     let mut h = twin();
     let d = desired(&mut h, &manifests());
     let st = statuses(&mut h, &d, &controller);
-    rows.push(row(
-        "first reconcile, server starting",
-        PART,
-        Current,
-        "Ready",
-        &st,
-        same,
-    ));
-    rows.push(row(
-        "first reconcile, server starting",
+    rows.push(Scenario("first reconcile, server starting", &st, same).row(PART, Current, "Ready"));
+    rows.push(Scenario("first reconcile, server starting", &st, same).row(
         SERVER,
         InProgress,
         "Launching",
-        &st,
-        same,
     ));
     // Stopped after two steps: host steps remain.
     let mut h = twin();
@@ -144,28 +117,14 @@ fn scenarios() -> Vec<Row> {
             ..controller.clone()
         },
     );
-    rows.push(row("steps remain", PART, InProgress, "Applying", &st, same));
+    rows.push(Scenario("steps remain", &st, same).row(PART, InProgress, "Applying"));
     // A process holds a GPU that must move: blocked, Failed in one reconcile.
     let mut h = twin();
     let d = desired(&mut h, &manifests());
     h.hold("0000:91:00.0", 777, "nvidia-persistenced");
     let st = statuses(&mut h, &d, &controller);
-    rows.push(row(
-        "GPU held by a process",
-        PART,
-        Failed,
-        "GpuInUse",
-        &st,
-        same,
-    ));
-    rows.push(row(
-        "GPU held by a process",
-        SERVER,
-        Failed,
-        "WaitingForGpus",
-        &st,
-        same,
-    ));
+    rows.push(Scenario("GPU held by a process", &st, same).row(PART, Failed, "GpuInUse"));
+    rows.push(Scenario("GPU held by a process", &st, same).row(SERVER, Failed, "WaitingForGpus"));
     // A foreign device shares a moving GPU's IOMMU group.
     let mut h = twin();
     h.file.pci_devices.push(crate::host::sim::SimDevice {
@@ -185,13 +144,10 @@ fn scenarios() -> Vec<Row> {
     h.file.pci_drivers.insert("mlx5_core".into());
     let d = desired(&mut h, &manifests());
     let st = statuses(&mut h, &d, &controller);
-    rows.push(row(
-        "IOMMU group shared with a NIC",
+    rows.push(Scenario("IOMMU group shared with a NIC", &st, same).row(
         PART,
         Failed,
         "IommuGroupShared",
-        &st,
-        same,
     ));
     rows.extend(server_failures());
     rows
@@ -206,13 +162,10 @@ fn server_failures() -> Vec<Row> {
     let mut d = desired(&mut h, &manifests());
     d.servers[0].spec.p2p = gpuplane_crds::P2pPolicy::Enabled;
     let st = statuses(&mut h, &d, &Options::default());
-    rows.push(row(
-        "p2p Enabled under SEV-SNP: hangs",
+    rows.push(Scenario("p2p Enabled under SEV-SNP: hangs", &st, same).row(
         SERVER,
         Failed,
         "StartupStalled",
-        &st,
-        same,
     ));
     let mut h = twin();
     let mut d = desired(&mut h, &manifests());
@@ -221,14 +174,7 @@ fn server_failures() -> Vec<Row> {
         value: "load".into(),
     });
     let st = statuses(&mut h, &d, &Options::default());
-    rows.push(row(
-        "server dies while loading",
-        SERVER,
-        Failed,
-        "Crashed",
-        &st,
-        same,
-    ));
+    rows.push(Scenario("server dies while loading", &st, same).row(SERVER, Failed, "Crashed"));
     rows
 }
 

@@ -341,6 +341,18 @@ impl Cluster {
         ]);
     }
 
+    /// [`Cluster::patch_server`], then [`Cluster::wait_converged`]; logs how long it took,
+    /// after `what` (`[test] the change`).
+    pub fn patch_server_converged(&self, what: &str, patch: &str, timeout: Duration) {
+        let t = std::time::Instant::now();
+        self.patch_server(patch);
+        self.wait_converged(timeout);
+        eprintln!(
+            "{what}: converged {:.1} s after the patch",
+            t.elapsed().as_secs_f64()
+        );
+    }
+
     /// Waits until the agent has bound `address` to `driver` in the host file; the last state
     /// names the server's Ready condition too.
     pub fn wait_driver(&self, what: &str, address: &str, driver: &str, timeout: Duration) {

@@ -71,13 +71,8 @@ fn two_partitions_for_one_node_and_a_missing_partition() {
 
 #[test]
 fn identity_selectors_pass_the_webhook_and_two_kinds_in_one_slice_do_not() {
-    let text = r#"
-apiVersion: gpuplane.dev/v1alpha1
-kind: GpuPartition
-metadata: {name: p}
-spec:
-  nodeName: n
-  slices:
+    let text = &slices(
+        r#"
     - name: a
       gpus: {slots: ["1", "2"]}
       driver: nvidia
@@ -87,7 +82,8 @@ spec:
     - name: c
       gpus: {serials: ["1654924066922"], count: 1}
       driver: nvidia
-"#;
+"#,
+    );
     let mut m = crate::manifests::Manifests::default();
     m.add_text(text, "p.yaml").unwrap();
     let (errors, _) = validate(&m.partitions, &m.servers);
@@ -96,6 +92,14 @@ spec:
         msgs,
         ["GpuPartition/p: spec.slices[2].gpus: set exactly one of addresses, numaNode, count, uuids, serials or slots (this slice sets count and serials)"]
     );
+}
+
+/// Partition `p` of node `n` with the slices `yaml` (list items, indented by four).
+fn slices(yaml: &str) -> String {
+    format!(
+        "apiVersion: gpuplane.dev/v1alpha1\nkind: GpuPartition\nmetadata: {{name: p}}\nspec:\n  nodeName: n\n  slices:\n{}",
+        yaml.trim_start_matches('\n')
+    )
 }
 
 /// A partition from YAML.
@@ -111,17 +115,8 @@ fn partition(text: &str) -> Vec<GpuPartition> {
 /// in two slices, and no message of any overlapping spec names a made-up address.
 #[test]
 fn overlapping_slices_are_named_in_the_specs_terms_never_by_a_made_up_address() {
-    let two_on_numa_0 = r#"
-apiVersion: gpuplane.dev/v1alpha1
-kind: GpuPartition
-metadata: {name: p}
-spec:
-  nodeName: n
-  slices:
-    - {name: inference, gpus: {numaNode: 0}, driver: nvidia}
-    - {name: training, gpus: {numaNode: 0}, driver: nvidia}
-"#;
-    let errors = msgs(&validate(&partition(two_on_numa_0), &[]).0);
+    let two_on_numa_0 = slices(crate::testutil::TWO_ON_NUMA_0);
+    let errors = msgs(&validate(&partition(&two_on_numa_0), &[]).0);
     assert_eq!(
         errors,
         [
@@ -129,14 +124,8 @@ spec:
         ]
     );
     let uuid = "GPU-624a3d49-0000-1111-2222-333344445555";
-    let by_identity = format!(
+    let by_identity = slices(&format!(
         r#"
-apiVersion: gpuplane.dev/v1alpha1
-kind: GpuPartition
-metadata: {{name: p}}
-spec:
-  nodeName: n
-  slices:
     - {{name: a, gpus: {{uuids: ["{uuid}"]}}, driver: nvidia}}
     - {{name: b, gpus: {{serials: ["1654924066922"]}}, driver: nvidia}}
     - {{name: c, gpus: {{uuids: ["GPU-other", "{uuid}"]}}, driver: vfio-pci}}
@@ -146,7 +135,7 @@ spec:
     - {{name: g, gpus: {{count: 2}}, driver: nvidia}}
     - {{name: h, gpus: {{numaNode: 1}}, driver: nvidia}}
 "#
-    );
+    ));
     let errors = msgs(&validate(&partition(&by_identity), &[]).0);
     assert_eq!(
         errors,

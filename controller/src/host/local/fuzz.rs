@@ -14,7 +14,7 @@
 //! of `docs/RELIABILITY.md`).
 
 use super::*;
-use crate::testutil::{cases, noisy};
+use crate::testutil::noisy;
 use proptest::prelude::*;
 
 const CMDLINE: &[&str] = &[
@@ -175,11 +175,7 @@ fn get_answer(raw: String) -> Result<(u16, String), String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: cases(2048),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::testutil::fuzz_config(2048))]
 
     #[test]
     fn cmdline_never_panics(s in prop_oneof!["(?s).{0,200}", noisy(CMDLINE)]) {
@@ -211,11 +207,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: cases(256),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::testutil::fuzz_config(256))]
 
     #[test]
     fn http_answers_never_panic(raw in prop_oneof![
@@ -386,11 +378,7 @@ fn build(r: &RandomRoot) -> tempfile::TempDir {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: cases(128),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::testutil::fuzz_config(128))]
 
     #[test]
     fn observing_a_random_host_never_panics(r in random_root()) {

@@ -589,11 +589,7 @@ const LXC_WORDS: &[&str] = &[
 ];
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: crate::testutil::cases(2048),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::testutil::fuzz_config(2048))]
 
     #[test]
     fn prop_round_trip_any_string(s in "(?s).{0,200}") {

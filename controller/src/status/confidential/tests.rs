@@ -9,14 +9,7 @@ use crate::testutil::{desired, manifests, twin};
 
 /// Every prerequisite met.
 fn ready() -> ConfidentialFacts {
-    ConfidentialFacts {
-        kvm_sev_snp: Some(true),
-        dev_sev: true,
-        snp_api: Some("1.55".into()),
-        kernel_refusals: vec![],
-        proxmox_snp: Some(true),
-        vfio_disable_idle_d3: Some(true),
-    }
+    crate::testutil::snp_ready()
 }
 
 /// (status, reason, message) of `type_` on the twin with `facts` (and `edit`).

@@ -39,18 +39,37 @@ pub fn refuse(user: &str, op: &str, req: &Value, mine: &str, members: &Members) 
     let old_st = old.and_then(|p| p.status).unwrap_or_default();
     let new_st = new.status.clone().unwrap_or_default();
     let who = format!("{user} acts for node {mine}");
-    failure(&old_st, &new_st, &who, mine)
-        .or_else(|| slots(&new, &old_st, &new_st, &who, mine, members))
-        .or_else(|| entries(&old_st, &new_st, &who, mine, members))
+    let c = Change {
+        old: &old_st,
+        new: &new_st,
+        who: &who,
+        mine,
+        members,
+    };
+    failure(c).or_else(|| slots(&new, c)).or_else(|| entries(c))
+}
+
+/// One agent's write of a pool's status, as the checks below judge it.
+#[derive(Clone, Copy)]
+struct Change<'a> {
+    old: &'a GpuNodePoolStatus,
+    new: &'a GpuNodePoolStatus,
+    /// The agent, for messages ("USER acts for node NODE").
+    who: &'a str,
+    /// The agent's node.
+    mine: &'a str,
+    members: &'a Members,
 }
 
 /// The failure: kept, or a new one naming the agent's own node.
-fn failure(
-    old: &GpuNodePoolStatus,
-    new: &GpuNodePoolStatus,
-    who: &str,
-    mine: &str,
-) -> Option<String> {
+fn failure(c: Change<'_>) -> Option<String> {
+    let Change {
+        old,
+        new,
+        who,
+        mine,
+        ..
+    } = c;
     match (&old.failure, &new.failure) {
         (a, b) if a == b => None,
         (None, None) => None,
@@ -77,14 +96,8 @@ fn member_node<'m>(members: &'m Members, name: &str) -> Option<Option<&'m str>> 
 
 /// The slots: other nodes' unchanged (or dropped when their member left), own ones only for
 /// own members, none added while paused or past the budget.
-fn slots(
-    pool: &GpuNodePool,
-    old: &GpuNodePoolStatus,
-    new: &GpuNodePoolStatus,
-    who: &str,
-    mine: &str,
-    members: &Members,
-) -> Option<String> {
+fn slots(pool: &GpuNodePool, c: Change<'_>) -> Option<String> {
+    let (old, new, who, mine, members) = (c.old, c.new, c.who, c.mine, c.members);
     let freed = old.slots.iter().filter(|s| !new.slots.contains(s));
     if let Some(refused) = freed.filter(|s| s.node != mine).find_map(|s| {
         let what = format!(
@@ -142,13 +155,8 @@ fn slots(
 
 /// The member entries: another node's unchanged, added as `Pending`, or removed when its member
 /// left.
-fn entries(
-    old: &GpuNodePoolStatus,
-    new: &GpuNodePoolStatus,
-    who: &str,
-    mine: &str,
-    members: &Members,
-) -> Option<String> {
+fn entries(c: Change<'_>) -> Option<String> {
+    let (old, new, who, mine, members) = (c.old, c.new, c.who, c.mine, c.members);
     for e in old.members.iter().filter(|e| e.node != mine) {
         match new.members.iter().find(|n| n.name == e.name) {
             Some(n) if n == e => {}
