@@ -46,10 +46,14 @@ for c in conds:
 PY
 }
 part_status() { echo $S/GpuPartition-vmhost.yaml; }
-# wait_for SECONDS PATTERN...: until the partition's status has every STATUS line PATTERN
-wait_for() { local i n=$1 p; shift; for i in $(seq "$n"); do
+# wait_for SECONDS PATTERN...: until the partition's status has every STATUS line PATTERN, for
+# at most SECONDS of the guest's clock (a look that misses sleeps a second too: the deadline is
+# time, not a count of looks, which under TCG took from 0.3 s to several seconds each)
+wait_for() { local end=$((SECONDS + $1)) p ok; shift; while [ "$SECONDS" -lt "$end" ]; do
   if [ -f "$(part_status)" ]; then
-    c=$(conds "$(part_status)"); for p in "$@"; do grep -q "^STATUS $p" <<<"$c" || continue 2; done; return 0
+    c=$(conds "$(part_status)"); ok=1
+    for p in "$@"; do grep -q "^STATUS $p" <<<"$c" || ok=0; done
+    [ "$ok" = 1 ] && return 0
   fi; sleep 1; done; return 1; }
 spec() {  # spec [HOST-YAML]: the partition (with spec.host) and the server, as the operator commits them
   partition auto '{numaNode: 0}' '{numaNode: 1}' vfio-pci "$VMC"
