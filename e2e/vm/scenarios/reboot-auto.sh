@@ -100,7 +100,14 @@ fi
 
 echo "PHASE boot2"
 # The status of this boot (boot 1's file says Ready too): the arguments verified.
-wait_for 300 "Ready True" "RebootRequired False KernelArgsBooted" || echo "PHASE not-ready-after"
+if ! wait_for 600 "Ready True" "RebootRequired False KernelArgsBooted"; then
+  echo "PHASE not-ready-after"
+  # Why: the agent's unit and every line it wrote in this boot (the filtered log below shows
+  # host writes and conditions only; a refusal or an error of observe is a warning).
+  echo "AGENTUNIT $(systemctl is-active gpuplane-e2e.service) since $(systemctl show -p ActiveEnterTimestampMonotonic --value gpuplane-e2e.service)"
+  sed 's/\x1b\[[0-9;]*m//g' $LOG | sed -n '/^=== boot '"$(cat /proc/sys/kernel/random/boot_id)"'/,$p' | tail -n 60 | sed 's/^/AGENTRAW /'
+  systemctl list-jobs --no-pager | sed 's/^/JOBS /'
+fi
 for i in $(seq 60); do [ "$(systemctl is-active sglang-e2e.service)" = active ] && break; sleep 1; done
 conds "$(part_status)"
 echo "ACTIVE after $(systemctl is-active sglang-e2e.service)"
