@@ -92,10 +92,7 @@ pub fn load_selected(
 /// slots are asked through the API server, and one host converged from the command line asks
 /// none (the pool itself, when in the input, was checked like every resource).
 pub fn pool_note(manifests: &Manifests, desired: &Desired) -> Option<String> {
-    let p = manifests
-        .partitions
-        .iter()
-        .find(|p| p.metadata.name.as_deref() == Some(desired.partition.name.as_str()))?;
+    let p = manifests.partition(&desired.partition.name)?;
     let pool = gpuplane_crds::pool_of(p)?;
     let read = if manifests
         .pools

@@ -43,12 +43,9 @@ pub struct Pass {
 impl Pass {
     /// Begins a pass now (the one clock read; `clock.rs`).
     pub fn begin() -> Pass {
-        Pass::at(crate::clock::timestamp())
-    }
-
-    /// A pass at a given time (tests, replays).
-    pub fn at(now: jiff::Timestamp) -> Pass {
-        Pass { now }
+        Pass {
+            now: crate::clock::timestamp(),
+        }
     }
 
     /// The pass's time as a condition's `lastTransitionTime` takes it.

@@ -15,8 +15,6 @@ pub struct Selected {
     pub desired: Desired,
     /// The observation the GPUs were chosen on, when complete for the converge (`watch.rs`).
     pub seed: Option<HostState>,
-    /// What the converge needs watched (installed on the host already).
-    pub watch: WatchSet,
 }
 
 /// Why a door that reads manifests has nothing to converge to.
@@ -46,11 +44,6 @@ pub fn from_manifests(
         desired.partition.reboot = pass.reboot_gate(p, false);
     }
     add(&mut desired);
-    let watch = WatchSet::of(&desired);
-    let seed = watching.seed(host, watch.clone(), observed);
-    Ok(Selected {
-        desired,
-        seed,
-        watch,
-    })
+    let seed = watching.seed(host, WatchSet::of(&desired), observed);
+    Ok(Selected { desired, seed })
 }

@@ -60,12 +60,6 @@ impl Watching {
         self.last = next;
         seed
     }
-
-    /// Installs `next` with no observation to seed (the door observes again in the converge).
-    pub fn install(&mut self, host: &mut dyn Host, next: WatchSet) {
-        next.install(host);
-        self.last = next;
-    }
 }
 
 #[cfg(test)]

@@ -407,15 +407,17 @@ fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member],
     cond(st, types::UPDATING, updating > 0, up_reason, counts.clone());
     // kstatus: at most one of the pair is True.
     let stuck = st.failure.is_some() || bad.is_some();
-    let (rec, stl, reason) = if bad.is_some() {
-        (false, true, Reason::InvalidSpec)
+    let reason = if bad.is_some() {
+        Reason::InvalidSpec
     } else if stuck {
-        (false, true, Reason::MemberFailed)
+        Reason::MemberFailed
     } else if updating > 0 || !all {
-        (true, false, Reason::Updating)
+        Reason::Updating
     } else {
-        (false, false, Reason::AllUpdated)
+        Reason::AllUpdated
     };
+    // The pair follows the reason's standing, as every resource's does (`status/`).
+    let (rec, stl) = reason.standing().pair();
     let msg = if stuck { p_msg } else { counts };
     cond(st, types::RECONCILING, rec, reason, msg.clone());
     cond(st, types::STALLED, stl, reason, msg.clone());

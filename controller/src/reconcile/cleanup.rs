@@ -7,7 +7,7 @@ use super::{Ctx, Error};
 use crate::desired::{
     resolve_partition, resolve_server, Desired, DesiredPartition, ResolvedConsumer, ResolvedSlice,
 };
-use crate::pass::gate::Gated as Gate;
+use crate::pass::gate::Gated;
 use crate::pass::Pass;
 use crate::pool::{Ask, State};
 use gpuplane_crds::{DeletionPolicy, GpuDriver, GpuPartition, InferenceServer};
@@ -157,8 +157,8 @@ impl Going<'_> {
         let why = "restore on deletion: ";
         let pool = self.pool.as_deref();
         let report = match gate::converge(self.pass, ctx, p, pool, desired, true, why).await? {
-            Gate::Passed(report) => *report,
-            Gate::Denied { pool, step, why } => {
+            Gated::Passed(report) => *report,
+            Gated::Denied { pool, step, why } => {
                 let note = format!("restoring the host ({step}) needs a disruption slot of GpuNodePool {pool}: {why}");
                 let reason = crate::status::WAITING_FOR_DISRUPTION_BUDGET;
                 self.event(EventType::Normal, reason.as_str(), note).await;

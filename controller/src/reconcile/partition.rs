@@ -26,7 +26,7 @@ use crate::desired::{
 };
 use crate::host::model::{HostState, UnitRef};
 use crate::metrics::ErrorCategory;
-use crate::pass::gate::Gated as Gate;
+use crate::pass::gate::Gated;
 use crate::pass::outcome::final_host;
 use crate::pass::{Outcome, Pass};
 use crate::pool::{Ask, State};
@@ -143,8 +143,8 @@ pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action,
     let pool = super::budget::pool_of(&p);
     let desired = r.desired.clone();
     let report = match gate::converge(&pass, &ctx, &p, pool.as_deref(), desired, false, "").await? {
-        Gate::Passed(report) => *report,
-        Gate::Denied { pool, step, why } => {
+        Gated::Passed(report) => *report,
+        Gated::Denied { pool, step, why } => {
             return super::budget::wait::wait(&ctx, &pass, &p, &pool, &step, &why).await
         }
     };
@@ -599,13 +599,13 @@ async fn note_events(ctx: &Ctx, r: &Resolved<'_>, report: &Report) {
 /// The event for why the run stopped (its type, reason and note), if it is news: a blocker or a
 /// held lock once while `Ready` already says it, a failure every time.
 fn stop_event(report: &Report, old: &[Condition]) -> Option<(EventType, String, String)> {
-    let said = |reason: &str| {
+    let said = |reason: Reason| {
         old.iter()
             .any(|c| c.type_ == types::READY && c.reason == reason)
     };
     match &report.stop {
         Some(Stop::Blocked { blockers }) => {
-            let known = blockers.iter().any(|b| said(b.reason.as_str()));
+            let known = blockers.iter().any(|b| said(b.reason));
             let msgs: Vec<String> = blockers.iter().map(|b| b.message.clone()).collect();
             (!known).then(|| {
                 (
@@ -621,7 +621,7 @@ fn stop_event(report: &Report, old: &[Condition]) -> Option<(EventType, String, 
             Some((EventType::Warning, Reason::ApplyFailed.into(), note))
         }
         Some(Stop::WaitingForLock { step, message, .. }) => {
-            (!said(Reason::WaitingForLock.as_str())).then(|| {
+            (!said(Reason::WaitingForLock)).then(|| {
                 let note = format!("{step}: {message}");
                 (EventType::Normal, Reason::WaitingForLock.into(), note)
             })

@@ -181,12 +181,8 @@ fn partition_status(
 
 /// Where the partition stands after a run, judged in this order.
 enum PartitionState<'a> {
-    /// The plan is blocked on the partition (its blockers, first one first); `reboot_wait`: every
-    /// one is a reboot that comes by itself (`reboot: Auto`), work in progress.
-    Blocked {
-        blockers: Vec<&'a Blocker>,
-        reboot_wait: bool,
-    },
+    /// The plan is blocked on the partition (its blockers, first one first).
+    Blocked(Vec<&'a Blocker>),
     /// A step failed, or the host could not be observed.
     Failed {
         step: String,
@@ -210,20 +206,13 @@ fn partition_state<'a>(r: &'a Report, part_res: &ResourceKey) -> PartitionState<
         .filter(|b| b.resource == *part_res)
         .collect();
     if !blockers.is_empty() {
-        let reboot_wait = blockers
-            .iter()
-            .all(|b| b.reason.standing() == Class::Working);
-        return PartitionState::Blocked {
-            blockers,
-            reboot_wait,
-        };
+        return PartitionState::Blocked(blockers);
     }
     if let Some((step, error)) = r.stop.as_ref().and_then(Stop::failure) {
         let error = error.to_string();
         return PartitionState::Failed { step, error };
     }
-    if let Some(wait) = lock_wait(r) {
-        let reason = lock_reason(r);
+    if let Some((reason, wait)) = lock_wait(r) {
         return PartitionState::Locked { reason, wait };
     }
     let steps: Vec<&PlannedStep> = r
@@ -239,12 +228,17 @@ fn partition_state<'a>(r: &'a Report, part_res: &ResourceKey) -> PartitionState<
     }
 }
 
-/// A blocked partition's rows: stuck, unless every blocker is a reboot that comes by itself.
-fn blocked_rows(blockers: &[&Blocker], reboot_wait: bool, r: &Report) -> Rows {
+/// A blocked partition's rows: stuck on the first blocker that needs a person; working when
+/// every blocker is a wait that ends by itself (a reboot of `reboot: Auto`).
+fn blocked_rows(blockers: &[&Blocker], r: &Report) -> Rows {
     let reason = blockers[0].reason;
+    let stuck = blockers
+        .iter()
+        .map(|b| b.reason)
+        .find(|r| r.standing() != Class::Working);
     let all: Vec<String> = blockers.iter().map(|b| b.message.clone()).collect();
     let text = all.join("; ");
-    let progressing = if reboot_wait {
+    let progressing = if stuck.is_none() {
         let m = format!(
             "waiting for the reboot (reboot: Auto); {} host writes",
             r.writes
@@ -256,25 +250,14 @@ fn blocked_rows(blockers: &[&Blocker], reboot_wait: bool, r: &Report) -> Rows {
     Rows {
         ready: Row(false, reason, text.clone()),
         progressing,
-        // Stuck on the first blocker that needs a person, if one does.
-        standing: (
-            blockers
-                .iter()
-                .map(|b| b.reason)
-                .find(|r| r.standing() != Class::Working)
-                .unwrap_or(reason),
-            text,
-        ),
+        standing: (stuck.unwrap_or(reason), text),
     }
 }
 
 /// The one mapping of the partition's standing to its rows.
 fn partition_rows(state: PartitionState<'_>, desired: &Desired, r: &Report) -> Rows {
     match state {
-        PartitionState::Blocked {
-            blockers,
-            reboot_wait,
-        } => blocked_rows(&blockers, reboot_wait, r),
+        PartitionState::Blocked(blockers) => blocked_rows(&blockers, r),
         PartitionState::Failed { step, error } => {
             let retry = "the next reconcile retries from the observed state";
             Rows {
@@ -331,26 +314,20 @@ fn partition_rows(state: PartitionState<'_>, desired: &Desired, r: &Report) -> R
     }
 }
 
-/// "STEP waits for Proxmox's lock: MESSAGE" when the run stopped on a held lock, "STEP waits
-/// for a disruption slot: …" when on a pool's slot.
-fn lock_wait(r: &Report) -> Option<String> {
+/// The reason and words of a run stopped on a lock: a pool member's disruption slot
+/// (`WaitingForDisruptionBudget`, "STEP waits for a disruption slot: …") or another writer's
+/// Proxmox lock (`WaitingForLock`, "STEP waits for Proxmox's lock: MESSAGE").
+fn lock_wait(r: &Report) -> Option<(Reason, String)> {
     match &r.stop {
-        Some(Stop::WaitingForSlot { step, slot, why }) => Some(format!(
-            "{step} waits for a disruption slot: {why}: this pool member needs a disruption slot first ({slot})"
+        Some(Stop::WaitingForSlot { step, slot, why }) => Some((
+            WAITING_FOR_DISRUPTION_BUDGET,
+            format!("{step} waits for a disruption slot: {why}: this pool member needs a disruption slot first ({slot})"),
         )),
-        Some(Stop::WaitingForLock { step, message, .. }) => {
-            Some(format!("{step} waits for Proxmox's lock: {message}"))
-        }
+        Some(Stop::WaitingForLock { step, message, .. }) => Some((
+            Reason::WaitingForLock,
+            format!("{step} waits for Proxmox's lock: {message}"),
+        )),
         _ => None,
-    }
-}
-
-/// The reason of a run stopped on a lock: a pool member's disruption slot
-/// (`WaitingForDisruptionBudget`) or another writer's Proxmox lock (`WaitingForLock`).
-fn lock_reason(r: &Report) -> Reason {
-    match &r.stop {
-        Some(Stop::WaitingForSlot { .. }) => WAITING_FOR_DISRUPTION_BUDGET,
-        _ => Reason::WaitingForLock,
     }
 }
 
@@ -506,7 +483,7 @@ fn not_ready_reason(
         }
         (_, Some(b)) => (Reason::WaitingForGpus, format!("the partition is blocked: {}", b.message)),
         _ => match lock_wait(r) {
-            Some(w) => (lock_reason(r), format!("the host change it needs waits for a lock: {w}")),
+            Some((reason, w)) => (reason, format!("the host change it needs waits for a lock: {w}")),
             None => (Reason::Starting, format!("phase {phase}")),
         },
     }
