@@ -5,7 +5,7 @@
 # alone (after the set-up) as `e2e/run-tests.sh [FILTER]`, FILTER a regex over "NAME KIND"
 # (e.g. `vm_`, `^kube_agent test$`, ` lib$` for the unit tests).
 #
-# Each target's output is printed whole when it ends ("== test NAME (ok, 12s)").
+# Each target's output is printed whole when it ends ("== test NAME (ok, 12s, ended +340 s)").
 #
 # Order: the fast signal first — the unit tests, the property tests (*_props) and the CLI's
 # (cli), one after another before anything boots; a failure there is printed at once, in a
@@ -49,6 +49,9 @@ for t in sorted(found, key=key):
 threads=${TEST_THREADS:-2}
 lanes=${TEST_LANES:-2}
 total0=$(date +%s)
+# cpu_busy: the machine's busy CPU seconds so far (user, nice, system, irq, softirq), every process
+cpu_busy() { awk -v hz="$(getconf CLK_TCK)" '/^cpu /{printf "%d", ($2+$3+$4+$7+$8)/hz}' /proc/stat; }
+cpu0=$(cpu_busy)
 # Every run selects with --workspace, as the build above did: selecting by package (-p,
 # --manifest-path) unifies features differently and rebuilds crates (minutes on two cores).
 # The unit tests of all crates run as one step, the binaries' as another, then each test target.
@@ -65,8 +68,9 @@ step() {
     test) sel=(--test "$name") ;;
     doc) sel=(--doc) ; name="(doc tests)" ;;
   esac
-  { flock 9; echo "-- started $name"; } 9>"$T/print.lock"
   t0=$(date +%s)
+  # "+N s": seconds since the test phase began, for a timeline of the lanes.
+  { flock 9; echo "-- started $name (+$(( t0 - total0 )) s)"; } 9>"$T/print.lock"
   if [ "$kind" = doc ]; then
     cargo test -q --workspace "${sel[@]}" >"$T/out.$i" 2>&1
   else
@@ -77,7 +81,7 @@ step() {
   n=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$T/out.$i" | awk '{p+=$4; f+=$6} END {printf "%d passed, %d failed", p, f}')
   if [ "$rc" = 0 ]; then r=ok; else r=FAILED; fi
   printf '%-8s %5ss  %-32s %s\n' "$r" "$secs" "$name" "$n" >"$T/res/$i"
-  { flock 9; echo "== test $name ($r, ${secs}s)"; cat "$T/out.$i"; } 9>"$T/print.lock"
+  { flock 9; echo "== test $name ($r, ${secs}s, ended +$(( t0 + secs - total0 )) s)"; cat "$T/out.$i"; } 9>"$T/print.lock"
 }
 # lane FILE: runs the steps listed in FILE ("I KIND NAME" lines) one after another.
 lane() { while read -r i kind name; do step "$i" "$kind" "$name"; done <"$1"; }
@@ -147,6 +151,7 @@ while read -r i kind name; do
 done < <(sort -n "$T/steps.all") >>"$T/summary"
 failed=$(grep -c '^FAILED' "$T/summary")
 echo
-echo "== test summary: $(grep -c . "$T/summary") targets, $failed failed, $(( $(date +%s) - total0 )) s"
+wall=$(( $(date +%s) - total0 ))
+echo "== test summary: $(grep -c . "$T/summary") targets, $failed failed, $wall s (CPU busy $(( $(cpu_busy) - cpu0 )) s of the $(( wall * $(nproc) )) s $(nproc) cores give)"
 cat "$T/summary"
 [ "$failed" = 0 ]
