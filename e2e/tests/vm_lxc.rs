@@ -35,34 +35,25 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-/// One restore of the container machine per part of `lxc.sh` (`mount`, `devn`, `server`,
-/// `crash`): each part starts from the container stopped, so the parts run side by side where
-/// VM slots allow instead of one 5-minute run holding one slot.
-static RUNS: [OnceLock<Report>; 4] = [
-    OnceLock::new(),
-    OnceLock::new(),
-    OnceLock::new(),
-    OnceLock::new(),
-];
-const PARTS: [&str; 4] = ["mount", "devn", "server", "crash"];
+static BOOT: OnceLock<Report> = OnceLock::new();
 
-fn boot(part: &str) -> &'static Report {
-    let i = PARTS.iter().position(|p| *p == part).unwrap();
-    RUNS[i].get_or_init(|| {
+fn boot() -> &'static Report {
+    BOOT.get_or_init(|| {
         preflight();
-        let (dir, tar) = standin_tar(&format!("gpuplane-vm-lxc-{part}"));
+        let crash = std::env::var("GPUPLANE_VM_LXC_CRASH").is_ok_and(|v| v == "1");
+        let (dir, tar) = standin_tar("gpuplane-vm-lxc");
         let files = [
             gpuplane_for_vm(),
             repo_root().join("e2e/vm/pct"),
             repo_root().join("e2e/vm/nvidia-standin"),
             tar,
         ];
-        let args = format!("gpuplane.lxcpart={part}");
-        let timeout = if part == "crash" { "3000" } else { "1200" };
+        let args = if crash { "gpuplane.lxccrash=1" } else { "" };
+        let timeout = if crash { "3000" } else { "1200" };
         let out = boot_scenario_with(
             "lxc.sh",
             &files,
-            &[("VM_CT", "1"), ("VM_ARGS", &args), ("VM_TIMEOUT", timeout)],
+            &[("VM_CT", "1"), ("VM_ARGS", args), ("VM_TIMEOUT", timeout)],
         );
         let _ = std::fs::remove_dir_all(&dir);
         assert!(
@@ -127,7 +118,7 @@ fn print_phase(r: &Report, p: &str) {
 }
 
 fn check_style(style: &str) {
-    let r = boot(style);
+    let r = boot();
     let all = format!("{style}-all");
     let held = format!("{style}-held");
     let split = format!("{style}-split");
@@ -276,7 +267,7 @@ fn server_holders(r: &Report, p: &str) -> Vec<Vec<Value>> {
 /// stops first, the container restarts with the new nodes, the server is Ready again.
 #[test]
 fn a_server_runs_inside_the_container_and_survives_its_restart() {
-    let r = boot("server");
+    let r = boot();
     const S: &str = "InferenceServer/default/ct";
     for p in ["srv-split", "srv-back"] {
         assert_eq!(r.rc(p), 0, "{p}: {:?}", r.get("STDERR", p));
@@ -341,7 +332,7 @@ fn a_kill_after_any_write_is_finished_by_the_next_converge() {
         eprintln!("skipped: set GPUPLANE_VM_LXC_CRASH=1 (about 15 more minutes)");
         return;
     }
-    let r = boot("crash");
+    let r = boot();
     for t in ["split", "back"] {
         let n: u32 = r.get("CRASHN", t)[0].parse().unwrap();
         assert!(n > 0, "{t}: the transition writes");

@@ -18,10 +18,7 @@
 #   CONF P line                 /etc/pve/lxc/129.conf after phase P
 #   DRV P address driver override
 #   HOLDER P pid                the in-container holder's PID as the host sees it
-#   CRASH ...                   part crash only (opt-in): see below
-# The job argument gpuplane.lxcpart picks the parts this run does (comma-separated: mount,
-# devn, server, crash; all of them by default): each part starts from the container stopped, so
-# vm_lxc runs them as separate restores of one snapshot, side by side where slots allow.
+#   CRASH ...                   with gpuplane.lxccrash=1 only: see crash_at below
 set -u
 . /usr/local/bin/scenario-lib.sh
 nvidia-standin setup || { echo "nvidia-standin failed"; exit 1; }
@@ -31,11 +28,6 @@ mount /dev/vdb /var/lib/lxc/129/rootfs || { echo "no container disk (run.sh VM_C
 mkdir -p /etc/pve/lxc /etc/pve/qemu-server /etc/pve/mapping
 printf 'name: snp-guest\nhostpci0: mapping=emu-vm,pcie=1\n' > /etc/pve/qemu-server/300.conf
 GPUS='"0000:41:00.0", "0000:42:00.0", "0000:44:01.0", "0000:81:00.0", "0000:82:00.0"'
-PARTS=",$(job_arg gpuplane.lxcpart),"
-[ "$PARTS" = ",," ] && PARTS=,mount,devn,server,
-[ "$(job_arg gpuplane.lxccrash)" = 1 ] && PARTS="${PARTS}crash,"
-# part NAME: whether this run does part NAME
-part() { case "$PARTS" in *,$1,*) return 0;; *) return 1;; esac; }
 
 # ctconf STYLE: container 129's configuration as a person left it, with one GPU line of STYLE
 # (the agent keeps the style it finds) and lines the agent must keep.
@@ -114,7 +106,6 @@ show() { # show P: the host side of phase P
 }
 
 for style in mount devn; do
-  part $style || { [ $style = mount ] && part crash && parts mount; continue; }
   echo "== $style: the five GPUs in container 129"
   pct stop 129 2>/dev/null
   ctconf $style; parts $style
@@ -144,11 +135,11 @@ for style in mount devn; do
   converge $style-back; show $style-back; inside $style-back
 done
 
-# Opt-in (job argument gpuplane.lxccrash=1 or part crash, about 15 more minutes): a kill -9 after every
+# Opt-in (job argument gpuplane.lxccrash=1, about 15 more minutes): a kill -9 after every
 # host write of the split and of the way back, mount style, then a fresh converge and one more:
 #   CRASHN T n                      the uninterrupted transition's writes
 #   CRASH T k killrc recoverrc recoverwrites againwrites state minors
-if part crash; then
+if [ "$(job_arg gpuplane.lxccrash)" = 1 ]; then
   echo "== crash: a kill after every write of the split and back (mount style)"
   pct stop 129; ctconf mount
   cstate() { echo "$(pct status 129 | sed 's/^status: //') $(grep -o '/dev/nvidia[0-9]* ' /etc/pve/lxc/129.conf | tr -d ' ' | sort | tr '\n' ,)"; }
@@ -176,9 +167,7 @@ fi
 #   HEALTH P code               GET http://10.10.0.129:30000/health from the host
 #   SRVHOLD P json              the holders gpuplane observe reports for 41:00.0 and 42:00.0
 #   JOURNAL P line              the unit's start/stop lines in the container's journal
-if part server; then
 echo "== server: the SGLang stand-in as a unit inside container 129, on the split (mount style)"
-part mount || parts mount
 ip link add vmbr0 type bridge && ip addr add 10.10.0.1/24 dev vmbr0 && ip link set vmbr0 up
 pct stop 129
 ctconf mount
@@ -220,7 +209,6 @@ echo "== server: back to all five GPUs while the server runs: its unit stops fir
 ctserver srv-back mount-all /dev/nvidia0,/dev/nvidia1
 converge srv-back; srv srv-back; inside srv-back; show srv-back
 pct exec 129 -- journalctl -u sglang-ct.service -o cat --no-pager 2>/dev/null | grep -E '^(Stopped|Started|Stopping)' | sed 's/^/JOURNAL srv-back /'
-fi
 
 pct stop 129
 echo "== done"
