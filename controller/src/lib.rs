@@ -16,6 +16,7 @@ pub mod desired;
 pub mod digest;
 pub mod discovery;
 pub mod door;
+pub mod health;
 pub mod host;
 pub mod http;
 pub mod kubeapi;

@@ -17,6 +17,8 @@
 //! - `gpuplane_gpu_owner{node,pci_bus_id,slice,driver}` = 1 per GPU of the partition, with
 //!   `pci_bus_id` spelt as DCGM/NVML spell it (`00000000:81:00.0`), so panels join
 //!   dcgm-exporter's `DCGM_FI_*{pci_bus_id=...}` series;
+//! - `gpuplane_gpu_health{node,pci_bus_id,slice,state}` = 1 per GPU of the partition, `state`
+//!   its `status.gpus[].health` (Healthy, Suspect, Unhealthy, Lost), the alerts' input;
 //! - `gpuplane_build_info{version}` = 1; `process_*` of the agent process;
 //! - reconciles, their latency, errors per reason, host writes, drift corrected, lease held;
 //! - `gpuplane_watch_events_total{kind,watch}`: objects the API server sent this agent's
@@ -116,6 +118,7 @@ pub struct Metrics {
     pub drifts_corrected: IntCounter,
     pub gpus: IntGaugeVec,
     pub gpu_owner: IntGaugeVec,
+    pub gpu_health: IntGaugeVec,
     pub servers_ready: IntGauge,
     pub leader: IntGauge,
     pub conditions: IntGaugeVec,
@@ -170,6 +173,11 @@ impl Metrics {
                 "gpu_owner",
                 "1 per GPU of the partition: its slice and bound driver, by DCGM's pci_bus_id",
                 &["node", "pci_bus_id", "slice", "driver"],
+            )?,
+            gpu_health: gauge(
+                "gpu_health",
+                "1 per GPU of the partition, labelled with its health (Healthy, Suspect, Unhealthy, Lost: status.gpus[].health), by DCGM's pci_bus_id",
+                &["node", "pci_bus_id", "slice", "state"],
             )?,
             servers_ready: IntGauge::new("servers_ready", "InferenceServers that are Ready")?,
             leader: IntGauge::new("leader", "1 while this agent holds its node's lease")?,
@@ -227,6 +235,7 @@ impl Metrics {
             Box::new(m.drifts_corrected.clone()),
             Box::new(m.gpus.clone()),
             Box::new(m.gpu_owner.clone()),
+            Box::new(m.gpu_health.clone()),
             Box::new(m.servers_ready.clone()),
             Box::new(m.leader.clone()),
             Box::new(m.conditions.clone()),

@@ -729,3 +729,88 @@ fn a_conflict_in_files_blames_the_newcomer_not_the_server_on_the_host() {
         "{e}"
     );
 }
+
+/// One sick GPU among eight on the twin (issue 40): an uncorrectable ECC error's Xid on one, a
+/// stream of correctable PCIe errors at another's port, an application's Xid on a third. Each
+/// is judged by its own evidence, the partition's `GpusHealthy` names the worst first, the
+/// others stay Healthy with nothing to say, and the converge itself goes on (health is
+/// reported, it blocks nothing).
+#[test]
+fn one_sick_gpu_is_named_and_the_others_stay_healthy() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("host.yaml");
+    let text = std::fs::read_to_string(repo().join("examples/hosts/kpro6.yaml")).unwrap();
+    let mut doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    for d in doc["pciDevices"].as_sequence_mut().unwrap() {
+        if d["address"] == "0000:61:00.0" {
+            d["health"] = serde_yaml::from_str(
+                "port: {address: \"0000:60:01.1\", aer: {correctable: 250, named: {\"correctable: Receiver Error\": 250}}}",
+            )
+            .unwrap();
+        }
+    }
+    doc["kernelLog"] = serde_yaml::from_str(
+        r#"
+- "NVRM: Xid (PCI:0000:e1:00): 48, pid=4242, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0."
+- "NVRM: Xid (PCI:0000:01:00): 13, pid=4243, name=python3, Graphics Exception: ESR 0x505648=0x0"
+"#,
+    )
+    .unwrap();
+    std::fs::write(&host, serde_yaml::to_string(&doc).unwrap()).unwrap();
+    let hs = format!("sim:{}", host.display());
+    let o = gpuplane(&["converge", "--host", &hs, "--output", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let gpus = r["status"][PARTITION]["gpus"].as_array().unwrap();
+    let row = |a: &str| gpus.iter().find(|g| g["address"] == a).unwrap();
+    let e1 = row("0000:e1:00.0");
+    assert_eq!(
+        (e1["health"].as_str(), e1["repair"].as_str()),
+        (Some("Unhealthy"), Some("ResetGpu"))
+    );
+    let ev = e1["evidence"][0].as_str().unwrap();
+    assert!(
+        ev.starts_with("Xid 48 ROBUST_CHANNEL_GPU_ECC_DBE (needs a GPU reset): NVRM: Xid"),
+        "{ev}"
+    );
+    let g61 = row("0000:61:00.0");
+    assert_eq!(g61["health"], "Suspect");
+    assert_eq!(
+        g61["evidence"][0],
+        "250 correctable PCIe errors at its port 0000:60:01.1 (Suspect from 100) (Receiver Error 250)"
+    );
+    let g01 = row("0000:01:00.0");
+    assert_eq!(
+        g01["health"], "Healthy",
+        "an application's Xid is the application's"
+    );
+    assert!(
+        g01["evidence"][0].as_str().unwrap().starts_with("Xid 13 "),
+        "{g01}"
+    );
+    let quiet: Vec<&Value> = gpus.iter().filter(|g| g["evidence"].is_null()).collect();
+    assert_eq!(
+        quiet.len(),
+        5,
+        "the five other GPUs have nothing to say: {gpus:?}"
+    );
+    assert!(quiet.iter().all(|g| g["health"] == "Healthy"));
+
+    let c = condition(&r, PARTITION, "GpusHealthy");
+    assert_eq!(
+        (c["status"].as_str(), c["reason"].as_str()),
+        (Some("False"), Some("GpuUnhealthy"))
+    );
+    let m = c["message"].as_str().unwrap();
+    assert!(m.starts_with("0000:e1:00.0 (slice "), "{m}");
+    assert!(
+        m.contains("; 0000:61:00.0 (slice ") && m.contains(" Suspect: 250 correctable"),
+        "{m}"
+    );
+    assert!(!m.contains("0000:01:00.0"), "{m}");
+    assert_eq!(
+        condition(&r, PARTITION, "Ready")["status"],
+        "True",
+        "health blocks nothing"
+    );
+}

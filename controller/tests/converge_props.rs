@@ -184,6 +184,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
             default_driver: None,
             minor: Some(i as u32),
             identity: Default::default(),
+            health: Default::default(),
         })
         .chain((0..n).filter(|i| c.audio[*i] > 0).map(|i| {
             SimDevice {
@@ -206,6 +207,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
                 default_driver: Some("snd_hda_intel".into()),
                 minor: None,
                 identity: Default::default(),
+                health: Default::default(),
             }
         }))
         .collect::<Vec<_>>();
@@ -345,6 +347,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
         boot: None,
         files: None,
         faults: vec![],
+        kernel_log: vec![],
     };
     let other_numa = 1 - c.container_numa;
     let mut slices = vec![GpuSlice {

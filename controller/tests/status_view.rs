@@ -100,6 +100,7 @@ fn default_output_shows_the_gpus_consumers_and_conditions_with_ages() {
             "8",
             "1",
             "(missing)",
+            "Lost",
             "confidential-vm",
             "vm",
             "200",
@@ -114,6 +115,7 @@ fn default_output_shows_the_gpus_consumers_and_conditions_with_ages() {
             "1",
             "0",
             "nvidia",
+            "Healthy",
             "inference",
             "lxc",
             "129",
@@ -151,6 +153,7 @@ fn without_the_manifests_the_consumer_is_a_dash() {
             "5",
             "1",
             "vfio-pci",
+            "Suspect",
             "confidential-vm",
             "-",
             "-"
@@ -175,7 +178,7 @@ fn wide_output_adds_path_uuid_serial_and_messages() {
     let header = out.lines().nth(1).unwrap();
     assert!(
         header
-            .ends_with("PATH                   UUID                                       SERIAL"),
+            .ends_with("PATH                   UUID                                       SERIAL          EVIDENCE"),
         "{header}"
     );
     assert!(
@@ -291,7 +294,7 @@ fn the_simulated_hosts_status_shows_its_eight_gpus() {
         .collect();
     assert_eq!(
         gpus.iter()
-            .filter(|r| r[3] == "nvidia" && r[5] == "lxc")
+            .filter(|r| r[3] == "nvidia" && r[4] == "Healthy" && r[6] == "lxc")
             .count(),
         4,
         "{out}"

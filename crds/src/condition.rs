@@ -33,6 +33,9 @@ pub mod types {
     /// A partition's: whether the running kernel lacks `spec.host.kernelArgs` and a reboot
     /// would apply them (only when the spec sets kernel arguments).
     pub const REBOOT_REQUIRED: &str = "RebootRequired";
+    /// A partition's: every GPU of `status.gpus[]` is Healthy (issue 40); `False` names those
+    /// that are not, with the worst state as the reason.
+    pub const GPUS_HEALTHY: &str = "GpusHealthy";
 }
 
 /// `True`, `False` or `Unknown`, as the Kubernetes API spells them.

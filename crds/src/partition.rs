@@ -479,6 +479,49 @@ pub struct GpuStatus {
     /// In the ledger, not on the bus.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub missing: bool,
+    /// Its health as the agent judges it from the kernel's facts (AER counters, link, config
+    /// space, the NVIDIA driver's Xid lines), on any driver, `vfio-pci` included. (Absent from
+    /// an agent older than the health check.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<GpuHealthState>,
+    /// What the evidence calls for, in the terms of NVIDIA's Xid catalogue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<GpuRepair>,
+    /// What the judgment rests on, one line each: the Xid and its line, the counter and where
+    /// it was read, the link.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+}
+
+/// A GPU's health, from best to worst.
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default, JsonSchema,
+)]
+pub enum GpuHealthState {
+    /// Nothing the kernel shows speaks against it.
+    #[default]
+    Healthy,
+    /// Something a person should look at (correctable or non-fatal PCIe errors, a link narrower
+    /// than it can be, an Xid gpuplane does not know).
+    Suspect,
+    /// It should not serve until repaired (a fatal PCIe error; an Xid that needs a reset, a
+    /// reboot or the vendor's support).
+    Unhealthy,
+    /// It does not answer: config space reads all ones, it fell off the bus, or it is gone.
+    Lost,
+}
+
+/// What the evidence calls for.
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+pub enum GpuRepair {
+    /// A reset of that GPU's function.
+    ResetGpu,
+    /// A reboot of the node.
+    RebootNode,
+    /// A field diagnostic or a replacement board: NVIDIA's support.
+    ContactSupport,
 }
 
 /// Observed state of one slice.

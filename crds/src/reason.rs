@@ -227,6 +227,20 @@ reasons! {
     /// computing mode was not checked (it needs NVIDIA's gpu-admin-tools).
     CcModeNotChecked => Detail,
 
+    // A partition's GPU health (`GpusHealthy`).
+    /// `GpusHealthy=True`: nothing the kernel shows speaks against any GPU of the host.
+    GpusHealthy => Detail,
+    /// `GpusHealthy=False`: a GPU shows PCIe errors, a narrowed link or an unknown Xid; it
+    /// still serves. Read its `status.gpus[].evidence`; watch whether the counters grow.
+    GpuSuspect => Detail,
+    /// `GpusHealthy=False`: a GPU should not serve until repaired (a fatal PCIe error, an Xid
+    /// that needs a reset, a reboot or NVIDIA's support); `status.gpus[].repair` says which.
+    GpuUnhealthy => Detail,
+    /// `GpusHealthy=False`: a GPU does not answer (config space all ones, fallen off the bus)
+    /// or is gone from the bus; its consumer cannot use it. Reboot the node, or reseat or
+    /// replace the board named by its serial and slot.
+    GpuLost => Detail,
+
     // A GpuNodePool's conditions.
     /// Every member is updated and whole, no slot is held.
     AllUpdated => Done,

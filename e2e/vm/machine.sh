@@ -17,7 +17,8 @@
 #   pcie.0: virtio-blk root disk (00:03.0, numa_node -1), the job disk (virtio-blk, serial
 #   gpe2e-job, 00:08.0: job-runner.sh), the container disk with VM_CT=1 (00:07.0), a virtio-net
 #   NIC with VM_NET=user (00:04.0); a vmgenid device (ACPI), so that a restored guest reseeds.
-# bochs-display is vendor:device 1234:1111, class 0x038000, driven by the "bochs" DRM driver.
+# bochs-display is vendor:device 1234:1111, class 0x038000, driven by the "bochs" DRM driver; each
+# has an id (gpu0a, gpu0b, gpu0c, gpu1a, gpu1b: its root port's name) for qemu's monitor (VM_FAULTS).
 # Kernel args always include intel_iommu=on (groups of type DMA-FQ); KARGS=iommu=pt gives identity.
 
 QEMU=qemu-system-x86_64
@@ -83,18 +84,18 @@ machine_init() {
     "${pci_hp[@]}"
     -device "pxb-pcie,id=pxb0,bus_nr=$nr0,numa_node=0,bus=pcie.0"
     -device pcie-root-port,id=rp0a,bus=pxb0,chassis=1,slot=101
-    -device bochs-display,bus=rp0a
+    -device bochs-display,bus=rp0a,id=gpu0a
     -device pcie-root-port,id=rp0b,bus=pxb0,chassis=2,slot=102
-    -device bochs-display,bus=rp0b
+    -device bochs-display,bus=rp0b,id=gpu0b
     -device pcie-root-port,id=rp0c,bus=pxb0,chassis=3,slot=103
     -device pcie-pci-bridge,id=br0,bus=rp0c
-    -device bochs-display,bus=br0,addr=1
+    -device bochs-display,bus=br0,addr=1,id=gpu0c
     -device e1000,bus=br0,addr=2,netdev=nd-none
     -device "pxb-pcie,id=pxb1,bus_nr=$nr1,numa_node=1,bus=pcie.0"
     -device pcie-root-port,id=rp1a,bus=pxb1,chassis=11,slot=111
-    -device bochs-display,bus=rp1a
+    -device bochs-display,bus=rp1a,id=gpu1a
     -device "pcie-root-port,id=rp1b,bus=$rp1b_bus,chassis=12,slot=112"
-    -device bochs-display,bus=rp1b
+    -device bochs-display,bus=rp1b,id=gpu1b
     "${net[@]}" "${ct[@]}"
     -device vmgenid
     -kernel "$E2E_CACHE/vmlinuz" -initrd "$E2E_CACHE/initrd.img"

@@ -34,6 +34,9 @@
 #                       the emulator: that VM is ended and run once more from a fresh copy of
 #                       its disk (restored again, or booted again), said on stderr (default 90)
 #   VM_QUIET=1          do not print the VM's wall time on stderr
+#   VM_FAULTS=1         the guest may ask for hardware faults: a line `@@FAULT N COMMAND@@` on its
+#                       result port runs COMMAND (pcie_aer_inject_error or device_del on a device
+#                       id) once on qemu's monitor (qmp-faults.py); each is listed on stderr
 #   VM_KEEP=1           keep the work dir (disk image, job disk, console.log) even on success
 #   VM_REBOOT=1         a reboot of the guest restarts it on the same disk (default: it ends the
 #                       VM); SCRIPT runs again at every boot and can tell them apart by a file
@@ -176,10 +179,17 @@ fi
 # order.
 ENTRY=/var/lib/standin-boot/entry
 boots() {
-  local n=1 entry append=${KERNEL_ARGS[*]} first=("${restore[@]}")
+  local n=1 entry append=${KERNEL_ARGS[*]} first=("${restore[@]}") faults=() relay=""
   : >"$W/result.all"
   while :; do
-    launch "$W" "$append" "${noreboot[@]}" "${first[@]}"
+    if [ "${VM_FAULTS:-}" = 1 ]; then
+      rm -f "$W/qmp.sock"
+      faults=(-qmp "unix:$W/qmp.sock,server=on,wait=off")
+      python3 "$E2E_VM_DIR/qmp-faults.py" "$W/qmp.sock" "$W/result.log" "$W/faults.log" &
+      relay=$!
+    fi
+    launch "$W" "$append" "${noreboot[@]}" "${first[@]}" "${faults[@]}"
+    [ -z "$relay" ] || { kill "$relay" 2>/dev/null; wait "$relay" 2>/dev/null; relay=""; }
     first=()
     [ -e "$W/hung" ] && return 0
     cat "$W/result.log" >>"$W/result.all" 2>/dev/null || true
@@ -218,6 +228,7 @@ if [ -e "$W/hung" ]; then
 fi
 secs=$(printf '%d.%03d' $((total_ms / 1000)) $((total_ms % 1000)))
 echo "$secs" >"$W/wall_seconds"
+[ ! -s "$W/faults.log" ] || sed 's/^/run.sh: fault /' "$W/faults.log" >&2
 [ "${VM_QUIET:-}" = 1 ] || echo "run.sh: VM ran ${secs}s (every boot or restore, script, power-off)" >&2
 
 # The script's output: from the first @@JOB@@ (job-runner.sh) to the last @@END@@ (the image's

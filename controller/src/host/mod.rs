@@ -4,6 +4,7 @@
 //! know nothing of Kubernetes. All host writes reach a backend through
 //! [`crate::door::Door`], the one place that counts, logs and dry-runs them.
 
+pub mod health;
 pub mod identity;
 pub mod ledger;
 pub mod local;

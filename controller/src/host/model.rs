@@ -5,6 +5,7 @@
 //! Every field is plain data so it can be printed (`gpuplane observe`), diffed and
 //! generated at random in property tests.
 
+pub use super::health::{GpuEvent, PcieHealth};
 pub use super::identity::GpuIdentity;
 use crate::proxmox::lxc_conf::GpuMounts;
 use crate::proxmox::pci_cfg::MapEntry;
@@ -66,6 +67,10 @@ pub struct HostState {
     /// situations that are normal on some hosts, said plainly, never an error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The GPU driver's events in the kernel log (Xid lines, fallen off the bus), oldest first
+    /// (`host/health.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_events: Vec<GpuEvent>,
 }
 
 /// One PCI function.
@@ -104,6 +109,10 @@ pub struct PciDevice {
     /// Which physical device this is beyond its address (`host/local/identity.rs`).
     #[serde(default, skip_serializing_if = "GpuIdentity::is_empty")]
     pub identity: GpuIdentity,
+    /// What the kernel tells of its health: AER counters, link, config space answering
+    /// (`host/health.rs`; judged by `crate::health`).
+    #[serde(default, skip_serializing_if = "PcieHealth::is_empty")]
+    pub health: PcieHealth,
 }
 
 fn minus_one() -> i32 {

@@ -12,7 +12,8 @@ use crate::resource_key::ResourceKey;
 use crate::status::ResourceStatus;
 use std::collections::BTreeMap;
 
-/// One GPU of the partition as the metrics show it (`gpuplane_gpus`, `gpuplane_gpu_owner`).
+/// One GPU of the partition as the metrics show it (`gpuplane_gpus`, `gpuplane_gpu_owner`,
+/// `gpuplane_gpu_health`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuRow {
     pub slice: String,
@@ -20,6 +21,8 @@ pub struct GpuRow {
     pub address: String,
     /// The bound driver; `none` when unbound.
     pub driver: String,
+    /// Its health (`crate::health`), as `status.gpus[].health` says it.
+    pub health: gpuplane_crds::GpuHealthState,
 }
 
 /// The result of one pass, before the door publishes it.
@@ -67,6 +70,7 @@ impl Outcome {
         }
         metrics.gpus.reset();
         metrics.gpu_owner.reset();
+        metrics.gpu_health.reset();
         for g in &self.gpus {
             metrics.gpus.with_label_values(&[&g.slice, &g.driver]).inc();
             metrics
@@ -76,6 +80,15 @@ impl Outcome {
                     &crate::metrics::dcgm_bus_id(&g.address),
                     &g.slice,
                     &g.driver,
+                ])
+                .set(1);
+            metrics
+                .gpu_health
+                .with_label_values(&[
+                    node,
+                    &crate::metrics::dcgm_bus_id(&g.address),
+                    &g.slice,
+                    &format!("{:?}", g.health),
                 ])
                 .set(1);
         }
@@ -93,6 +106,11 @@ pub fn gpu_rows(desired: &Desired, host: &HostState) -> Vec<GpuRow> {
                 slice: s.name.clone(),
                 address: g.clone(),
                 driver: host.driver_name(g),
+                health: host
+                    .pci_devices
+                    .get(g)
+                    .map(|d| crate::health::judge(d, &host.gpu_events).state)
+                    .unwrap_or(gpuplane_crds::GpuHealthState::Lost),
             })
         })
         .collect()

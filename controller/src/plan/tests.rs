@@ -299,6 +299,7 @@ fn add_device(
         default_driver: Some(driver.into()),
         minor: None,
         identity: Default::default(),
+        health: Default::default(),
     });
     h.file.pci_drivers.insert(driver.into());
 }

@@ -1,7 +1,7 @@
 //! The partition's GPU table (`status.gpus[]`, and the standalone status file): each GPU on the
 //! bus with its place, identity (observed, or remembered by the ledger while it is on
 //! `vfio-pci`), driver and owning slice, then the GPUs the ledger remembers and the bus no
-//! longer shows. Pure.
+//! longer shows; each with its health (`crate::health`). Pure.
 
 use crate::desired::DesiredPartition;
 use crate::host::model::{HostState, PciDevice};
@@ -27,6 +27,7 @@ pub fn table(dp: &DesiredPartition, host: &HostState) -> (Vec<GpuStatus>, Option
         .iter()
         .map(|d| {
             let id = &known[&d.address];
+            let h = crate::health::judge(d, &host.gpu_events);
             GpuStatus {
                 address: d.address.clone(),
                 slot: id.slot.clone(),
@@ -39,6 +40,9 @@ pub fn table(dp: &DesiredPartition, host: &HostState) -> (Vec<GpuStatus>, Option
                 driver: d.driver.clone().unwrap_or_else(|| "none".into()),
                 owner: owner(&d.address),
                 missing: false,
+                health: Some(h.state),
+                repair: h.repair,
+                evidence: h.evidence,
             }
         })
         .collect();
@@ -46,6 +50,7 @@ pub fn table(dp: &DesiredPartition, host: &HostState) -> (Vec<GpuStatus>, Option
         let m = crate::layout::matching::match_gpus(l, &observed);
         for i in m.missing {
             let g = &l.gpus[i];
+            let h = crate::health::missing();
             rows.push(GpuStatus {
                 address: g.address.clone(),
                 slot: g.identity.slot.clone(),
@@ -58,6 +63,9 @@ pub fn table(dp: &DesiredPartition, host: &HostState) -> (Vec<GpuStatus>, Option
                 driver: "none".into(),
                 owner: g.owner.clone(),
                 missing: true,
+                health: Some(h.state),
+                repair: h.repair,
+                evidence: h.evidence,
             });
         }
     }

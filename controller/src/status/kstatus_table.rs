@@ -140,6 +140,7 @@ fn scenarios() -> Vec<Row> {
         default_driver: Some("mlx5_core".into()),
         minor: None,
         identity: Default::default(),
+        health: Default::default(),
     });
     h.file.pci_drivers.insert("mlx5_core".into());
     let d = desired(&mut h, &manifests());

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 pub mod confidential;
 pub mod gpus;
+pub mod health;
 pub mod kernel_args;
 pub mod refusal;
 
@@ -146,6 +147,7 @@ pub fn compute(
     confidential::conditions(&mut ps, desired, host, g, &now);
     kernel_args::condition(&mut ps, desired, host, g, &now);
     (ps.gpus, ps.layout_hash) = gpus::table(&desired.partition, host);
+    health::condition(&mut ps, g, &now);
     out.insert(part_res.clone(), ps);
     for s in &desired.servers {
         let res = ResourceKey::server_id(&s.id);

@@ -94,6 +94,10 @@ pub struct Gpu {
     pub driver: Option<String>,
     pub owner: Option<String>,
     pub missing: bool,
+    /// `Healthy`, `Suspect`, `Unhealthy`, `Lost` (`None` from an agent before issue 40).
+    pub health: Option<String>,
+    /// The first line of its evidence.
+    pub evidence: Option<String>,
 }
 
 /// A resource's status as the view shows it.
@@ -208,6 +212,12 @@ fn gpus(v: &Value) -> Vec<Gpu> {
             driver: text(g, "driver", WORD_MAX),
             owner: text(g, "owner", NAME_MAX),
             missing: g.get("missing").and_then(Value::as_bool).unwrap_or(false),
+            health: text(g, "health", WORD_MAX),
+            evidence: g
+                .get("evidence")
+                .and_then(|e| e.get(0))
+                .and_then(Value::as_str)
+                .map(|e| crate::text::sanitize(e, NAME_MAX)),
         })
         .collect()
 }

@@ -13,9 +13,9 @@ pub enum Frame {
 }
 
 const GPU_HEADER: &[&str] = &[
-    "ADDRESS", "SLOT", "NUMA", "DRIVER", "OWNER", "CONSUMER", "HOLDER",
+    "ADDRESS", "SLOT", "NUMA", "DRIVER", "HEALTH", "OWNER", "CONSUMER", "HOLDER",
 ];
-const GPU_WIDE: &[&str] = &["PATH", "UUID", "SERIAL"];
+const GPU_WIDE: &[&str] = &["PATH", "UUID", "SERIAL", "EVIDENCE"];
 const CONDITION_HEADER: &[&str] = &["RESOURCE", "TYPE", "STATUS", "REASON", "AGE"];
 
 fn or_dash(s: &Option<String>) -> String {
@@ -66,12 +66,18 @@ fn gpu_table(p: &Resource, specs: &Specs, wide: bool) -> Table {
                     .filter(|n| *n >= 0)
                     .map_or("-".into(), |n| n.to_string()),
                 driver,
+                or_dash(&g.health),
                 or_dash(&g.owner),
                 or_dash(&consumer),
                 "-".into(),
             ];
             if wide {
-                cells.extend([or_dash(&g.path), or_dash(&g.uuid), or_dash(&g.serial)]);
+                cells.extend([
+                    or_dash(&g.path),
+                    or_dash(&g.uuid),
+                    or_dash(&g.serial),
+                    or_dash(&g.evidence),
+                ]);
             }
             // A GPU replaced in place leaves a missing row at the address of the new one.
             let mut key = format!("{}{}", g.address, if g.missing { " missing" } else { "" });
@@ -82,6 +88,11 @@ fn gpu_table(p: &Resource, specs: &Specs, wide: bool) -> Table {
             if g.missing {
                 row.paint[3] = Paint::Bad;
             }
+            row.paint[4] = match g.health.as_deref() {
+                Some("Suspect") => Paint::Wait,
+                Some("Unhealthy" | "Lost") => Paint::Bad,
+                _ => Paint::Plain,
+            };
             row
         })
         .collect();

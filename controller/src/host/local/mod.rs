@@ -22,6 +22,7 @@ pub mod exec;
 mod files;
 #[cfg(test)]
 mod fuzz;
+mod health;
 pub mod holders;
 mod identity;
 pub mod iommu;
@@ -419,6 +420,7 @@ impl LocalHost {
             confidential: confidential::observe(&self.root, &log),
             boot: boot::observe(&self.root, &self.state_dir),
             nvidia: self.observe_nvidia(),
+            gpu_events: crate::host::health::parse_gpu_events(&log),
             ..HostState::default()
         };
         if self.root.path("/etc/pve").is_dir() {

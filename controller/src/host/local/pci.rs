@@ -48,9 +48,12 @@ pub fn read_device(root: &Root, addr: &str) -> Option<PciDevice> {
     let nvidia_minor = root
         .read(&format!("/proc/driver/nvidia/gpus/{addr}/information"))
         .and_then(|t| parse_minor(&t));
+    let config = read_config(root, addr);
     // UUID and serial come from nvidia-smi, for all GPUs at once (`LocalHost::nvml_ids`).
     let identity = crate::host::model::GpuIdentity {
-        dsn: read_config(root, addr).and_then(|c| super::identity::device_serial_number(&c)),
+        dsn: config
+            .as_deref()
+            .and_then(super::identity::device_serial_number),
         slot: super::identity::slot_of(addr, &slots(root)),
         path: std::fs::read_link(root.path(&base))
             .ok()
@@ -70,6 +73,7 @@ pub fn read_device(root: &Root, addr: &str) -> Option<PciDevice> {
         nvidia_minor,
         holders: vec![],
         identity,
+        health: super::health::read(root, addr, config.as_deref()),
     })
 }
 

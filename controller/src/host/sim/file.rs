@@ -74,6 +74,10 @@ pub struct SimDevice {
     /// UUID and board serial only while it is on `nvidia` (as NVML shows them).
     #[serde(default, skip_serializing_if = "GpuIdentity::is_empty")]
     pub identity: GpuIdentity,
+    /// What the kernel tells of its health (AER counters, link, config space answering), as
+    /// the real backend reads it from sysfs; `notResponding` also hides the NVIDIA identity.
+    #[serde(default, skip_serializing_if = "PcieHealth::is_empty")]
+    pub health: PcieHealth,
 }
 
 impl SimDevice {
@@ -206,4 +210,8 @@ pub struct SimHostFile {
     /// Faults still to inject (each consumed as it fires).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<super::SimFault>,
+    /// Kernel-log lines (`dmesg` without timestamps): the GPU driver's Xid and "fallen off the
+    /// bus" lines among them are read as on a real host (`host/health.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel_log: Vec<String>,
 }

@@ -58,6 +58,7 @@ impl SimHost {
             vms: f.vms.clone(),
             p2p_probes: f.p2p_probes.clone(),
             gpu_ledger: f.gpu_ledger.clone(),
+            gpu_events: crate::host::health::parse_gpu_events(&f.kernel_log.join("\n")),
             pci_devices: f
                 .pci_devices
                 .iter()
@@ -220,9 +221,10 @@ impl SimDevice {
             driver_override: self.driver_override.clone(),
             nvidia_minor: self.nvidia_minor(),
             holders: vec![],
+            health: self.health.clone(),
             identity: {
                 let mut id = self.identity.clone();
-                if self.driver.as_deref() != Some("nvidia") {
+                if self.driver.as_deref() != Some("nvidia") || self.health.not_responding {
                     (id.uuid, id.serial) = (None, None);
                 }
                 id

@@ -26,6 +26,11 @@ fn objects_print_like_the_status_files() {
             driver: driver.into(),
             owner: Some(owner.into()),
             missing,
+            health: Some(if missing {
+                gpuplane_crds::GpuHealthState::Lost
+            } else {
+                gpuplane_crds::GpuHealthState::Healthy
+            }),
             ..Default::default()
         };
     p.status = Some(gpuplane_crds::GpuPartitionStatus {
@@ -61,9 +66,9 @@ fn objects_print_like_the_status_files() {
     assert_eq!(
         crate::status_view::render::print(&f, false),
         "GpuPartition/kpro6 (node kpro6, layout 0b1c2d3e4f50)
-ADDRESS        SLOT   NUMA   DRIVER      OWNER             CONSUMER              HOLDER
-0000:81:00.0   5      1      vfio-pci    confidential-vm   vm 200 (pro6000-vm)   -
-0000:f1:00.0   8      1      (missing)   confidential-vm   vm 200 (pro6000-vm)   -
+ADDRESS        SLOT   NUMA   DRIVER      HEALTH    OWNER             CONSUMER              HOLDER
+0000:81:00.0   5      1      vfio-pci    Healthy   confidential-vm   vm 200 (pro6000-vm)   -
+0000:f1:00.0   8      1      (missing)   Lost      confidential-vm   vm 200 (pro6000-vm)   -
 
 RESOURCE                              TYPE      STATUS   REASON        AGE
 GpuPartition/kpro6                    Ready     False    GpuMissing    60m

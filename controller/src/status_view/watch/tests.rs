@@ -53,13 +53,13 @@ fn a_gpu_that_changes_or_goes_is_printed_under_its_host() {
         "True",
         "Converged",
         "2026-01-01T00:00:00Z",
-        json!([{"address": "0000:01:00.0", "driver": "vfio-pci"}]),
+        json!([{"address": "0000:01:00.0", "driver": "vfio-pci", "health": "Unhealthy"}]),
     );
     assert_eq!(
         text(&changes(&before, &after)),
         "GpuPartition/p\n\
-             ADDRESS               SLOT   NUMA   DRIVER     OWNER   CONSUMER   HOLDER\n\
-             0000:01:00.0          -      -      vfio-pci   -       -          -\n\
-             0000:02:00.0 (gone)   -      -      nvidia     -       -          -\n"
+             ADDRESS               SLOT   NUMA   DRIVER     HEALTH      OWNER   CONSUMER   HOLDER\n\
+             0000:01:00.0          -      -      vfio-pci   Unhealthy   -       -          -\n\
+             0000:02:00.0 (gone)   -      -      nvidia     -           -       -          -\n"
     );
 }

@@ -34,7 +34,7 @@ fi
 day=$(date -u +%Y-%m-%d)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-top=$tmp/h200-$day
+top=$tmp/${CAPTURE_NAME:-h200}-$day
 root=$top/root
 mkdir -p "$root" "$top/cmd"
 : >"$top/links.tsv"
@@ -68,6 +68,13 @@ attrs() {
   local d=$1
   mkdir -p "$root$d"
   for f in vendor device class subsystem_vendor subsystem_device numa_node driver_override revision; do
+    copy "$d/$f"
+  done
+  # Health (issue 40): AER counters (a root port's totals too), the link against its maximum,
+  # the reset methods offered, the power state. Reads only: `reset` itself is never touched.
+  for f in aer_dev_correctable aer_dev_nonfatal aer_dev_fatal aer_rootport_total_err_cor \
+           aer_rootport_total_err_nonfatal aer_rootport_total_err_fatal current_link_speed \
+           current_link_width max_link_speed max_link_width reset_method power_state; do
     copy "$d/$f"
   done
   link "$d/driver" "$d/iommu_group"
@@ -135,6 +142,10 @@ copy /proc/cmdline /sys/module/kvm_amd/parameters/sev_snp
 if dmesg >/dev/null 2>&1; then
   dmesg 2>/dev/null | grep -E 'iommu: Default domain type|IO_PAGE_FAULT|DMAR:.*Request device|SEV-SNP' \
     | sed 's/^\[[^]]*\] //' >"$top/cmd/kmsg-iommu.txt"
+  # The NVIDIA driver's lines (Xid, "GPU at PCI:...: GPU-<uuid>", fallen off the bus), with
+  # the kernel's timestamps kept, and the PCIe AER lines (issue 40).
+  dmesg 2>/dev/null | grep -E 'NVRM|AER|pcieport|fallen off the bus' >"$top/cmd/kmsg-health.txt"
+  meta "kmsg health lines: $(wc -l <"$top/cmd/kmsg-health.txt")"
 else
   meta "dmesg: not readable"
 fi
@@ -164,6 +175,10 @@ if command -v nvidia-smi >/dev/null; then
   meta "nvidia-smi --query-gpu: exit $?"
   timeout 120 nvidia-smi -q >"$top/cmd/nvidia-smi-q.txt" 2>&1
   meta "nvidia-smi -q: exit $?"
+  # Health (issue 40): the counters and state a health reader would ask for, as CSV.
+  timeout 120 nvidia-smi --query-gpu=pci.bus_id,ecc.errors.uncorrected.volatile.total,ecc.errors.corrected.volatile.total,remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max --format=csv \
+    >"$top/cmd/nvidia-smi-health.csv" 2>&1
+  meta "nvidia-smi --query-gpu (health): exit $?"
 else
   meta "nvidia-smi: not installed"
 fi
@@ -178,7 +193,7 @@ else
   meta "lspci: not installed"
 fi
 
-tar -czf "$tarball" -C "$tmp" "h200-$day"
+tar -czf "$tarball" -C "$tmp" "${CAPTURE_NAME:-h200}-$day"
 echo "captured into $tarball:"
 tar -tzvf "$tarball"
 echo "--- meta.txt"

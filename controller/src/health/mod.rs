@@ -1,0 +1,221 @@
+//! A GPU's health judged from what the kernel shows of it (issue 40). Pure: the facts come from
+//! the host model (`host/health.rs` reads them, on the real host and on the twin alike).
+//!
+//! The rule, from worst to best (the worst finding decides; every finding is evidence):
+//! - **Lost**: config space reads all ones, the driver logged that it fell off the bus (the
+//!   probe-time text or Xid 79), or the ledger remembers it and the bus does not show it.
+//! - **Unhealthy**: a fatal PCIe error counted at the GPU or its upstream port; an Xid whose
+//!   catalogue action is a reset, a reboot or NVIDIA's support.
+//! - **Suspect**: non-fatal PCIe errors; [`CORRECTABLE_SUSPECT`] or more correctable ones; a link
+//!   narrower than both ends can train; an Xid not in the table.
+//! - **Healthy** otherwise. An application's Xid (13, 31, 43, 45, …), an informational one (63,
+//!   92) and a link running below its top speed are shown as evidence but judge nothing: a GPU
+//!   lowers its link speed when idle (nvidia-smi's help says so), and an application's fault is
+//!   the application's.
+//!
+//! Counters are the kernel's since boot: a GPU repaired without a reboot keeps its count until
+//! a person accepts it (the quarantine part of issue 40).
+
+pub mod xid;
+
+use crate::host::health::{AerCounts, GpuEvent, LinkState, PcieCounters};
+use crate::host::model::PciDevice;
+use gpuplane_crds::{GpuHealthState, GpuRepair};
+
+/// Correctable PCIe errors since boot at which a GPU becomes Suspect (a link that needs replays
+/// now and then is normal; a steady stream is not).
+pub const CORRECTABLE_SUSPECT: u64 = 100;
+/// The most evidence lines kept per GPU (the worst first).
+pub const EVIDENCE_MAX: usize = 8;
+
+/// The judgment of one GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Judgment {
+    pub state: GpuHealthState,
+    /// The worst repair any finding calls for.
+    pub repair: Option<GpuRepair>,
+    /// One line per finding, the worst first.
+    pub evidence: Vec<String>,
+}
+
+/// One thing seen, with what it means.
+struct Finding {
+    state: GpuHealthState,
+    repair: Option<GpuRepair>,
+    what: String,
+}
+
+impl Finding {
+    fn new(state: GpuHealthState, repair: Option<GpuRepair>, what: String) -> Finding {
+        Finding {
+            state,
+            repair,
+            what,
+        }
+    }
+}
+
+/// Judges the GPU `dev` (on the bus) with the kernel-log events `events` (every GPU's; those
+/// of `dev` are picked by address).
+pub fn judge(dev: &PciDevice, events: &[GpuEvent]) -> Judgment {
+    let mut found = Vec::new();
+    if dev.health.not_responding {
+        found.push(Finding::new(
+            GpuHealthState::Lost,
+            Some(GpuRepair::RebootNode),
+            "config space reads all ones: the device does not answer".into(),
+        ));
+    }
+    pcie(&mut found, &dev.health.device, "");
+    if let Some(p) = &dev.health.port {
+        pcie(
+            &mut found,
+            &p.counters,
+            &format!(" at its port {}", p.address),
+        );
+    }
+    for e in events.iter().filter(|e| e.address == dev.address) {
+        found.push(event(e));
+    }
+    summarize(found)
+}
+
+/// A GPU the ledger remembers and the bus does not show.
+pub fn missing() -> Judgment {
+    summarize(vec![Finding::new(
+        GpuHealthState::Lost,
+        Some(GpuRepair::RebootNode),
+        "gone from the bus (the ledger remembers it)".into(),
+    )])
+}
+
+fn summarize(mut found: Vec<Finding>) -> Judgment {
+    found.sort_by_key(|f| std::cmp::Reverse(f.state));
+    Judgment {
+        state: found.first().map(|f| f.state).unwrap_or_default(),
+        repair: found.iter().filter_map(|f| f.repair).max(),
+        evidence: found
+            .into_iter()
+            .take(EVIDENCE_MAX)
+            .map(|f| f.what)
+            .collect(),
+    }
+}
+
+/// Findings of one function's AER counters and link; `at` names where they were read.
+fn pcie(found: &mut Vec<Finding>, c: &PcieCounters, at: &str) {
+    if let Some(a) = &c.aer {
+        aer(found, a, at);
+    }
+    if let Some(l) = &c.link {
+        link(found, l, at);
+    }
+}
+
+fn aer(found: &mut Vec<Finding>, a: &AerCounts, at: &str) {
+    let named = |kind: &str| {
+        let v: Vec<String> = a
+            .named
+            .iter()
+            .filter(|(k, _)| k.starts_with(kind))
+            .map(|(k, n)| format!("{} {n}", &k[kind.len() + 2..]))
+            .collect();
+        if v.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", v.join(", "))
+        }
+    };
+    use GpuHealthState::*;
+    if a.fatal > 0 {
+        let what = format!("{} fatal PCIe error(s){at}{}", a.fatal, named("fatal"));
+        found.push(Finding::new(Unhealthy, Some(GpuRepair::ResetGpu), what));
+    }
+    if a.nonfatal > 0 {
+        let what = format!(
+            "{} non-fatal PCIe error(s){at}{}",
+            a.nonfatal,
+            named("nonfatal")
+        );
+        found.push(Finding::new(Suspect, None, what));
+    }
+    if a.correctable >= CORRECTABLE_SUSPECT {
+        let what = format!(
+            "{} correctable PCIe errors{at} (Suspect from {CORRECTABLE_SUSPECT}){}",
+            a.correctable,
+            named("correctable")
+        );
+        found.push(Finding::new(Suspect, None, what));
+    } else if a.correctable > 0 {
+        let what = format!(
+            "{} correctable PCIe error(s){at}, below {CORRECTABLE_SUSPECT}: not judged",
+            a.correctable
+        );
+        found.push(Finding::new(Healthy, None, what));
+    }
+}
+
+fn link(found: &mut Vec<Finding>, l: &LinkState, at: &str) {
+    if l.width < l.max_width {
+        let what = format!("link x{} of x{}{at}", l.width, l.max_width);
+        found.push(Finding::new(GpuHealthState::Suspect, None, what));
+    }
+    if l.speed < l.max_speed {
+        let gts = |m: u32| format!("{}.{} GT/s", m / 1000, m % 1000 / 100);
+        let what = format!(
+            "link at {} of {}{at}: not judged (a GPU slows its link when idle)",
+            gts(l.speed),
+            gts(l.max_speed)
+        );
+        found.push(Finding::new(GpuHealthState::Healthy, None, what));
+    }
+}
+
+fn event(e: &GpuEvent) -> Finding {
+    use xid::Class;
+    let Some(n) = e.xid else {
+        return Finding::new(
+            GpuHealthState::Lost,
+            Some(GpuRepair::RebootNode),
+            format!("fell off the bus: {}", e.line),
+        );
+    };
+    let (class, name) = xid::classify(n, &e.line);
+    let (state, repair, says) = match class {
+        Class::Informational => (GpuHealthState::Healthy, None, "informational"),
+        Class::Application => (GpuHealthState::Healthy, None, "the application's"),
+        Class::ResetGpu => (
+            GpuHealthState::Unhealthy,
+            Some(GpuRepair::ResetGpu),
+            "needs a GPU reset",
+        ),
+        Class::RebootNode if n == 79 => (
+            GpuHealthState::Lost,
+            Some(GpuRepair::RebootNode),
+            "fell off the bus",
+        ),
+        Class::RebootNode => (
+            GpuHealthState::Unhealthy,
+            Some(GpuRepair::RebootNode),
+            "needs a reboot",
+        ),
+        Class::ContactSupport => (
+            GpuHealthState::Unhealthy,
+            Some(GpuRepair::ContactSupport),
+            "needs NVIDIA's support",
+        ),
+        Class::Unknown => (
+            GpuHealthState::Suspect,
+            None,
+            "unknown to gpuplane: look it up",
+        ),
+    };
+    Finding::new(
+        state,
+        repair,
+        format!("Xid {n} {name} ({says}): {}", e.line),
+    )
+}
+
+#[cfg(test)]
+mod tests;
