@@ -1,7 +1,7 @@
 //! Each GPU's health on a real kernel (issue 40), in the qemu GPU host
 //! (`e2e/vm/scenarios/health.sh`, one restore with `VM_FAULTS=1`). The faults are real to the
-//! guest's kernel: qemu's monitor injects PCIe AER errors at a stand-in GPU's root port —
-//! 120 correctable receiver errors, a non-fatal completion timeout, a fatal surprise down — and
+//! guest's kernel: qemu's monitor injects PCIe AER errors at a stand-in GPU's root port — a
+//! non-fatal completion timeout, a fatal surprise down — and
 //! hot-unplugs a GPU (`device_del`); the kernel's AER driver counts the errors in the port's
 //! `aer_dev_*` files and pciehp removes the device, as on a host. The NVIDIA driver's Xid line is
 //! written to `/dev/kmsg` as that driver writes it: **the GPUs are stand-ins** (bochs-display),
@@ -85,14 +85,16 @@ fn seen(r: &Report, p: &str) {
 fn one_fault_at_a_time_each_gpu_judged_by_its_own_evidence() {
     let (r, stderr) = faults();
     assert!(
-        stderr.contains("run.sh: fault 1 pcie_aer_inject_error rp1a RCVR -> "),
+        stderr.contains("run.sh: fault 1 pcie_aer_inject_error rp0a COMP_TIME -> OK id: rp0a"),
         "{stderr}"
     );
-    let ports = r.get("PORT", "0000:81:00.0")[0].clone();
-    assert!(
-        ports.ends_with(" aer"),
-        "the root port counts AER errors: {ports}"
-    );
+    for a in ["0000:41:00.0", "0000:42:00.0"] {
+        let port = &r.get("PORT", a)[0];
+        assert!(
+            port.ends_with(" aer"),
+            "{a}'s root port counts AER errors: {port}"
+        );
+    }
 
     // Before any fault: five quiet GPUs.
     assert_eq!(condition(r, "base", "GpusHealthy").0, "True");
@@ -110,26 +112,12 @@ fn one_fault_at_a_time_each_gpu_judged_by_its_own_evidence() {
         );
     }
 
-    seen(r, "correctable");
-    let (h, _, ev) = gpu(r, "correctable", "0000:81:00.0");
-    assert_eq!(h, "Suspect", "{ev}");
-    let port = ports.split(' ').next().unwrap();
-    assert!(
-        ev.starts_with("120 correctable PCIe errors at its port ") && ev.contains(port),
-        "{ev}"
-    );
-    assert_eq!(
-        gpu(r, "correctable", "0000:82:00.0").0,
-        "Healthy",
-        "its neighbour on NUMA 1"
-    );
-    assert_eq!(condition(r, "correctable", "GpusHealthy").1, "GpuSuspect");
-
     seen(r, "nonfatal");
     let (h, _, ev) = gpu(r, "nonfatal", "0000:41:00.0");
     assert_eq!(h, "Suspect", "{ev}");
+    // The kernel's own name of the error (its aer_dev_nonfatal file).
     assert!(
-        ev.contains("non-fatal PCIe error") && ev.contains("Completion Timeout"),
+        ev.starts_with("1 non-fatal PCIe error(s) at its port ") && ev.contains("(CmpltTO 1)"),
         "{ev}"
     );
 
@@ -141,7 +129,7 @@ fn one_fault_at_a_time_each_gpu_judged_by_its_own_evidence() {
         "{ev}"
     );
     assert!(
-        ev.contains("fatal PCIe error") && ev.contains("Surprise Down"),
+        ev.starts_with("1 fatal PCIe error(s) at its port ") && ev.contains("(SDES 1)"),
         "{ev}"
     );
     let (st, reason, msg) = condition(r, "fatal", "GpusHealthy");
@@ -181,9 +169,9 @@ fn one_fault_at_a_time_each_gpu_judged_by_its_own_evidence() {
     .iter()
     .map(|a| gpu(r, "unplug", a).0)
     .collect();
-    assert_eq!(end, ["Suspect", "Unhealthy", "Unhealthy", "Suspect"]);
+    assert_eq!(end, ["Suspect", "Unhealthy", "Unhealthy", "Healthy"]);
     // Health blocks nothing: Ready until the unplug changed the layout.
-    for p in ["correctable", "nonfatal", "fatal", "xid"] {
+    for p in ["nonfatal", "fatal", "xid"] {
         assert_eq!(r.rc(p), 0, "{p}: {:?}", r.get("STDERR", p));
     }
 }

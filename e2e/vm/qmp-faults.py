@@ -20,7 +20,7 @@ import socket
 import sys
 import time
 
-ALLOWED = re.compile(r"^(pcie_aer_inject_error( -c)? [a-z0-9]+ [A-Z_]+|device_del [a-z0-9]+)$")
+ALLOWED = re.compile(r"^(pcie_aer_inject_error( -[ac])* [a-z0-9]+ [A-Z_]+|device_del [a-z0-9]+)$")
 REQUEST = re.compile(r"@@FAULT (\d+) (.*)@@")
 
 

@@ -189,7 +189,7 @@ boots() {
       relay=$!
     fi
     launch "$W" "$append" "${noreboot[@]}" "${first[@]}" "${faults[@]}"
-    [ -z "$relay" ] || { kill "$relay" 2>/dev/null; wait "$relay" 2>/dev/null; relay=""; }
+    if [ -n "$relay" ]; then kill "$relay" 2>/dev/null || true; wait "$relay" 2>/dev/null || true; relay=""; fi
     first=()
     [ -e "$W/hung" ] && return 0
     cat "$W/result.log" >>"$W/result.all" 2>/dev/null || true

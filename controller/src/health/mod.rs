@@ -6,8 +6,9 @@
 //!   probe-time text or Xid 79), or the ledger remembers it and the bus does not show it.
 //! - **Unhealthy**: a fatal PCIe error counted at the GPU or its upstream port; an Xid whose
 //!   catalogue action is a reset, a reboot or NVIDIA's support.
-//! - **Suspect**: non-fatal PCIe errors; [`CORRECTABLE_SUSPECT`] or more correctable ones; a link
-//!   narrower than both ends can train; an Xid not in the table.
+//! - **Suspect**: non-fatal PCIe errors; [`CORRECTABLE_SUSPECT`] or more correctable ones; the
+//!   GPU's own link narrower than both ends can train (its maximum and its port's); an Xid not in
+//!   the table.
 //! - **Healthy** otherwise. An application's Xid (13, 31, 43, 45, …), an informational one (63,
 //!   92) and a link running below its top speed are shown as evidence but judge nothing: a GPU
 //!   lowers its link speed when idle (nvidia-smi's help says so), and an application's fault is
@@ -18,7 +19,7 @@
 
 pub mod xid;
 
-use crate::host::health::{AerCounts, GpuEvent, LinkState, PcieCounters};
+use crate::host::health::{AerCounts, GpuEvent, LinkState};
 use crate::host::model::PciDevice;
 use gpuplane_crds::{GpuHealthState, GpuRepair};
 
@@ -66,13 +67,17 @@ pub fn judge(dev: &PciDevice, events: &[GpuEvent]) -> Judgment {
             "config space reads all ones: the device does not answer".into(),
         ));
     }
-    pcie(&mut found, &dev.health.device, "");
-    if let Some(p) = &dev.health.port {
-        pcie(
-            &mut found,
-            &p.counters,
-            &format!(" at its port {}", p.address),
-        );
+    let port = dev.health.port.as_ref();
+    if let Some(a) = &dev.health.device.aer {
+        aer(&mut found, a, "");
+    }
+    if let Some(p) = port {
+        if let Some(a) = &p.counters.aer {
+            aer(&mut found, a, &format!(" at its port {}", p.address));
+        }
+    }
+    if let Some(l) = &dev.health.device.link {
+        link(&mut found, l, port.and_then(|p| p.counters.link.as_ref()));
     }
     for e in events.iter().filter(|e| e.address == dev.address) {
         found.push(event(e));
@@ -99,16 +104,6 @@ fn summarize(mut found: Vec<Finding>) -> Judgment {
             .take(EVIDENCE_MAX)
             .map(|f| f.what)
             .collect(),
-    }
-}
-
-/// Findings of one function's AER counters and link; `at` names where they were read.
-fn pcie(found: &mut Vec<Finding>, c: &PcieCounters, at: &str) {
-    if let Some(a) = &c.aer {
-        aer(found, a, at);
-    }
-    if let Some(l) = &c.link {
-        link(found, l, at);
     }
 }
 
@@ -155,17 +150,22 @@ fn aer(found: &mut Vec<Finding>, a: &AerCounts, at: &str) {
     }
 }
 
-fn link(found: &mut Vec<Finding>, l: &LinkState, at: &str) {
-    if l.width < l.max_width {
-        let what = format!("link x{} of x{}{at}", l.width, l.max_width);
+/// The GPU's own link against what both ends can train (the lesser of its maximum and its
+/// port's: an x16 board in an x8 slot runs as it should). A port's link alone is not judged: a
+/// device without link files is no PCIe endpoint, and the port's width then says nothing of it.
+fn link(found: &mut Vec<Finding>, l: &LinkState, port: Option<&LinkState>) {
+    let max_width = port.map_or(l.max_width, |p| p.max_width.min(l.max_width));
+    let max_speed = port.map_or(l.max_speed, |p| p.max_speed.min(l.max_speed));
+    if l.width < max_width {
+        let what = format!("link x{} of x{max_width}", l.width);
         found.push(Finding::new(GpuHealthState::Suspect, None, what));
     }
-    if l.speed < l.max_speed {
+    if l.speed < max_speed {
         let gts = |m: u32| format!("{}.{} GT/s", m / 1000, m % 1000 / 100);
         let what = format!(
-            "link at {} of {}{at}: not judged (a GPU slows its link when idle)",
+            "link at {} of {}: not judged (a GPU slows its link when idle)",
             gts(l.speed),
-            gts(l.max_speed)
+            gts(max_speed)
         );
         found.push(Finding::new(GpuHealthState::Healthy, None, what));
     }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::host::health::{PcieHealth, PortHealth};
+use crate::host::health::{PcieCounters, PcieHealth, PortHealth};
 use gpuplane_crds::GpuHealthState::*;
 
 const GPU: &str = "0000:81:00.0";
@@ -115,6 +115,40 @@ fn a_narrowed_link_is_suspect_a_slow_one_only_shown() {
         slow.evidence,
         ["link at 2.5 GT/s of 32.0 GT/s: not judged (a GPU slows its link when idle)"]
     );
+}
+
+#[test]
+fn the_link_is_judged_at_the_gpu_against_both_ends() {
+    let l = |speed, max_speed, width, max_width| LinkState {
+        speed,
+        max_speed,
+        width,
+        max_width,
+    };
+    let with = |dev: Option<LinkState>, port: Option<LinkState>| PcieHealth {
+        device: PcieCounters {
+            aer: None,
+            link: dev,
+        },
+        port: Some(PortHealth {
+            address: "0000:80:01.0".into(),
+            counters: PcieCounters {
+                aer: None,
+                link: port,
+            },
+        }),
+        ..Default::default()
+    };
+    // An x16 board in an x8 slot at Gen4 runs as it should.
+    let slot = with(Some(l(16000, 32000, 8, 16)), Some(l(16000, 16000, 8, 8)));
+    assert_eq!(judge(&gpu(slot), &[]), Judgment::default());
+    // The same board trained to x4 in that slot is narrowed.
+    let narrowed = with(Some(l(16000, 32000, 4, 16)), Some(l(16000, 16000, 4, 8)));
+    assert_eq!(judge(&gpu(narrowed), &[]).evidence, ["link x4 of x8"]);
+    // A conventional PCI device (no link files) behind a port: the port's width is not its
+    // (qemu's root port above a bochs-display reads x1 of x32).
+    let legacy = with(None, Some(l(2500, 16000, 1, 32)));
+    assert_eq!(judge(&gpu(legacy), &[]), Judgment::default());
 }
 
 #[test]

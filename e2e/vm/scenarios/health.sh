@@ -5,7 +5,10 @@
 # hot-unplugs one GPU; the NVIDIA driver's Xid line is written to /dev/kmsg as the driver writes
 # it (the GPUs are stand-ins: no NVIDIA driver runs here). Each fault is asked of the harness
 # with `fault` (qmp-faults.py relays it to qemu's monitor); the scenario waits until the kernel
-# shows it, then converges once. Prints:
+# shows it, then converges once. (A correctable error is not among them: qemu 7.2 sets it in the
+# root port's correctable status register but sends the kernel no message, so no counter moves;
+# tried with RCVR and BAD_TLP, the port's reporting enabled and unmasked. The twin covers it.)
+# Prints:
 #   PORT gpu port aer|noaer        each GPU's upstream port and whether it has AER counters
 #   SEEN P ms                      how long phase P's fault took to show in sysfs
 #   RC/JSON/STDERR P ...           the converge after phase P (scenario-lib.sh `converge`)
@@ -42,11 +45,6 @@ phase() { local t0; mkdir -p $M/$1; cp $M/p/partition.yaml $M/$1/; t0=$(now_ms)
 
 echo "== base: five quiet GPUs"
 phase base
-
-echo "== correctable: 120 receiver errors at 81:00.0's root port"
-p=$(port_of 0000:81:00.0); t0=$(now_ms)
-for _ in $(seq 1 120); do fault pcie_aer_inject_error rp1a RCVR; done
-seen correctable $t0 at_least $p correctable 120; phase correctable
 
 echo "== nonfatal: a completion timeout at 41:00.0's root port"
 p=$(port_of 0000:41:00.0); t0=$(now_ms)
