@@ -285,3 +285,76 @@ fn a_pool_beside_its_members_is_checked_by_the_agent_on_files() {
     assert_eq!((s.as_str(), r.as_str()), ("True", "Converged"));
     assert!(!d.join("status/_invalid.yaml").exists());
 }
+
+/// Issue 40: the running agent judges a GPU fault as soon as the kernel reports it, not at its
+/// next drift pass. Settled on the twin with a drift interval of an hour, the host then logs the
+/// NVIDIA driver's Xid 79 for one GPU (the twin's kernel log, written as a person or the kernel
+/// would: the host file replaced whole); the partition's status names that GPU Lost within
+/// the test's minute — only the agent's health watch can have woken it. The time it took is
+/// printed (a figure, not an assertion).
+#[test]
+fn a_gpu_fault_is_judged_without_waiting_for_the_drift_pass() {
+    let dir = common::reference_dir();
+    let d = dir.path();
+    let mut child = common::standalone_agent(d)
+        .args(["--drift-interval", "3600"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run gpuplane");
+    let partition = d.join("status").join("GpuPartition-kpro6.yaml");
+    let healthy = |want: &str| {
+        std::fs::read_to_string(&partition)
+            .ok()
+            .and_then(|t| serde_yaml::from_str::<serde_yaml::Value>(&t).ok())
+            .and_then(|v| {
+                v["conditions"]
+                    .as_sequence()?
+                    .iter()
+                    .find(|c| c["type"] == "GpusHealthy")
+                    .map(|c| c["reason"] == want)
+            })
+            .unwrap_or(false)
+    };
+    let wait = |what: &dyn Fn() -> bool, secs: u64| {
+        let t = std::time::Instant::now();
+        while !what() && t.elapsed().as_secs() < secs {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        what().then(|| t.elapsed())
+    };
+    let settled = wait(&|| ready_in(&partition) && healthy("GpusHealthy"), 120);
+    assert!(settled.is_some(), "the agent did not settle within 120 s");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+
+    let host = d.join("host.yaml");
+    let mut doc: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&host).unwrap()).unwrap();
+    doc["kernelLog"] = serde_yaml::from_str(
+        r#"["NVRM: Xid (PCI:0000:e1:00): 79, pid=4242, name=python3, GPU has fallen off the bus."]"#,
+    )
+    .unwrap();
+    let tmp = d.join(".host.yaml.new");
+    std::fs::write(&tmp, serde_yaml::to_string(&doc).unwrap()).unwrap();
+    std::fs::rename(&tmp, &host).unwrap();
+    let judged = wait(&|| healthy("GpuLost"), 60);
+    let _ = child.kill();
+    let _ = child.wait();
+    let took =
+        judged.expect("the fault was not judged within 60 s (the drift pass is an hour away)");
+    let status = std::fs::read_to_string(&partition).unwrap();
+    assert!(
+        status.contains("0000:e1:00.0 (slice confidential-vm) Lost: Xid 79"),
+        "{status}"
+    );
+    println!(
+        "a GPU fault judged {} ms after the kernel logged it",
+        took.as_millis()
+    );
+}
+
+fn ready_in(partition: &Path) -> bool {
+    std::fs::read_to_string(partition)
+        .ok()
+        .and_then(|t| serde_yaml::from_str::<serde_yaml::Value>(&t).ok())
+        .is_some_and(|v| ready(&v).0 == "True")
+}

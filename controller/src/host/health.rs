@@ -29,7 +29,7 @@ const AER_NAMES_MAX: usize = 32;
 
 /// A device's health facts: its own, and its upstream port's (errors of a link may be counted
 /// at either end, and a conventional PCI function behind a PCIe port has only the port's).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PcieHealth {
     /// The device's own AER counters and link, where the kernel shows them.
@@ -51,7 +51,7 @@ impl PcieHealth {
 }
 
 /// The upstream port's address and counters.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PortHealth {
     pub address: String,
@@ -60,7 +60,7 @@ pub struct PortHealth {
 }
 
 /// AER counters and link state of one PCI function.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PcieCounters {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -77,7 +77,7 @@ impl PcieCounters {
 
 /// The three `aer_dev_*` files: each file's total, and the counters that are not zero by name
 /// (`"fatal: Surprise Down Error"` → 1).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AerCounts {
     #[serde(default)]
@@ -91,7 +91,7 @@ pub struct AerCounts {
 }
 
 /// The link as trained now against what both ends can do, speeds in MT/s (`16.0 GT/s` = 16000).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LinkState {
     pub speed: u32,

@@ -58,6 +58,9 @@ pub struct StepOutcome {
 /// How often an agent asks a starting server whether it is ready ([`Host::probe_ready`]).
 pub const PROBE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// How often a waiting agent compares the host's health mark ([`Host::health_mark`]).
+pub const HEALTH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A host: real, or simulated.
 pub trait Host {
     /// Reads the whole host state. Never changes anything.
@@ -85,6 +88,14 @@ pub trait Host {
     /// to wake a waiting agent early (readiness is still decided by a full observation);
     /// `None` when the backend cannot tell cheaply (the agent then waits its poll interval).
     fn probe_ready(&mut self, _unit: &model::UnitRef) -> Option<bool> {
+        None
+    }
+    /// A cheap fingerprint of the GPUs' health facts (AER counters, links, config space
+    /// answering, the GPU driver's events in the kernel log; `host/health.rs`): it changes when
+    /// one of them does. Both agents compare it every [`HEALTH_EVERY`] while they wait, to run a
+    /// pass as soon as the kernel reports a fault (the judgment is still made on a full
+    /// observation). `None` when the backend cannot tell cheaply.
+    fn health_mark(&mut self) -> Option<u64> {
         None
     }
     /// The host as a description file that can be loaded again (`--save-host`), if the backend can.

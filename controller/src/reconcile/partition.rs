@@ -166,6 +166,7 @@ pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action,
     if let Some(starting) = report.waiting_units(&r.desired) {
         super::wake::probe_until_ready(&ctx, &p.name_any(), starting, ctx.opts.poll_interval);
     }
+    super::wake::follow_health(&ctx, &p.name_any());
     Ok(next_action(&ctx, &p.name_any(), &report))
 }
 

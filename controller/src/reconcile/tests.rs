@@ -445,6 +445,42 @@ async fn a_starting_server_that_answers_wakes_its_partition_before_the_poll_inte
     assert_eq!(got.name, "kpro6");
 }
 
+/// Issue 40: the Kubernetes agent follows the host's health facts between reconciles: nothing
+/// changes, nothing is woken; the kernel logs an Xid for a GPU (the twin's live host file
+/// replaced whole), and the partition is reconciled at once instead of at its drift interval.
+#[tokio::test]
+async fn a_gpu_fault_wakes_the_partitions_reconcile() {
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("host.yaml");
+    std::fs::write(&path, crate::EMBEDDED_HOST).unwrap();
+    let host = SimHost::live(path.to_str().unwrap(), 1).unwrap();
+    let (p, s) = reference();
+    let (client, _seen) = mock(&p, vec![s]);
+    let base = ctx(client.clone(), host);
+    let (wake, mut woken) = wake::Wake::new();
+    let c = Arc::new(Ctx {
+        wake,
+        ..clone_ctx(&base, client)
+    });
+    wake::follow_health(&c, "kpro6");
+    let quiet = tokio::time::timeout(Duration::from_millis(2500), woken.next()).await;
+    assert!(quiet.is_err(), "no wake while nothing changes: {quiet:?}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let tmp = dir.path().join(".host.yaml.new");
+    std::fs::write(
+        &tmp,
+        format!("{text}\nkernelLog:\n  - \"NVRM: Xid (PCI:0000:e1:00): 48, pid=1, DBE\"\n"),
+    )
+    .unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), woken.next())
+        .await
+        .expect("woken by the fault")
+        .expect("a partition to reconcile");
+    assert_eq!(got.name, "kpro6");
+}
+
 /// One writer for refusals: the first says it (a status patch, the metric, one Warning event);
 /// saying it again for the same generation costs no API write and no event; a new generation
 /// is told again.

@@ -1,4 +1,5 @@
-//! Waking a partition's reconcile the moment a starting server is ready.
+//! Waking a partition's reconcile the moment a starting server is ready, or the moment the
+//! kernel reports a GPU fault ([`follow_health`]).
 //!
 //! A reconcile that leaves a server starting comes back after the poll interval (5 s by
 //! default). Meanwhile a probe asks the server's `/health_generate` every 250 ms
@@ -14,7 +15,7 @@
 
 use super::Ctx;
 use crate::host::model::UnitRef;
-use crate::host::PROBE_EVERY;
+use crate::host::{HEALTH_EVERY, PROBE_EVERY};
 use futures::channel::mpsc::{unbounded, UnboundedReceiver, UnboundedSender};
 use gpuplane_crds::GpuPartition;
 use kube::runtime::reflector::ObjectRef;
@@ -27,6 +28,8 @@ use std::time::{Duration, Instant};
 pub struct Wake {
     tx: Option<UnboundedSender<ObjectRef<GpuPartition>>>,
     probing: Mutex<HashSet<String>>,
+    /// The partitions whose GPUs' health facts are followed ([`follow_health`]).
+    health: Mutex<HashSet<String>>,
 }
 
 /// The partitions to reconcile early, as the controller receives them.
@@ -40,6 +43,7 @@ impl Wake {
             Wake {
                 tx: Some(tx),
                 probing: Default::default(),
+                health: Default::default(),
             },
             rx,
         )
@@ -96,5 +100,47 @@ pub fn probe_until_ready(ctx: &Arc<Ctx>, name: &str, units: Vec<UnitRef>, within
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&name);
+    });
+}
+
+/// Follows the host's health mark ([`crate::host::Host::health_mark`]) for partition `name`,
+/// from its first reconcile on: every [`HEALTH_EVERY`], while no converge holds the host, and
+/// reconciles the partition as soon as the mark differs from the one its last look saw, so a
+/// fault the kernel reports is judged within about a second plus one reconcile, not a drift
+/// interval later. One follower per partition, for the agent's life (a deleted partition's
+/// reconcile finds nothing to do).
+pub fn follow_health(ctx: &Arc<Ctx>, name: &str) {
+    let Some(tx) = ctx.wake.tx.clone() else {
+        return;
+    };
+    if !ctx
+        .wake
+        .health
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(name.to_string())
+    {
+        return;
+    }
+    let ctx = ctx.clone();
+    let name = name.to_string();
+    tokio::spawn(async move {
+        let mut last: Option<u64> = None;
+        loop {
+            tokio::time::sleep(HEALTH_EVERY).await;
+            let host = ctx.host.clone();
+            let mark = tokio::task::spawn_blocking(move || match host.try_lock() {
+                Ok(mut h) => h.health_mark(),
+                Err(_) => None,
+            })
+            .await
+            .unwrap_or(None);
+            let Some(mark) = mark else { continue };
+            if last.is_some_and(|l| l != mark) {
+                tracing::info!(partition = %name, "the GPUs' health facts changed: reconciling now");
+                let _ = tx.unbounded_send(ObjectRef::new(&name));
+            }
+            last = Some(mark);
+        }
     });
 }

@@ -28,7 +28,7 @@ use crate::converge::{converge_seeded, Options};
 use crate::desired::select::SelectError;
 use crate::door::Door;
 use crate::host::model::UnitRef;
-use crate::host::Host;
+use crate::host::{Host, HEALTH_EVERY};
 use crate::manifests::Manifests;
 use crate::pass::outcome::final_host;
 use crate::pass::select::{from_manifests, Refused, Selected};
@@ -115,6 +115,9 @@ pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<()
     loop {
         let started = Instant::now();
         let manifests = watch.read_stable(|| Manifests::load(&opts.manifests));
+        // Taken before the pass observes: a fault the kernel reports during the pass wakes
+        // the next one.
+        let mark = host.health_mark();
         let waiting = round(
             &opts,
             manifests,
@@ -139,7 +142,7 @@ pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<()
             return Ok(());
         }
         // A stop during the pass: `wait` returns `Stopped` at once.
-        let woke = until_next(&opts, host.as_mut(), &progress, &mut watch, waiting);
+        let woke = until_next(&opts, host.as_mut(), &progress, &mut watch, waiting, mark);
         tracing::debug!("woke: {woke:?}");
         if woke == watch::Wake::Stopped {
             break;
@@ -150,7 +153,9 @@ pub fn run(opts: StandaloneOptions, mut host: Box<dyn Host + Send>) -> Result<()
 }
 
 /// Waits for the next pass. Settled: until the drift interval, or as soon as the manifests
-/// change. A server still starting: until the poll interval, as soon as it answers
+/// change or the GPUs' health facts differ from `mark` (compared every [`HEALTH_EVERY`]: a fault
+/// the kernel reports is judged within about a second plus one pass, not a drift interval
+/// later). A server still starting: until the poll interval, as soon as it answers
 /// `/health_generate` 200 (asked every 250 ms: Ready is published within a probe period plus
 /// one pass of the server coming up, not a poll interval), and no later than a stall would be
 /// due (StartupStalled is reported when it happens, not up to a poll interval after).
@@ -160,9 +165,19 @@ fn until_next(
     progress: &std::collections::BTreeMap<String, crate::converge::StartupTrack>,
     watch: &mut watch::Watch,
     waiting: Option<Vec<crate::host::model::UnitRef>>,
+    mark: Option<u64>,
 ) -> watch::Wake {
+    let mut health_at = Instant::now();
+    let mut health_changed = |host: &mut dyn Host| {
+        if mark.is_none() || health_at.elapsed() < HEALTH_EVERY {
+            return false;
+        }
+        health_at = Instant::now();
+        host.health_mark() != mark
+    };
     let Some(units) = waiting else {
-        return watch.wait(opts.drift_interval, None);
+        let mut probe = || health_changed(host);
+        return watch.wait(opts.drift_interval, Some(&mut probe));
     };
     let now = host.now();
     let due = units
@@ -172,7 +187,8 @@ fn until_next(
         .min()
         .map(|s| Duration::from_secs(s.max(1)));
     let wait = due.map_or(opts.poll_interval, |d| d.min(opts.poll_interval));
-    let mut probe = || units.iter().any(|u| host.probe_ready(u) == Some(true));
+    let mut probe =
+        || units.iter().any(|u| host.probe_ready(u) == Some(true)) || health_changed(host);
     watch.wait(wait, Some(&mut probe))
 }
 

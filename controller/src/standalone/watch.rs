@@ -86,7 +86,7 @@ fn youngest_age(times: impl Iterator<Item = SystemTime>) -> Option<Duration> {
 pub enum Wake {
     /// The manifests differ from what was last read.
     Changed,
-    /// The readiness probe said yes.
+    /// A probe said yes: a starting server answers, or the GPUs' health facts changed.
     Ready,
     /// `wait` passed.
     Timeout,

@@ -176,6 +176,8 @@ pub struct LocalHost {
     probed_healthy: std::cell::RefCell<std::collections::BTreeMap<String, Probed>>,
     /// The last `nvidia-smi` identities, with the GPUs on `nvidia` they were read for.
     nvml: std::cell::RefCell<Option<(String, NvmlIds)>>,
+    /// What `health_mark` follows between observations.
+    health: health::Follow,
 }
 
 /// UUID and serial by PCI address.
@@ -207,6 +209,7 @@ impl LocalHost {
             endpoints: Default::default(),
             probed_healthy: Default::default(),
             nvml: Default::default(),
+            health: Default::default(),
         }
     }
 
@@ -400,6 +403,13 @@ impl LocalHost {
 
     fn observe_state(&mut self) -> Result<HostState, LocalError> {
         let mut devices = pci::scan(&self.root, &self.filter);
+        self.health.set_gpus(
+            devices
+                .values()
+                .filter(|d| d.vendor == self.filter.vendor && d.is_display())
+                .map(|d| d.address.clone())
+                .collect(),
+        );
         for (addr, hs) in holders::scan(&self.root, &devices) {
             if let Some(d) = devices.get_mut(&addr) {
                 d.holders = hs;
@@ -783,6 +793,10 @@ impl Host for LocalHost {
 
     fn watch_units(&mut self, units: &[UnitRef]) {
         self.units = units.to_vec();
+    }
+
+    fn health_mark(&mut self) -> Option<u64> {
+        Some(self.health.mark(&self.root))
     }
 
     fn probe_ready(&mut self, unit: &UnitRef) -> Option<bool> {

@@ -159,6 +159,17 @@ impl Host for SimHost {
         Some(server.http == crate::host::model::HttpState::Healthy)
     }
 
+    fn health_mark(&mut self) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        self.refresh().ok()?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for d in &self.file.pci_devices {
+            (&d.address, &d.health).hash(&mut h);
+        }
+        self.file.kernel_log.hash(&mut h);
+        Some(h.finish())
+    }
+
     fn save(&self) -> Option<Result<String, HostError>> {
         Some(
             serde_yaml::to_string(&self.file)
