@@ -714,11 +714,16 @@ fn each_gpu_is_observed_with_what_tells_it_from_its_twins() {
 /// `testdata/h200/mkroot.sh` (the same command its README gives): the captured files, their
 /// symlinks, and a `bin/nvidia-smi` that answers LocalHost's identity query as the machine did.
 fn captured_root(capture: &str) -> (tempfile::TempDir, LocalHost) {
-    let h200 = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/host/local/testdata/h200");
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/host/local/testdata");
+    let capture = if capture.contains('/') {
+        data.join(capture)
+    } else {
+        data.join("h200").join(capture)
+    };
     let t = tempfile::tempdir().unwrap();
     let o = std::process::Command::new("sh")
-        .arg(h200.join("mkroot.sh"))
-        .arg(h200.join(capture))
+        .arg(data.join("h200/mkroot.sh"))
+        .arg(capture)
         .arg(t.path())
         .output()
         .unwrap();
@@ -837,4 +842,53 @@ fn a_preflight_has_one_budget_for_all_its_commands() {
     let f = &st.preflight["default/s"];
     let said = format!("{f:?}");
     assert!(said.contains("ran past its budget of 1 s"), "{said}");
+}
+
+/// Issue 40 on real hardware: the H100 of the device machine, captured read-only on 2026-12-05
+/// (`testdata/h100/README.md`), observed by the real backend: its link at 32 GT/s x16 of the
+/// same, no AER files (the VM exposes no AER capability), no port (it sits on the root bus),
+/// config space answering, no GPU event in the kernel log: Healthy with nothing to say. Then
+/// the health mark follows what a fault changes: the driver's Xid line in the kernel log, and
+/// config space reading all ones (judged Lost).
+#[test]
+fn the_captured_h100_is_healthy_and_its_health_mark_follows_a_fault() {
+    let (t, mut h) = captured_root("h100/2026-12-05");
+    let st = h.observe().unwrap();
+    let gpu = &st.pci_devices["0000:00:06.0"];
+    let link = gpu.health.device.link.expect("the H100's link files");
+    assert_eq!(
+        (link.speed, link.max_speed, link.width, link.max_width),
+        (32000, 32000, 16, 16)
+    );
+    assert_eq!(gpu.health.device.aer, None);
+    assert_eq!(gpu.health.port, None, "on the root bus");
+    assert!(!gpu.health.not_responding);
+    assert_eq!(st.gpu_events, vec![]);
+    assert_eq!(
+        crate::health::judge(gpu, &st.gpu_events),
+        Default::default()
+    );
+
+    let m0 = h.health_mark().unwrap();
+    assert_eq!(h.health_mark(), Some(m0), "nothing changed");
+    let kmsg = t.path().join("dev/kmsg");
+    let mut log = std::fs::read_to_string(&kmsg).unwrap_or_default();
+    log.push_str("NVRM: Xid (PCI:0000:00:06): 119, pid=1, name=python3, Timeout after 6s of waiting for RPC response from GPU0 GSP!\n");
+    std::fs::write(&kmsg, log).unwrap();
+    let m1 = h.health_mark().unwrap();
+    assert_ne!(m1, m0, "an Xid logged");
+    let config = t.path().join("sys/devices/pci0000:00/0000:00:06.0/config");
+    let mut bytes = std::fs::read(&config).unwrap();
+    bytes[..4].copy_from_slice(&[0xff; 4]);
+    std::fs::write(&config, bytes).unwrap();
+    assert_ne!(h.health_mark().unwrap(), m1, "config space all ones");
+    let st = h.observe().unwrap();
+    let j = crate::health::judge(&st.pci_devices["0000:00:06.0"], &st.gpu_events);
+    assert_eq!(j.state, gpuplane_crds::GpuHealthState::Lost, "{j:?}");
+    assert!(
+        j.evidence
+            .iter()
+            .any(|e| e.starts_with("Xid 119 GSP_RPC_TIMEOUT")),
+        "{j:?}"
+    );
 }
