@@ -5,7 +5,8 @@
 //! - **Lost**: config space reads all ones, the driver logged that it fell off the bus (the
 //!   probe-time text or Xid 79), or the ledger remembers it and the bus does not show it.
 //! - **Unhealthy**: a fatal PCIe error counted at the GPU or its upstream port; an Xid whose
-//!   catalogue action is a reset, a reboot or NVIDIA's support.
+//!   catalogue action is a reset, a reboot or NVIDIA's support; on `nvidia`, an uncorrectable
+//!   ECC error since the driver loaded, a row remap pending or failed (`nvidia-smi`).
 //! - **Suspect**: non-fatal PCIe errors; [`CORRECTABLE_SUSPECT`] or more correctable ones; the
 //!   GPU's own link narrower than both ends can train (its maximum and its port's); an Xid not in
 //!   the table.
@@ -19,7 +20,7 @@
 
 pub mod xid;
 
-use crate::host::health::{AerCounts, GpuEvent, LinkState};
+use crate::host::health::{AerCounts, EccCounters, GpuEvent, LinkState};
 use crate::host::model::PciDevice;
 use gpuplane_crds::{GpuHealthState, GpuRepair};
 
@@ -79,8 +80,23 @@ pub fn judge(dev: &PciDevice, events: &[GpuEvent]) -> Judgment {
     if let Some(l) = &dev.health.device.link {
         link(&mut found, l, port.and_then(|p| p.counters.link.as_ref()));
     }
+    if let Some(c) = &dev.health.ecc {
+        ecc(&mut found, c);
+    }
+    // One finding per Xid (or fall off the bus), with how often and its newest line.
+    let mut seen: Vec<(Option<u32>, usize, &GpuEvent)> = Vec::new();
     for e in events.iter().filter(|e| e.address == dev.address) {
-        found.push(event(e));
+        match seen.iter_mut().find(|(x, _, _)| *x == e.xid) {
+            Some(s) => (s.1, s.2) = (s.1 + 1, e),
+            None => seen.push((e.xid, 1, e)),
+        }
+    }
+    for (_, n, e) in seen {
+        let mut f = event(e);
+        if n > 1 {
+            f.what = format!("{} ({n} times, the last shown)", f.what);
+        }
+        found.push(f);
     }
     summarize(found)
 }
@@ -168,6 +184,39 @@ fn link(found: &mut Vec<Finding>, l: &LinkState, port: Option<&LinkState>) {
             gts(max_speed)
         );
         found.push(Finding::new(GpuHealthState::Healthy, None, what));
+    }
+}
+
+/// The NVIDIA driver's memory counters: a row that could not be remapped needs NVIDIA's
+/// support; a remap waiting for a reset, or an uncorrectable error since the driver loaded, a
+/// reset (NVIDIA's catalogue for Xids 64, 63 and 48: the same events, counted). Corrected
+/// errors and rows already remapped are a repair that worked: shown, not judged.
+fn ecc(found: &mut Vec<Finding>, c: &EccCounters) {
+    use GpuHealthState::*;
+    if c.remap_failure {
+        let what = "row remapping failed (nvidia-smi remapped_rows.failure)".to_string();
+        found.push(Finding::new(
+            Unhealthy,
+            Some(GpuRepair::ContactSupport),
+            what,
+        ));
+    }
+    if c.remap_pending {
+        let what = "a row remap is pending until a GPU reset (nvidia-smi remapped_rows.pending)";
+        found.push(Finding::new(
+            Unhealthy,
+            Some(GpuRepair::ResetGpu),
+            what.into(),
+        ));
+    }
+    if let Some(n) = c.uncorrected.filter(|n| *n > 0) {
+        let what = format!("{n} uncorrectable ECC error(s) since the driver loaded");
+        found.push(Finding::new(Unhealthy, Some(GpuRepair::ResetGpu), what));
+    }
+    let remapped = c.remapped_correctable.unwrap_or(0) + c.remapped_uncorrectable.unwrap_or(0);
+    if remapped > 0 {
+        let what = format!("{remapped} memory row(s) remapped: not judged (a repair that worked)");
+        found.push(Finding::new(Healthy, None, what));
     }
 }
 

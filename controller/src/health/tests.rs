@@ -1,5 +1,5 @@
 use super::*;
-use crate::host::health::{PcieCounters, PcieHealth, PortHealth};
+use crate::host::health::{EccCounters, PcieCounters, PcieHealth, PortHealth};
 use gpuplane_crds::GpuHealthState::*;
 
 const GPU: &str = "0000:81:00.0";
@@ -223,9 +223,19 @@ fn only_the_gpus_own_events_count_and_the_worst_decides() {
     assert!(j.evidence[2].starts_with("Xid 13 "), "{:?}", j.evidence);
     assert_eq!(j.evidence.len(), 3);
 
+    // The same Xid again and again is one finding, counted.
     let many: Vec<GpuEvent> = (0..20).map(|_| xid(GPU, 48, "DBE")).collect();
+    let j = judge(&gpu(PcieHealth::default()), &many);
+    assert_eq!(j.evidence.len(), 1, "{:?}", j.evidence);
+    assert!(
+        j.evidence[0].ends_with("DBE (20 times, the last shown)"),
+        "{:?}",
+        j.evidence
+    );
+    // Evidence is bounded however many kinds of Xid there are.
+    let kinds: Vec<GpuEvent> = (1000..1020).map(|n| xid(GPU, n, "new")).collect();
     assert_eq!(
-        judge(&gpu(PcieHealth::default()), &many).evidence.len(),
+        judge(&gpu(PcieHealth::default()), &kinds).evidence.len(),
         EVIDENCE_MAX
     );
 }
@@ -269,4 +279,68 @@ fn the_documented_xid_table_is_the_codes() {
         .map(|(n, name, class)| (*n, name.to_string(), format!("{class:?}")))
         .collect();
     assert_eq!(rows, code);
+}
+
+#[test]
+fn the_drivers_memory_counters() {
+    let with = |ecc: EccCounters| PcieHealth {
+        ecc: Some(ecc),
+        ..Default::default()
+    };
+    let zero = EccCounters {
+        uncorrected: Some(0),
+        corrected: Some(3),
+        remapped_correctable: Some(0),
+        remapped_uncorrectable: Some(0),
+        ..Default::default()
+    };
+    assert_eq!(
+        judge(&gpu(with(zero)), &[]),
+        Judgment::default(),
+        "corrected errors: not judged"
+    );
+    let j = judge(
+        &gpu(with(EccCounters {
+            uncorrected: Some(2),
+            ..zero
+        })),
+        &[],
+    );
+    assert_eq!((j.state, j.repair), (Unhealthy, Some(GpuRepair::ResetGpu)));
+    assert_eq!(
+        j.evidence,
+        ["2 uncorrectable ECC error(s) since the driver loaded"]
+    );
+    let j = judge(
+        &gpu(with(EccCounters {
+            remap_pending: true,
+            ..zero
+        })),
+        &[],
+    );
+    assert_eq!((j.state, j.repair), (Unhealthy, Some(GpuRepair::ResetGpu)));
+    let j = judge(
+        &gpu(with(EccCounters {
+            remap_failure: true,
+            remap_pending: true,
+            ..zero
+        })),
+        &[],
+    );
+    assert_eq!(
+        (j.state, j.repair),
+        (Unhealthy, Some(GpuRepair::ContactSupport))
+    );
+    let j = judge(
+        &gpu(with(EccCounters {
+            remapped_uncorrectable: Some(2),
+            ..zero
+        })),
+        &[],
+    );
+    assert_eq!(j.state, Healthy);
+    assert_eq!(
+        j.evidence,
+        ["2 memory row(s) remapped: not judged (a repair that worked)"]
+    );
 }

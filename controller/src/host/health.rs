@@ -42,6 +42,77 @@ pub struct PcieHealth {
     /// that has fallen off the bus (sysfs's `vendor` file keeps the cached value).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub not_responding: bool,
+    /// The NVIDIA driver's memory counters (`nvidia-smi`), for a GPU on `nvidia` whose driver
+    /// answered; `None` elsewhere (a `vfio-pci` GPU has no driver on the host to ask).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc: Option<EccCounters>,
+}
+
+/// What `nvidia-smi --query-gpu=` [`ECC_QUERY`] says of one GPU's memory (`None`: `[N/A]`,
+/// the board or mode has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EccCounters {
+    /// `ecc.errors.uncorrected.volatile.total`: uncorrectable errors since the driver loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncorrected: Option<u64>,
+    /// `ecc.errors.corrected.volatile.total`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corrected: Option<u64>,
+    /// `remapped_rows.correctable` / `remapped_rows.uncorrectable`: rows remapped for
+    /// correctable / uncorrectable errors (a repair that worked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remapped_correctable: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remapped_uncorrectable: Option<u64>,
+    /// `remapped_rows.pending`: a remap waits for a GPU reset to take effect.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remap_pending: bool,
+    /// `remapped_rows.failure`: a row could not be remapped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remap_failure: bool,
+}
+
+/// The fields the agent asks `nvidia-smi --query-gpu=... --format=csv,noheader` for, in order
+/// (each one listed by `nvidia-smi --help-query-gpu` of driver 580, `testdata/h100`).
+pub const ECC_QUERY: &str = "pci.bus_id,ecc.errors.uncorrected.volatile.total,ecc.errors.corrected.volatile.total,remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure";
+
+/// The answer to [`ECC_QUERY`], by PCI address as sysfs spells it (`0000:01:00.0`); lines that
+/// do not have the seven fields are skipped, at most 1024 lines read.
+pub fn parse_ecc(out: &str) -> BTreeMap<String, EccCounters> {
+    let mut m = BTreeMap::new();
+    for line in out.lines().take(1024) {
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        let [bus, unc, cor, rc, ru, pending, failure] = f[..] else {
+            continue;
+        };
+        let Some(addr) = nvidia_bus_id(bus) else {
+            continue;
+        };
+        let n = |s: &str| s.parse::<u64>().ok();
+        let yes = |s: &str| s.eq_ignore_ascii_case("yes");
+        m.insert(
+            addr,
+            EccCounters {
+                uncorrected: n(unc),
+                corrected: n(cor),
+                remapped_correctable: n(rc),
+                remapped_uncorrectable: n(ru),
+                remap_pending: yes(pending),
+                remap_failure: yes(failure),
+            },
+        );
+    }
+    m
+}
+
+/// `00000000:01:00.0` (NVML's spelling) → `0000:01:00.0`.
+fn nvidia_bus_id(bus: &str) -> Option<String> {
+    let bus = bus.to_ascii_lowercase();
+    let (dom, rest) = bus.split_once(':')?;
+    let dom = if dom.len() == 8 { &dom[4..] } else { dom };
+    let addr = format!("{dom}:{rest}");
+    function_zero(&addr).filter(|a| *a == addr)
 }
 
 impl PcieHealth {

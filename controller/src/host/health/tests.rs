@@ -163,3 +163,33 @@ fn the_captured_h100_reads_as_on_the_machine() {
     let config = std::fs::read(format!("{dev}/config")).unwrap();
     assert!(!config_all_ones(&config));
 }
+
+/// `nvidia-smi --query-gpu=` [`ECC_QUERY`] as driver 580 answered it on the H100 (the capture's
+/// first seven columns), and as boards without ECC or row remapping answer (`[N/A]`).
+#[test]
+fn ecc_counters_as_nvidia_smi_answers() {
+    let got = parse_ecc("00000000:00:06.0, 0, 0, 0, 0, No, No\n");
+    assert_eq!(
+        got["0000:00:06.0"],
+        EccCounters {
+            uncorrected: Some(0),
+            corrected: Some(0),
+            remapped_correctable: Some(0),
+            remapped_uncorrectable: Some(0),
+            remap_pending: false,
+            remap_failure: false,
+        }
+    );
+    let got = parse_ecc(
+        "00000000:81:00.0, 2, 17, 1, 1, Yes, No\n\
+         00000000:82:00.0, [N/A], [N/A], [N/A], [N/A], [N/A], [N/A]\n\
+         garbage\n00000000:zz:00.0, 1, 1, 1, 1, Yes, Yes\n",
+    );
+    assert_eq!(got.len(), 2, "{got:?}");
+    let a = got["0000:81:00.0"];
+    assert_eq!(
+        (a.uncorrected, a.remap_pending, a.remap_failure),
+        (Some(2), true, false)
+    );
+    assert_eq!(got["0000:82:00.0"], EccCounters::default());
+}

@@ -8,7 +8,8 @@ use crate::host::health::{
     aer_counts, config_all_ones, link_state, PcieCounters, PcieHealth, PortHealth,
 };
 
-/// The facts of the device at `addr`; `config`: its config space as read for its identity.
+/// The sysfs facts of the device at `addr` (the driver's ECC counters are added by the caller,
+/// from `nvidia-smi`); `config`: its config space as read for its identity.
 pub fn read(root: &Root, addr: &str, config: Option<&[u8]>) -> PcieHealth {
     let base = format!("/sys/bus/pci/devices/{addr}");
     PcieHealth {
@@ -18,6 +19,7 @@ pub fn read(root: &Root, addr: &str, config: Option<&[u8]>) -> PcieHealth {
             address,
         }),
         not_responding: config.is_some_and(config_all_ones),
+        ecc: None,
     }
 }
 

@@ -178,7 +178,17 @@ pub struct LocalHost {
     nvml: std::cell::RefCell<Option<(String, NvmlIds)>>,
     /// What `health_mark` follows between observations.
     health: health::Follow,
+    /// The last ECC and row-remap counters from `nvidia-smi`, when and for which GPUs.
+    ecc: std::cell::RefCell<Option<(std::time::Instant, String, EccById)>>,
 }
+
+/// ECC and row-remap counters by PCI address.
+type EccById = BTreeMap<String, crate::host::health::EccCounters>;
+
+/// How long `nvidia-smi`'s ECC counters are used before it is asked again (it takes seconds on
+/// a loaded host; an uncorrectable error is also an Xid line, which the kernel log gives at
+/// once).
+const ECC_MAX_AGE: Duration = Duration::from_secs(60);
 
 /// UUID and serial by PCI address.
 type NvmlIds = BTreeMap<String, (String, Option<String>)>;
@@ -210,6 +220,7 @@ impl LocalHost {
             probed_healthy: Default::default(),
             nvml: Default::default(),
             health: Default::default(),
+            ecc: Default::default(),
         }
     }
 
@@ -401,6 +412,32 @@ impl LocalHost {
         ids
     }
 
+    /// ECC and row-remap counters of the GPUs on `nvidia` (`nvidia-smi`, at most every
+    /// [`ECC_MAX_AGE`] while the same GPUs are on `nvidia`).
+    fn nvml_ecc(&self, devices: &BTreeMap<String, PciDevice>) -> EccById {
+        let on: Vec<&str> = devices
+            .values()
+            .filter(|d| d.driver.as_deref() == Some("nvidia"))
+            .map(|d| d.address.as_str())
+            .collect();
+        if on.is_empty() {
+            return BTreeMap::new();
+        }
+        let key = on.join(",");
+        if let Some((at, k, ecc)) = &*self.ecc.borrow() {
+            if *k == key && at.elapsed() < ECC_MAX_AGE {
+                return ecc.clone();
+            }
+        }
+        let query = format!("--query-gpu={}", crate::host::health::ECC_QUERY);
+        let ecc = match self.cmd(&[&self.tools.nvidia_smi, &query, "--format=csv,noheader"]) {
+            Ok(o) if o.ok() => crate::host::health::parse_ecc(&o.stdout),
+            _ => BTreeMap::new(),
+        };
+        *self.ecc.borrow_mut() = Some((std::time::Instant::now(), key, ecc.clone()));
+        ecc
+    }
+
     fn observe_state(&mut self) -> Result<HostState, LocalError> {
         let mut devices = pci::scan(&self.root, &self.filter);
         self.health.set_gpus(
@@ -419,6 +456,11 @@ impl LocalHost {
             if let Some(d) = devices.get_mut(&addr) {
                 d.identity.uuid = Some(uuid);
                 d.identity.serial = serial;
+            }
+        }
+        for (addr, ecc) in self.nvml_ecc(&devices) {
+            if let Some(d) = devices.get_mut(&addr) {
+                d.health.ecc = Some(ecc);
             }
         }
         let log = iommu::kernel_log(&self.root);

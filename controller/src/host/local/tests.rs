@@ -863,6 +863,13 @@ fn the_captured_h100_is_healthy_and_its_health_mark_follows_a_fault() {
     assert_eq!(gpu.health.device.aer, None);
     assert_eq!(gpu.health.port, None, "on the root bus");
     assert!(!gpu.health.not_responding);
+    // The driver's answer to the ECC query, as it gave it there: no error, no remap.
+    let ecc = gpu.health.ecc.expect("nvidia-smi's ECC counters");
+    assert_eq!(
+        (ecc.uncorrected, ecc.remapped_uncorrectable),
+        (Some(0), Some(0))
+    );
+    assert!(!ecc.remap_pending && !ecc.remap_failure);
     assert_eq!(st.gpu_events, vec![]);
     assert_eq!(
         crate::health::judge(gpu, &st.gpu_events),

@@ -221,7 +221,14 @@ impl SimDevice {
             driver_override: self.driver_override.clone(),
             nvidia_minor: self.nvidia_minor(),
             holders: vec![],
-            health: self.health.clone(),
+            // The driver's counters are read through the driver: only on nvidia.
+            health: crate::host::health::PcieHealth {
+                ecc: self
+                    .health
+                    .ecc
+                    .filter(|_| self.driver.as_deref() == Some("nvidia")),
+                ..self.health.clone()
+            },
             identity: {
                 let mut id = self.identity.clone();
                 if self.driver.as_deref() != Some("nvidia") || self.health.not_responding {

@@ -22,10 +22,20 @@ if [ -f "$cap/cmd/kmsg-iommu.txt" ]; then
 fi
 mkdir -p "$dir/bin"
 cp "$cap/cmd/nvidia-smi-query.csv" "$dir/bin/nvidia-smi.csv"
+# The health capture (issue 40) asked more fields, the agent's seven first: those columns of its
+# rows, without the header.
+if [ -f "$cap/cmd/nvidia-smi-health.csv" ]; then
+  tail -n +2 "$cap/cmd/nvidia-smi-health.csv" | cut -d, -f1-7 >"$dir/bin/nvidia-smi-ecc.csv"
+fi
 cat >"$dir/bin/nvidia-smi" <<'SMI'
 #!/bin/sh
-# The captured answer to LocalHost's identity query; any other question fails.
-[ "$*" = "--query-gpu=pci.bus_id,uuid,serial --format=csv,noheader" ] || exit 2
-exec cat "$(dirname "$0")/nvidia-smi.csv"
+# The captured answers to LocalHost's identity and ECC queries; any other question fails.
+d=$(dirname "$0")
+case "$*" in
+  "--query-gpu=pci.bus_id,uuid,serial --format=csv,noheader") exec cat "$d/nvidia-smi.csv" ;;
+  "--query-gpu=pci.bus_id,ecc.errors.uncorrected.volatile.total,ecc.errors.corrected.volatile.total,remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure --format=csv,noheader")
+    [ -f "$d/nvidia-smi-ecc.csv" ] && exec cat "$d/nvidia-smi-ecc.csv" ;;
+esac
+exit 2
 SMI
 chmod +x "$dir/bin/nvidia-smi"
