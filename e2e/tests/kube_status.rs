@@ -6,8 +6,13 @@
 //! Needs target/debug/gpuplane (`cargo build --bin gpuplane`, or GPUPLANE_BIN) and the binaries
 //! of e2e/setup/kube-build.sh; fails (does not skip) without them.
 
+use gpuplane_e2e::agent::{Agent, AgentOpts};
+use gpuplane_e2e::kube::Cluster;
 use gpuplane_e2e::paths::{gpuplane_bin, repo_root};
 use gpuplane_e2e::scenario::start_converged;
+use gpuplane_e2e::sim_host::edit_host;
+use gpuplane_e2e::wait::wait_for;
+use std::time::Duration;
 
 #[test]
 fn status_lists_the_clusters_gpus_and_conditions() {
@@ -79,4 +84,94 @@ fn status_lists_the_clusters_gpus_and_conditions() {
         yaml.contains("its address is unknown from the host side"),
         "{yaml}"
     );
+}
+
+/// Issue 40 at the Kubernetes door: the agent (drift interval an hour) on the converged twin;
+/// the host's kernel then logs the NVIDIA driver's Xid 79 for one GPU (the host file edited
+/// behind the agent's back). The agent's health watch reconciles the partition at once: its
+/// `GpusHealthy` turns `False` (`GpuLost`, naming the GPU and its slice), the GPU's row in
+/// `status.gpus[]` says `Lost` with the evidence and the repair — through the real API server,
+/// whose structural schema would drop fields the CRD does not declare — and `gpuplane status`
+/// shows it. Every other GPU stays `Healthy`.
+#[test]
+fn a_gpu_fault_reaches_the_partitions_status_through_the_api_server() {
+    let c = Cluster::start("health");
+    let _agent = Agent::start(
+        &c,
+        "agent-a",
+        AgentOpts {
+            drift_interval: 3600,
+            ..AgentOpts::default()
+        },
+    );
+    c.apply_examples_and_wait();
+    let gpus_healthy = |c: &Cluster| {
+        let p = c.partition();
+        let cond = p["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "GpusHealthy").cloned())
+            .unwrap_or_default();
+        (p, cond)
+    };
+    let (_, cond) = gpus_healthy(&c);
+    assert_eq!(cond["status"], "True", "{cond}");
+    let t = std::time::Instant::now();
+    edit_host(&c.host, |v| {
+        v["kernelLog"] = serde_yaml::from_str(
+            r#"["NVRM: Xid (PCI:0000:e1:00): 79, pid=4242, name=python3, GPU has fallen off the bus."]"#,
+        )
+        .unwrap();
+    });
+    let (p, cond) = wait_for("GpusHealthy=False", Duration::from_secs(60), || {
+        let (p, cond) = gpus_healthy(&c);
+        if cond["reason"] == "GpuLost" {
+            Ok((p, cond))
+        } else {
+            Err(format!("{cond}"))
+        }
+    });
+    eprintln!(
+        "the fault reached the API server {:.1} s after the kernel logged it: {}",
+        t.elapsed().as_secs_f64(),
+        cond["message"]
+    );
+    assert!(
+        cond["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("0000:e1:00.0 (slice confidential-vm) Lost: Xid 79"),
+        "{cond}"
+    );
+    let rows = p["status"]["gpus"].as_array().unwrap();
+    let e1 = rows
+        .iter()
+        .find(|g| g["address"] == "0000:e1:00.0")
+        .unwrap();
+    assert_eq!(
+        (e1["health"].as_str(), e1["repair"].as_str()),
+        (Some("Lost"), Some("RebootNode")),
+        "{e1}"
+    );
+    assert!(
+        e1["evidence"][0]
+            .as_str()
+            .unwrap_or("")
+            .contains("GPU has fallen off the bus"),
+        "{e1}"
+    );
+    let healthy = rows.iter().filter(|g| g["health"] == "Healthy").count();
+    assert_eq!(healthy, 7, "the other seven GPUs: {rows:?}");
+    let o = std::process::Command::new(gpuplane_bin())
+        .args(["status", "--kubeconfig"])
+        .arg(c.cp.kubeconfig())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let row: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("0000:e1:00.0"))
+        .unwrap_or_else(|| panic!("{out}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[4], "Lost", "{out}");
 }

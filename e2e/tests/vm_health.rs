@@ -1,8 +1,9 @@
 //! Each GPU's health on a real kernel (issue 40), in the qemu GPU host
 //! (`e2e/vm/scenarios/health.sh`, one restore with `VM_FAULTS=1`). The faults are real to the
 //! guest's kernel: qemu's monitor injects PCIe AER errors at a stand-in GPU's root port — a
-//! non-fatal completion timeout, a fatal surprise down — and
-//! hot-unplugs a GPU (`device_del`); the kernel's AER driver counts the errors in the port's
+//! non-fatal completion timeout at a GPU on the host driver, a fatal surprise down at one bound
+//! to `vfio-pci` (passed through: no NVML on the host to ask) — and
+//! hot-unplugs a `vfio-pci` GPU (`device_del`); the kernel's AER driver counts the errors in the port's
 //! `aer_dev_*` files and pciehp removes the device, as on a host. The NVIDIA driver's Xid line is
 //! written to `/dev/kmsg` as that driver writes it: **the GPUs are stand-ins** (bochs-display),
 //! no NVIDIA driver runs here, so the Xid part proves the kernel-log path, not the driver.
@@ -46,6 +47,12 @@ fn faults() -> &'static (Report, String) {
 
 /// `(health, repair, first evidence)` of GPU `a` after phase `p`.
 fn gpu(r: &Report, p: &str, a: &str) -> (String, String, String) {
+    let (h, repair, ev, _) = gpu_on(r, p, a);
+    (h, repair, ev)
+}
+
+/// [`gpu`] and the driver it is bound to.
+fn gpu_on(r: &Report, p: &str, a: &str) -> (String, String, String, String) {
     let j = r.json(p);
     let rows = j["status"][PART]["gpus"]
         .as_array()
@@ -56,7 +63,12 @@ fn gpu(r: &Report, p: &str, a: &str) -> (String, String, String) {
         .find(|g| g["address"] == a)
         .unwrap_or_else(|| panic!("{p}: no row for {a}: {rows:?}"));
     let s = |v: &Value| v.as_str().unwrap_or("").to_string();
-    (s(&g["health"]), s(&g["repair"]), s(&g["evidence"][0]))
+    (
+        s(&g["health"]),
+        s(&g["repair"]),
+        s(&g["evidence"][0]),
+        s(&g["driver"]),
+    )
 }
 
 fn condition(r: &Report, p: &str, t: &str) -> (String, String, String) {
@@ -88,7 +100,7 @@ fn one_fault_at_a_time_each_gpu_judged_by_its_own_evidence() {
         stderr.contains("run.sh: fault 1 pcie_aer_inject_error rp0a COMP_TIME -> OK id: rp0a"),
         "{stderr}"
     );
-    for a in ["0000:41:00.0", "0000:42:00.0"] {
+    for a in ["0000:41:00.0", "0000:81:00.0"] {
         let port = &r.get("PORT", a)[0];
         assert!(
             port.ends_with(" aer"),
@@ -122,7 +134,11 @@ fn one_fault_at_a_time_each_gpu_judged_by_its_own_evidence() {
     );
 
     seen(r, "fatal");
-    let (h, repair, ev) = gpu(r, "fatal", "0000:42:00.0");
+    let (h, repair, ev, driver) = gpu_on(r, "fatal", "0000:81:00.0");
+    assert_eq!(
+        driver, "vfio-pci",
+        "the GPU hit is passed through, no NVML on the host"
+    );
     assert_eq!(
         (h.as_str(), repair.as_str()),
         ("Unhealthy", "ResetGpu"),
@@ -135,8 +151,13 @@ fn one_fault_at_a_time_each_gpu_judged_by_its_own_evidence() {
     let (st, reason, msg) = condition(r, "fatal", "GpusHealthy");
     assert_eq!((st.as_str(), reason.as_str()), ("False", "GpuUnhealthy"));
     assert!(
-        msg.starts_with("0000:42:00.0 (slice all) Unhealthy: "),
+        msg.starts_with("0000:81:00.0 (slice vm) Unhealthy: "),
         "the worst first: {msg}"
+    );
+    assert_eq!(
+        gpu(r, "fatal", "0000:82:00.0").0,
+        "Healthy",
+        "its neighbour on vfio-pci"
     );
 
     seen(r, "xid");
@@ -149,7 +170,8 @@ fn one_fault_at_a_time_each_gpu_judged_by_its_own_evidence() {
     assert!(ev.starts_with("Xid 48 ROBUST_CHANNEL_GPU_ECC_DBE"), "{ev}");
 
     seen(r, "unplug");
-    let (h, repair, ev) = gpu(r, "unplug", "0000:82:00.0");
+    let (h, repair, ev, driver) = gpu_on(r, "unplug", "0000:82:00.0");
+    assert_eq!(driver, "none", "gone");
     assert_eq!(
         (h.as_str(), repair.as_str()),
         ("Lost", "RebootNode"),
@@ -157,7 +179,7 @@ fn one_fault_at_a_time_each_gpu_judged_by_its_own_evidence() {
     );
     let (_, reason, msg) = condition(r, "unplug", "GpusHealthy");
     assert_eq!(reason, "GpuLost");
-    assert!(msg.starts_with("0000:82:00.0 (slice all) Lost"), "{msg}");
+    assert!(msg.starts_with("0000:82:00.0 (slice vm) Lost"), "{msg}");
 
     // Every verdict stands at the end, each on its own GPU.
     let end: Vec<String> = [
@@ -169,7 +191,7 @@ fn one_fault_at_a_time_each_gpu_judged_by_its_own_evidence() {
     .iter()
     .map(|a| gpu(r, "unplug", a).0)
     .collect();
-    assert_eq!(end, ["Suspect", "Unhealthy", "Unhealthy", "Healthy"]);
+    assert_eq!(end, ["Suspect", "Healthy", "Unhealthy", "Unhealthy"]);
     // Health blocks nothing: Ready until the unplug changed the layout.
     for p in ["nonfatal", "fatal", "xid"] {
         assert_eq!(r.rc(p), 0, "{p}: {:?}", r.get("STDERR", p));

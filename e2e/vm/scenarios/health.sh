@@ -16,9 +16,10 @@
 set -u
 . /usr/local/bin/scenario-lib.sh
 GPUS="0000:41:00.0 0000:42:00.0 0000:44:01.0 0000:81:00.0 0000:82:00.0"
-mkdir -p $M/p
-{ part_head; printf '    - name: all\n      gpus: {addresses: [%s]}\n      driver: nvidia\n' \
-    "$(printf '"%s", ' $GPUS | sed 's/, $//')"; } > $M/p/partition.yaml
+# The partition: NUMA 0's three GPUs on the host driver, NUMA 1's two on vfio-pci for VM 300
+# (the AER counters, the link and config space are PCI core's: watched on any driver).
+pve_vm "$KEPT_NIC\n"
+partition p '{numaNode: 0}' '{numaNode: 1}' vfio-pci "$VMC"
 port_of() { basename "$(dirname "$(readlink -f /sys/bus/pci/devices/$1)")"; }
 for g in $GPUS; do
   p=$(port_of $g)
@@ -43,7 +44,7 @@ gone() { [ ! -e /sys/bus/pci/devices/$1 ]; }
 phase() { local t0; mkdir -p $M/$1; cp $M/p/partition.yaml $M/$1/; t0=$(now_ms)
   converge $1; echo "MS $1 $(( $(now_ms) - t0 ))"; }
 
-echo "== base: five quiet GPUs"
+echo "== base: five quiet GPUs, NUMA 1's on vfio-pci"
 phase base
 
 echo "== nonfatal: a completion timeout at 41:00.0's root port"
@@ -51,9 +52,9 @@ p=$(port_of 0000:41:00.0); t0=$(now_ms)
 fault pcie_aer_inject_error rp0a COMP_TIME
 seen nonfatal $t0 at_least $p nonfatal 1; phase nonfatal
 
-echo "== fatal: a surprise down at 42:00.0's root port"
-p=$(port_of 0000:42:00.0); t0=$(now_ms)
-fault pcie_aer_inject_error rp0b SDN
+echo "== fatal: a surprise down at 81:00.0's root port (the GPU on vfio-pci)"
+p=$(port_of 0000:81:00.0); t0=$(now_ms)
+fault pcie_aer_inject_error rp1a SDN
 seen fatal $t0 at_least $p fatal 1; phase fatal
 
 echo "== xid: the NVIDIA driver's Xid 48 (uncorrectable ECC) for 44:01.0, written as the driver does"
@@ -61,7 +62,7 @@ t0=$(now_ms)
 echo "NVRM: Xid (PCI:0000:44:01): 48, pid=4242, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0." > /dev/kmsg
 seen xid $t0 true; phase xid
 
-echo "== unplug: 82:00.0 taken off the bus (device_del of the GPU on root port rp1b)"
+echo "== unplug: 82:00.0 (on vfio-pci) taken off the bus (device_del of the GPU on root port rp1b)"
 t0=$(now_ms)
 fault device_del gpu1b
 seen unplug $t0 gone 0000:82:00.0; phase unplug
