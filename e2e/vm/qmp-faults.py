@@ -13,43 +13,16 @@ runs each request's command once, through QMP's `human-monitor-command`, appendi
 each on a device named by its id; anything else is refused in LOG. Ends when qemu closes the
 socket.
 """
-import json
 import os
 import re
-import socket
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qmp import Qmp  # noqa: E402
+
 ALLOWED = re.compile(r"^(pcie_aer_inject_error( -[ac])* [a-z0-9]+ [A-Z_]+|device_del [a-z0-9]+)$")
 REQUEST = re.compile(r"@@FAULT (\d+) (.*)@@")
-
-
-class Qmp:
-    def __init__(self, path):
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.connect(path)
-        self.f = self.sock.makefile("rw")
-        self.read()
-        self.cmd("qmp_capabilities")
-
-    def read(self):
-        line = self.f.readline()
-        if not line:
-            raise EOFError("qemu closed the QMP socket")
-        return json.loads(line)
-
-    def cmd(self, name, **args):
-        msg = {"execute": name}
-        if args:
-            msg["arguments"] = args
-        self.f.write(json.dumps(msg) + "\n")
-        self.f.flush()
-        while True:
-            m = self.read()
-            if "return" in m:
-                return m["return"]
-            if "error" in m:
-                return "error: " + str(m["error"].get("desc", m["error"]))
 
 
 def connect(path):
@@ -80,7 +53,10 @@ def main(path, result, log):
                 if not ALLOWED.match(command):
                     reply = "refused: not a fault command"
                 else:
-                    reply = q.cmd("human-monitor-command", **{"command-line": command})
+                    try:
+                        reply = q.cmd("human-monitor-command", **{"command-line": command})
+                    except RuntimeError as e:
+                        reply = f"error: {e}"
                 out.write(f"{n} {command} -> {str(reply).strip()}\n")
                 out.flush()
             time.sleep(0.2)

@@ -81,11 +81,9 @@ pub fn probe_until_ready(ctx: &Arc<Ctx>, name: &str, units: Vec<UnitRef>, within
         let end = Instant::now() + within;
         while Instant::now() + PROBE_EVERY < end {
             tokio::time::sleep(PROBE_EVERY).await;
-            let host = ctx.host.clone();
             let units = units.clone();
-            let ready = tokio::task::spawn_blocking(move || match host.try_lock() {
-                Ok(mut h) => units.iter().any(|u| h.probe_ready(u) == Some(true)),
-                Err(_) => false,
+            let ready = with_idle_host(&ctx, move |h| {
+                units.iter().any(|u| h.probe_ready(u) == Some(true))
             })
             .await
             .unwrap_or(false);
@@ -128,13 +126,7 @@ pub fn follow_health(ctx: &Arc<Ctx>, name: &str) {
         let mut last: Option<u64> = None;
         loop {
             tokio::time::sleep(HEALTH_EVERY).await;
-            let host = ctx.host.clone();
-            let mark = tokio::task::spawn_blocking(move || match host.try_lock() {
-                Ok(mut h) => h.health_mark(),
-                Err(_) => None,
-            })
-            .await
-            .unwrap_or(None);
+            let mark = with_idle_host(&ctx, |h| h.health_mark()).await.flatten();
             let Some(mark) = mark else { continue };
             if last.is_some_and(|l| l != mark) {
                 tracing::info!(partition = %name, "the GPUs' health facts changed: reconciling now");
@@ -143,4 +135,20 @@ pub fn follow_health(ctx: &Arc<Ctx>, name: &str) {
             last = Some(mark);
         }
     });
+}
+
+/// `f` on the host, on a blocking thread, unless a converge holds it now (`None` then: the
+/// caller skips a turn; it never waits for the host).
+async fn with_idle_host<T: Send + 'static>(
+    ctx: &Arc<Ctx>,
+    f: impl FnOnce(&mut dyn crate::host::Host) -> T + Send + 'static,
+) -> Option<T> {
+    let host = ctx.host.clone();
+    tokio::task::spawn_blocking(move || match host.try_lock() {
+        Ok(mut h) => Some(f(h.as_mut())),
+        Err(_) => None,
+    })
+    .await
+    .ok()
+    .flatten()
 }

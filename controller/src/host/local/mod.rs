@@ -182,6 +182,17 @@ pub struct LocalHost {
     ecc: std::cell::RefCell<Option<(std::time::Instant, String, EccById)>>,
 }
 
+/// The addresses of the GPUs on `nvidia`, joined (what `nvidia-smi`'s answers are kept for);
+/// `None` when none is.
+fn on_nvidia(devices: &BTreeMap<String, PciDevice>) -> Option<String> {
+    let on: Vec<&str> = devices
+        .values()
+        .filter(|d| d.driver.as_deref() == Some("nvidia"))
+        .map(|d| d.address.as_str())
+        .collect();
+    (!on.is_empty()).then(|| on.join(","))
+}
+
 /// ECC and row-remap counters by PCI address.
 type EccById = BTreeMap<String, crate::host::health::EccCounters>;
 
@@ -386,15 +397,9 @@ impl LocalHost {
     /// UUID and serial of the GPUs on `nvidia`, by address: `nvidia-smi` asked again only when
     /// which GPUs are on `nvidia` changed (it takes seconds on a loaded host).
     fn nvml_ids(&self, devices: &BTreeMap<String, PciDevice>) -> NvmlIds {
-        let on: Vec<&str> = devices
-            .values()
-            .filter(|d| d.driver.as_deref() == Some("nvidia"))
-            .map(|d| d.address.as_str())
-            .collect();
-        if on.is_empty() {
+        let Some(key) = on_nvidia(devices) else {
             return BTreeMap::new();
-        }
-        let key = on.join(",");
+        };
         if let Some((k, ids)) = &*self.nvml.borrow() {
             if *k == key {
                 return ids.clone();
@@ -415,15 +420,9 @@ impl LocalHost {
     /// ECC and row-remap counters of the GPUs on `nvidia` (`nvidia-smi`, at most every
     /// [`ECC_MAX_AGE`] while the same GPUs are on `nvidia`).
     fn nvml_ecc(&self, devices: &BTreeMap<String, PciDevice>) -> EccById {
-        let on: Vec<&str> = devices
-            .values()
-            .filter(|d| d.driver.as_deref() == Some("nvidia"))
-            .map(|d| d.address.as_str())
-            .collect();
-        if on.is_empty() {
+        let Some(key) = on_nvidia(devices) else {
             return BTreeMap::new();
-        }
-        let key = on.join(",");
+        };
         if let Some((at, k, ecc)) = &*self.ecc.borrow() {
             if *k == key && at.elapsed() < ECC_MAX_AGE {
                 return ecc.clone();
