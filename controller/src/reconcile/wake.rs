@@ -65,14 +65,7 @@ pub fn probe_until_ready(ctx: &Arc<Ctx>, name: &str, units: Vec<UnitRef>, within
     let Some(tx) = ctx.wake.tx.clone() else {
         return;
     };
-    if units.is_empty()
-        || !ctx
-            .wake
-            .probing
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(name.to_string())
-    {
+    if units.is_empty() || !claim(&ctx.wake.probing, name) {
         return;
     }
     let ctx = ctx.clone();
@@ -111,13 +104,7 @@ pub fn follow_health(ctx: &Arc<Ctx>, name: &str) {
     let Some(tx) = ctx.wake.tx.clone() else {
         return;
     };
-    if !ctx
-        .wake
-        .health
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(name.to_string())
-    {
+    if !claim(&ctx.wake.health, name) {
         return;
     }
     let ctx = ctx.clone();
@@ -151,4 +138,11 @@ async fn with_idle_host<T: Send + 'static>(
     .await
     .ok()
     .flatten()
+}
+
+/// Adds `name` to `set`; `false` when it was there (a task for it runs already).
+fn claim(set: &Mutex<HashSet<String>>, name: &str) -> bool {
+    set.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(name.to_string())
 }
