@@ -174,8 +174,58 @@ fn get_answer(raw: String) -> Result<(u16, String), String> {
     r
 }
 
+/// Tokens of the health readers' texts (issue 40): the NVIDIA driver's Xid and fallen-off-the-bus
+/// lines, `aer_dev_*` files, link speeds, `nvidia-smi`'s ECC answer.
+const HEALTH_TEXT: &[&str] = &[
+    "NVRM: Xid (PCI:",
+    "0000:01:00",
+    "0000:81:00.0",
+    "00000000:81:00.0",
+    " GPU-I:05",
+    "): ",
+    "79",
+    "154",
+    ", pid=1, ",
+    "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
+    "NVRM: The NVIDIA GPU ",
+    "NVRM: GPU ",
+    ": GPU has fallen off the bus.",
+    "TOTAL_ERR_FATAL ",
+    "Receiver Error ",
+    "18446744073709551615",
+    "99999999999999999999",
+    " GT/s PCIe",
+    "32.0",
+    "2.5",
+    ", ",
+    "[N/A]",
+    "Yes",
+    "No",
+    "\n",
+    " ",
+];
+
 proptest! {
     #![proptest_config(crate::testutil::fuzz_config(2048))]
+
+    /// The health readers take any text: no panic, every result bounded (issue 40).
+    #[test]
+    fn health_texts_never_panic(s in prop_oneof!["(?s).{0,300}", noisy(HEALTH_TEXT)]) {
+        use crate::host::health::*;
+        let ev = parse_gpu_events(&s);
+        prop_assert!(ev.len() <= EVENTS_MAX && ev.iter().all(|e| e.line.len() <= LINE_MAX));
+        prop_assert!(ev.iter().all(|e| e.address.len() == 12));
+        if let Some(a) = aer_counts(Some(&s), Some(&s), Some(&s)) {
+            prop_assert!(a.named.len() <= 3 * 32);
+        }
+        let _ = parse_link_speed(&s);
+        let _ = link_state(Some(&s), Some(&s), Some(&s), Some(&s));
+        prop_assert!(parse_ecc(&s).len() <= s.lines().count());
+        let host = HostState { gpu_events: ev, ..Default::default() };
+        let dev = crate::host::model::PciDevice { address: "0000:01:00.0".into(), ..Default::default() };
+        let j = crate::health::judge(&dev, &host.gpu_events);
+        prop_assert!(j.evidence.len() <= crate::health::EVIDENCE_MAX);
+    }
 
     #[test]
     fn cmdline_never_panics(s in prop_oneof!["(?s).{0,200}", noisy(CMDLINE)]) {
