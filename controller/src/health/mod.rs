@@ -213,7 +213,10 @@ fn ecc(found: &mut Vec<Finding>, c: &EccCounters) {
         let what = format!("{n} uncorrectable ECC error(s) since the driver loaded");
         found.push(Finding::new(Unhealthy, Some(GpuRepair::ResetGpu), what));
     }
-    let remapped = c.remapped_correctable.unwrap_or(0) + c.remapped_uncorrectable.unwrap_or(0);
+    let remapped = c
+        .remapped_correctable
+        .unwrap_or(0)
+        .saturating_add(c.remapped_uncorrectable.unwrap_or(0));
     if remapped > 0 {
         let what = format!("{remapped} memory row(s) remapped: not judged (a repair that worked)");
         found.push(Finding::new(Healthy, None, what));

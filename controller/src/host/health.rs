@@ -110,7 +110,7 @@ pub fn parse_ecc(out: &str) -> BTreeMap<String, EccCounters> {
 fn nvidia_bus_id(bus: &str) -> Option<String> {
     let bus = bus.to_ascii_lowercase();
     let (dom, rest) = bus.split_once(':')?;
-    let dom = if dom.len() == 8 { &dom[4..] } else { dom };
+    let dom = dom.get(4..).filter(|_| dom.len() == 8).unwrap_or(dom);
     let addr = format!("{dom}:{rest}");
     function_zero(&addr).filter(|a| *a == addr)
 }
@@ -204,7 +204,9 @@ pub fn parse_aer_file(text: &str, prefix: &str) -> Option<(u64, BTreeMap<String,
         }
     }
     // A kernel without the TOTAL line: the sum of what it lists.
-    let total = total.or_else(|| (!named.is_empty()).then(|| named.values().sum()));
+    let total = total.or_else(|| {
+        (!named.is_empty()).then(|| named.values().fold(0u64, |a, n| a.saturating_add(*n)))
+    });
     total.map(|t| (t, named))
 }
 

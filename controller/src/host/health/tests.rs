@@ -193,3 +193,15 @@ fn ecc_counters_as_nvidia_smi_answers() {
     );
     assert_eq!(got["0000:82:00.0"], EccCounters::default());
 }
+
+/// Found by the fuzz (`host/local/fuzz.rs`): a domain cut mid-character, counters that would
+/// overflow a sum.
+#[test]
+fn hostile_counts_and_ids_neither_panic_nor_wrap() {
+    assert!(parse_ecc("aaa\u{e9}aaa:01:00.0, 1, 1, 1, 1, No, No\n").is_empty());
+    let big = format!("Receiver Error {}\nBad TLP {}\n", u64::MAX, u64::MAX);
+    assert_eq!(
+        aer_counts(Some(&big), None, None).unwrap().correctable,
+        u64::MAX
+    );
+}

@@ -81,7 +81,9 @@ pub fn nvidia_smi_ids(out: &str) -> BTreeMap<String, (String, Option<String>)> {
         // 00000000:01:00.0 -> 0000:01:00.0
         let bus = bus.to_ascii_lowercase();
         let addr = match bus.split_once(':') {
-            Some((dom, rest)) if dom.len() == 8 => format!("{}:{rest}", &dom[4..]),
+            Some((dom, rest)) if dom.len() == 8 && dom.is_ascii() => {
+                format!("{}:{rest}", &dom[4..])
+            }
             _ => bus,
         };
         let ok = |s: &str| {
