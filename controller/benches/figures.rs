@@ -7,6 +7,8 @@
 //! - a reconcile of the converged twin (0 writes);
 //! - `observe` of the twin and of the captured H200 host (`src/host/local/testdata/h200`, real
 //!   sysfs/proc files read through the local backend);
+//! - the health mark a waiting agent takes every second (captured H200 host), and the judgment
+//!   of a GPU with a full kernel log of Xids (issue 40);
 //! - the planner on the reference host scaled to 8, 64 and 512 GPUs (each of the 8 GPUs
 //!   repeated under new PCI domains, the slices and their consumers with them).
 //!
@@ -170,6 +172,54 @@ fn main() {
         || {
             let s = h200.observe().expect("observe");
             format!("{} GPUs", s.gpus("10de").count())
+        },
+    );
+
+    // Issue 40: what a waiting agent pays every second to notice a GPU fault at once, and the
+    // judgment of a GPU whose kernel log is full of Xids.
+    let followed = h200.observe().expect("observe").gpus("10de").count();
+    let first = h200.health_mark().expect("a mark");
+    bench(
+        "health mark of the captured H200 host (local backend)",
+        1000 * n,
+        || {
+            let m = h200.health_mark().expect("a mark");
+            assert_eq!(m, first, "nothing changed on a capture");
+            format!("{followed} GPUs followed, the mark unchanged")
+        },
+    );
+    let events: Vec<gpuplane::host::health::GpuEvent> = (0..gpuplane::host::health::EVENTS_MAX)
+        .map(|i| gpuplane::host::health::GpuEvent {
+            address: "0000:81:00.0".into(),
+            xid: Some([13, 31, 48, 79, 94, 119][i % 6]),
+            line: format!(
+                "NVRM: Xid (PCI:0000:81:00): {}, pid={i}, name=python3, {}",
+                [13, 31, 48, 79, 94, 119][i % 6],
+                "x".repeat(180)
+            ),
+        })
+        .collect();
+    let sick = gpuplane::host::model::PciDevice {
+        address: "0000:81:00.0".into(),
+        ..Default::default()
+    };
+    let j = gpuplane::health::judge(&sick, &events);
+    assert!(
+        j.state == gpuplane_crds::GpuHealthState::Lost && j.evidence.len() == 6,
+        "the judgment of {} events: {j:?}; no figure is printed",
+        events.len()
+    );
+    bench(
+        "judge a GPU with a full kernel log of Xids",
+        10_000 * n,
+        || {
+            let j = gpuplane::health::judge(&sick, &events);
+            format!(
+                "{} events, {:?}, {} evidence lines",
+                events.len(),
+                j.state,
+                j.evidence.len()
+            )
         },
     );
 
