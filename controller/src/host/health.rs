@@ -106,8 +106,9 @@ pub fn parse_ecc(out: &str) -> BTreeMap<String, EccCounters> {
     m
 }
 
-/// `00000000:01:00.0` (NVML's spelling) → `0000:01:00.0`.
-fn nvidia_bus_id(bus: &str) -> Option<String> {
+/// `00000000:01:00.0` (NVML's spelling) → `0000:01:00.0`; `None` for anything that is no PCI
+/// address then (the identity and the ECC answers of `nvidia-smi` both go through it).
+pub fn nvidia_bus_id(bus: &str) -> Option<String> {
     let bus = bus.to_ascii_lowercase();
     let (dom, rest) = bus.split_once(':')?;
     let dom = dom.get(4..).filter(|_| dom.len() == 8).unwrap_or(dom);

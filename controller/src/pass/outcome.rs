@@ -53,9 +53,13 @@ impl Pass {
                 .map(|st| st.conditions.as_slice())
                 .unwrap_or(&[])
         });
+        let table = statuses
+            .get(&ResourceKey::partition(desired.partition.name.as_str()))
+            .map(|st| st.gpus.as_slice())
+            .unwrap_or(&[]);
         Outcome {
             targets: crate::discovery::render(&found),
-            gpus: gpu_rows(desired, host),
+            gpus: gpu_rows(desired, host, table),
             statuses,
         }
     }
@@ -95,8 +99,14 @@ impl Outcome {
     }
 }
 
-/// Each GPU of the partition with its slice and the driver it is bound to on `host`.
-pub fn gpu_rows(desired: &Desired, host: &HostState) -> Vec<GpuRow> {
+/// Each GPU of the partition with its slice, the driver it is bound to on `host` and its health
+/// as the partition's GPU table (`status.gpus[]`) says it, so the metric and the status cannot
+/// disagree (a GPU the table does not list is not on the bus: Lost).
+pub fn gpu_rows(
+    desired: &Desired,
+    host: &HostState,
+    table: &[gpuplane_crds::GpuStatus],
+) -> Vec<GpuRow> {
     desired
         .partition
         .slices
@@ -106,10 +116,10 @@ pub fn gpu_rows(desired: &Desired, host: &HostState) -> Vec<GpuRow> {
                 slice: s.name.clone(),
                 address: g.clone(),
                 driver: host.driver_name(g),
-                health: host
-                    .pci_devices
-                    .get(g)
-                    .map(|d| crate::health::judge(d, &host.gpu_events).state)
+                health: table
+                    .iter()
+                    .find(|r| r.address == *g && !r.missing)
+                    .and_then(|r| r.health)
                     .unwrap_or(gpuplane_crds::GpuHealthState::Lost),
             })
         })

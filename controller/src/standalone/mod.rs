@@ -176,8 +176,9 @@ fn until_next(
         host.health_mark() != mark
     };
     let Some(units) = waiting else {
+        // Settled: only the health mark to compare, at its own pace.
         let mut probe = || health_changed(host);
-        return watch.wait(opts.drift_interval, Some(&mut probe));
+        return watch.wait_every(opts.drift_interval, Some(&mut probe), HEALTH_EVERY);
     };
     let now = host.now();
     let due = units

@@ -243,7 +243,18 @@ impl Watch {
 
     /// Sleeps until the manifests change, `probe` (asked every [`PROBE_EVERY`], when given)
     /// says yes, or `wait` passes.
-    pub fn wait(&mut self, wait: Duration, mut probe: Option<&mut dyn FnMut() -> bool>) -> Wake {
+    pub fn wait(&mut self, wait: Duration, probe: Option<&mut dyn FnMut() -> bool>) -> Wake {
+        self.wait_every(wait, probe, PROBE_EVERY)
+    }
+
+    /// [`Watch::wait`] with the probe asked every `every` (and the manifests looked at no less
+    /// often than every [`POLL`]).
+    pub fn wait_every(
+        &mut self,
+        wait: Duration,
+        mut probe: Option<&mut dyn FnMut() -> bool>,
+        every: Duration,
+    ) -> Wake {
         let end = Instant::now() + wait;
         let mut next_probe = Instant::now();
         loop {
@@ -262,11 +273,11 @@ impl Watch {
                     if p() {
                         return Wake::Ready;
                     }
-                    next_probe = Instant::now() + PROBE_EVERY;
+                    next_probe = Instant::now() + every;
                 }
             }
             let until = if probe.is_some() {
-                next_probe.min(end)
+                next_probe.min(now + POLL).min(end)
             } else {
                 (now + POLL).min(end)
             };

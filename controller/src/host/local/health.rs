@@ -3,6 +3,7 @@
 //! config space still answers. Every file is PCI core's, present whatever driver is bound —
 //! `nvidia`, `vfio-pci` or none — so a GPU passed through to a VM is watched too. Reads only.
 
+use super::iommu::{is_address, kmsg_records, open_kmsg};
 use super::Root;
 use crate::host::health::{
     aer_counts, config_all_ones, link_state, PcieCounters, PcieHealth, PortHealth,
@@ -48,8 +49,7 @@ fn upstream_port(root: &Root, base: &str) -> Option<(String, String)> {
     let real = target.to_string_lossy().into_owned();
     let parent = real.rsplit_once('/')?.0;
     let name = parent.rsplit('/').next()?;
-    let is_function = name.len() == 12 && name.as_bytes()[4] == b':' && name.as_bytes()[10] == b'.';
-    is_function.then(|| (name.to_string(), format!("/sys/bus/pci/devices/{name}")))
+    is_address(name).then(|| (name.to_string(), format!("/sys/bus/pci/devices/{name}")))
 }
 
 /// What [`crate::host::Host::health_mark`] follows between observations: the GPUs of the last
@@ -73,7 +73,8 @@ impl Follow {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         for a in &self.gpus {
-            let head = config_head(root, a);
+            // The first bytes of config space are enough to tell all ones.
+            let head = root.read_head(&format!("/sys/bus/pci/devices/{a}/config"), 4);
             read(root, a, head.as_deref()).hash(&mut h);
         }
         self.events = self.events.saturating_add(self.new_events(root));
@@ -88,58 +89,17 @@ impl Follow {
             self.events = 0;
             return crate::host::health::parse_gpu_events(&log).len() as u64;
         }
-        if self.kmsg.is_none() {
-            self.kmsg = open_kmsg_at_end();
-            return 0;
-        }
         let Some(f) = self.kmsg.as_mut() else {
+            // From its end on: the observation that came before read what was there.
+            use std::io::{Seek, SeekFrom};
+            self.kmsg = open_kmsg().and_then(|mut f| f.seek(SeekFrom::End(0)).ok().map(|_| f));
             return 0;
         };
-        count_new(f)
+        // The GPU events among the records logged since the last look, at most 10 000 a look.
+        let mut n = 0u64;
+        kmsg_records(f, 10_000, |msg| {
+            n += crate::host::health::parse_gpu_events(msg).len() as u64;
+        });
+        n
     }
-}
-
-/// The first bytes of the device's config space (enough to tell all ones).
-fn config_head(root: &Root, addr: &str) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let mut buf = [0u8; 4];
-    let mut f =
-        std::fs::File::open(root.path(&format!("/sys/bus/pci/devices/{addr}/config"))).ok()?;
-    f.read_exact(&mut buf).ok()?;
-    Some(buf.to_vec())
-}
-
-/// `/dev/kmsg`, non-blocking, positioned after its last record.
-fn open_kmsg_at_end() -> Option<std::fs::File> {
-    use std::io::{Seek, SeekFrom};
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(0o4000 /* O_NONBLOCK */)
-        .open("/dev/kmsg")
-        .ok()?;
-    f.seek(SeekFrom::End(0)).ok()?;
-    Some(f)
-}
-
-/// The GPU events among the records `f` has now (each read is one record; EAGAIN ends them,
-/// EPIPE is a record overwritten before it was read). At most 10 000 records per look.
-fn count_new(f: &mut std::fs::File) -> u64 {
-    use std::io::Read;
-    let mut buf = vec![0u8; 8192];
-    let mut n = 0;
-    for _ in 0..10_000 {
-        match f.read(&mut buf) {
-            Ok(0) => break,
-            Ok(len) => {
-                let rec = String::from_utf8_lossy(&buf[..len]);
-                let msg = rec.split_once(';').map_or("", |(_, m)| m);
-                n += crate::host::health::parse_gpu_events(msg.lines().next().unwrap_or("")).len()
-                    as u64;
-            }
-            Err(e) if e.raw_os_error() == Some(32) => continue,
-            Err(_) => break,
-        }
-    }
-    n
 }

@@ -78,13 +78,8 @@ pub fn nvidia_smi_ids(out: &str) -> BTreeMap<String, (String, Option<String>)> {
         let [bus, uuid, serial] = f[..] else {
             continue;
         };
-        // 00000000:01:00.0 -> 0000:01:00.0
-        let bus = bus.to_ascii_lowercase();
-        let addr = match bus.split_once(':') {
-            Some((dom, rest)) if dom.len() == 8 && dom.is_ascii() => {
-                format!("{}:{rest}", &dom[4..])
-            }
-            _ => bus,
+        let Some(addr) = crate::host::health::nvidia_bus_id(bus) else {
+            continue;
         };
         let ok = |s: &str| {
             !s.is_empty()

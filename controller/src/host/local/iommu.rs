@@ -68,7 +68,8 @@ pub fn parse_log(lines: &str, state: &mut IommuState) {
     }
 }
 
-fn is_address(w: &str) -> bool {
+/// Whether `w` is a full PCI address, `0000:01:00.0`.
+pub(super) fn is_address(w: &str) -> bool {
     let b = w.as_bytes();
     b.len() == 12
         && b[4] == b':'
@@ -96,31 +97,44 @@ pub fn kernel_log(root: &Root) -> String {
 }
 
 fn read_kmsg() -> Option<String> {
-    use std::io::Read;
+    let mut f = open_kmsg()?;
+    let mut out = String::new();
+    kmsg_records(&mut f, 100_000, |msg| {
+        out.push_str(msg);
+        out.push('\n');
+    });
+    Some(out)
+}
+
+/// `/dev/kmsg`, opened non-blocking (a read past the last record is EAGAIN, not a wait).
+pub(super) fn open_kmsg() -> Option<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(0o4000 /* O_NONBLOCK */)
         .open("/dev/kmsg")
-        .ok()?;
-    let mut out = String::new();
+        .ok()
+}
+
+/// Calls `each` with the message (its first line) of every record `f` has from where it stands,
+/// at most `max` records: each read returns one record; EAGAIN ends them, EPIPE is a record
+/// overwritten before it was read.
+pub(super) fn kmsg_records(f: &mut std::fs::File, max: usize, mut each: impl FnMut(&str)) {
+    use std::io::Read;
     let mut buf = vec![0u8; 8192];
-    // Each read returns one record; EAGAIN ends the buffer. EPIPE means a record was overwritten.
-    for _ in 0..100_000 {
+    for _ in 0..max {
         match f.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
                 let rec = String::from_utf8_lossy(&buf[..n]);
                 if let Some((_, msg)) = rec.split_once(';') {
-                    out.push_str(msg.lines().next().unwrap_or(""));
-                    out.push('\n');
+                    each(msg.lines().next().unwrap_or(""));
                 }
             }
             Err(e) if e.raw_os_error() == Some(32) => continue,
             Err(_) => break,
         }
     }
-    Some(out)
 }
 
 /// The whole IOMMU summary.

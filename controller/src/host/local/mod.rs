@@ -78,6 +78,14 @@ impl Root {
     pub fn read(&self, abs: &str) -> Option<String> {
         std::fs::read_to_string(self.path(abs)).ok()
     }
+    /// The first `max` bytes of a file at most (binary: a device's config space).
+    pub fn read_head(&self, abs: &str, max: u64) -> Option<Vec<u8>> {
+        use std::io::Read;
+        let f = std::fs::File::open(self.path(abs)).ok()?;
+        let mut buf = Vec::with_capacity(max as usize);
+        f.take(max).read_to_end(&mut buf).ok()?;
+        Some(buf)
+    }
     /// Entry names of a directory, sorted; empty when missing.
     pub fn list(&self, abs: &str) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(self.path(abs))

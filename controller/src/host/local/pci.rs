@@ -48,7 +48,8 @@ pub fn read_device(root: &Root, addr: &str) -> Option<PciDevice> {
     let nvidia_minor = root
         .read(&format!("/proc/driver/nvidia/gpus/{addr}/information"))
         .and_then(|t| parse_minor(&t));
-    let config = read_config(root, addr);
+    // Config space: 4096 bytes for root, 256 otherwise; never more is read.
+    let config = root.read_head(&format!("{base}/config"), 4096);
     // UUID and serial come from nvidia-smi, for all GPUs at once (`LocalHost::nvml_ids`).
     let identity = crate::host::model::GpuIdentity {
         dsn: config
@@ -75,15 +76,6 @@ pub fn read_device(root: &Root, addr: &str) -> Option<PciDevice> {
         identity,
         health: super::health::read(root, addr, config.as_deref()),
     })
-}
-
-/// The device's config space (4096 bytes for root, 256 otherwise; never more is read).
-fn read_config(root: &Root, addr: &str) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let f = std::fs::File::open(root.path(&format!("/sys/bus/pci/devices/{addr}/config"))).ok()?;
-    let mut buf = Vec::with_capacity(4096);
-    f.take(4096).read_to_end(&mut buf).ok()?;
-    Some(buf)
 }
 
 /// `(name, address)` of each physical slot the platform names.

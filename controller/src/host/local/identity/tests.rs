@@ -61,11 +61,10 @@ fn nvidia_smi_names_uuid_and_serial_by_sysfs_address() {
     assert_eq!(m.len(), 2);
 }
 
-/// A bus id whose 8-byte domain would be cut mid-character is no panic (it panicked before;
-/// found by the health readers' fuzz, whose parser of the same spelling had it too), and it
-/// names no device's address.
+/// A bus id whose 8-byte domain would be cut mid-character is skipped, no panic (it panicked
+/// before; found by the health readers' fuzz, whose parser of the same spelling had it too).
 #[test]
-fn a_bus_id_cut_mid_character_is_no_panic() {
+fn a_bus_id_cut_mid_character_is_skipped() {
     let ids = nvidia_smi_ids("aaa\u{e9}aaa:01:00.0, GPU-6f2c1e00-5a3b-4c1d-9e8f-0a1b2c3d4e00, 1\n");
-    assert!(ids.keys().all(|k| !k.starts_with("0000:")), "{ids:?}");
+    assert!(ids.is_empty(), "{ids:?}");
 }
