@@ -52,6 +52,11 @@ total0=$(date +%s)
 # cpu_busy: the machine's busy CPU seconds so far (user, nice, system, irq, softirq), every process
 cpu_busy() { awk -v hz="$(getconf CLK_TCK)" '/^cpu /{printf "%d", ($2+$3+$4+$7+$8)/hz}' /proc/stat; }
 cpu0=$(cpu_busy)
+# Free disk where the VMs copy their disks (~0.7 GB each, a failed one's kept): a full disk fails
+# every VM and API-server target at once with "No space left on device", so say it first.
+free_gb=$(df -Pk "${TMPDIR:-/tmp}" | awk 'NR==2 {print int($4 / 1048576)}')
+echo "== ${free_gb} GB free in ${TMPDIR:-/tmp}"
+[ "$free_gb" -ge 8 ] || echo "== WARNING: less than 8 GB free in ${TMPDIR:-/tmp}: the VM targets need about that; clear old /tmp/gpuplane-vm.* work dirs" >&2
 # Every run selects with --workspace, as the build above did: selecting by package (-p,
 # --manifest-path) unifies features differently and rebuilds crates (minutes on two cores).
 # The unit tests of all crates run as one step, the binaries' as another, then each test target.

@@ -8,11 +8,27 @@
 #
 # Key: a hash of what the saved guest depends on: the machine's command line, the kernel command
 # line, the image, kernel and initrd files (size and time), the base image's stamp, job-runner.sh,
-# this file and qemu's version. Any change makes another key, and so another snapshot; snapshots
-# not used for SNAP_KEEP_DAYS (7) are removed when one is made. Made under a lock per key, in a
-# temporary directory renamed into place: concurrent runs wait for one boot and share it.
+# this file and qemu's version. Any change makes another key, and so another snapshot. When one is
+# made, the others beyond the SNAP_KEEP_COUNT (8) most recently used, and any not used for
+# SNAP_KEEP_DAYS (7), are removed: each is ~700 MB, and a day of edits to the machine once left 14
+# behind and filled the disk under a whole suite. Made under a lock per key, in a temporary
+# directory renamed into place: concurrent runs wait for one boot and share it.
 
 SNAP_KEEP_DAYS=${SNAP_KEEP_DAYS:-7}
+SNAP_KEEP_COUNT=${SNAP_KEEP_COUNT:-8}
+
+# snapshot_prune: removes the snapshots (and their locks) not used for SNAP_KEEP_DAYS and those
+# beyond the SNAP_KEEP_COUNT most recently used (a use touches the directory). The suite uses
+# fewer shapes than that, so a run in progress never loses the one it restores from.
+snapshot_prune() {
+  local d
+  find "$SNAP_ROOT" -mindepth 1 -maxdepth 1 -type d -name '[0-9a-f]*' -mtime +"$SNAP_KEEP_DAYS" -exec rm -rf {} + 2>/dev/null || true
+  # shellcheck disable=SC2012 # the names are our own hex keys
+  ls -1dt "$SNAP_ROOT"/[0-9a-f]*/ 2>/dev/null | tail -n +"$((SNAP_KEEP_COUNT + 1))" | while read -r d; do
+    d=${d%/}
+    rm -rf "$d" && rm -f "$SNAP_ROOT/.lock-${d##*/}"
+  done
+}
 
 # snapshot_root: where snapshots live ($GPUPLANE_E2E_SNAPSHOTS; by default next to the image,
 # or under ~/.cache when that is not writable); sets SNAP_ROOT.
@@ -95,13 +111,13 @@ snapshot_ensure() {
     exec 8>"$SNAP_ROOT/.lock-$key"
     flock 8
     if [ ! -e "$SNAP/ok" ]; then
-      find "$SNAP_ROOT" -mindepth 1 -maxdepth 1 -type d -mtime +"$SNAP_KEEP_DAYS" -exec rm -rf {} + 2>/dev/null || true
       tmp=$SNAP_ROOT/.tmp-$key-$$
       rm -rf "$tmp"; mkdir -p "$tmp"
       echo "run.sh: no snapshot of this machine yet ($key): booting it once to make one" >&2
       if ! snapshot_make "$tmp"; then rm -rf "$tmp"; exit 125; fi
       touch "$tmp/ok"
       rm -rf "$SNAP"; mv "$tmp" "$SNAP"
+      snapshot_prune
       echo "run.sh: snapshot $key made ($(cat "$SNAP/times"); $(du -sh "$SNAP" | cut -f1))" >&2
     fi
     exec 8>&-
