@@ -35,6 +35,15 @@ pub enum Step {
     /// Clear `driver_override`, then `drivers_probe`: the kernel binds its default driver (one
     /// step, so no state in between looks finished).
     ReturnToHostDriver { address: String },
+    /// Write `1` to `/sys/bus/pci/devices/<address>/reset` (the kernel resets that function
+    /// only, by the first method it offers, `reset_method`: FLR, PM, bus), then store `ledger`,
+    /// which records the reset: one step, so a plan never sees the record without the reset
+    /// (a crash between the two resets once more). Planned only for a quarantined GPU nothing
+    /// uses (`plan/quarantine.rs`).
+    ResetGpu {
+        address: String,
+        ledger: crate::host::ledger::Ledger,
+    },
     /// Make the GPU device lines of `/etc/pve/lxc/<vmid>.conf` give exactly these minors.
     SetContainerGpus { vmid: u32, minors: BTreeSet<u32> },
     /// Make this node's map lines of a mapping in `/etc/pve/mapping/pci.cfg` exactly `entries`.
@@ -126,7 +135,8 @@ impl Step {
             Step::SetDriverOverride { address, .. }
             | Step::Unbind { address, .. }
             | Step::Probe { address }
-            | Step::ReturnToHostDriver { address } => address.clone(),
+            | Step::ReturnToHostDriver { address }
+            | Step::ResetGpu { address, .. } => address.clone(),
             Step::SetPciMapping { mapping, .. } => mapping.clone(),
             Step::ProbeP2p { gpus, .. } => gpus.join(","),
             Step::DaemonReload { location } => location.to_string(),
@@ -149,6 +159,7 @@ impl Step {
             Step::Unbind { .. } => "unbind",
             Step::Probe { .. } => "probe",
             Step::ReturnToHostDriver { .. } => "returnToHostDriver",
+            Step::ResetGpu { .. } => "resetGpu",
             Step::SetContainerGpus { .. } => "setContainerGpus",
             Step::SetPciMapping { .. } => "setPciMapping",
             Step::StartContainer { .. } => "startContainer",
@@ -186,6 +197,9 @@ impl std::fmt::Display for Step {
             Step::Probe { address } => write!(f, "probe drivers for {address}"),
             Step::ReturnToHostDriver { address } => {
                 write!(f, "return {address} to its host driver")
+            }
+            Step::ResetGpu { address, .. } => {
+                write!(f, "reset GPU {address} (its function only) and record it")
             }
             Step::SetContainerGpus { vmid, minors } => {
                 let m: Vec<String> = minors.iter().map(|m| format!("/dev/nvidia{m}")).collect();

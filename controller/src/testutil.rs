@@ -115,3 +115,14 @@ pub fn set_mtime_ago(path: &std::path::Path, secs: u64) {
 pub fn key(text: &str) -> crate::resource_key::ResourceKey {
     text.parse().unwrap()
 }
+
+/// `m`'s partitions with `spec.health.quarantine: Never`: a GPU gone from the bus then stalls its
+/// slice (`GpuMissing`, the layout guard's answer) instead of being quarantined.
+pub fn without_quarantine(m: &mut Manifests) {
+    for p in &mut m.partitions {
+        p.spec.health = Some(gpuplane_crds::HealthPolicy {
+            quarantine: gpuplane_crds::QuarantinePolicy::Never,
+            ..Default::default()
+        });
+    }
+}

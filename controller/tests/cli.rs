@@ -730,14 +730,37 @@ fn a_conflict_in_files_blames_the_newcomer_not_the_server_on_the_host() {
     );
 }
 
+/// The reference manifests in `dir/manifests`, the partition's `spec.health` set to `health`
+/// (a YAML flow mapping); returns the directory.
+fn manifests_with_health(dir: &std::path::Path, health: &str) -> std::path::PathBuf {
+    let m = dir.join("manifests");
+    std::fs::create_dir_all(&m).unwrap();
+    for f in ["partition.yaml", "server.yaml"] {
+        let mut t = std::fs::read_to_string(repo().join("examples/kpro6").join(f)).unwrap();
+        if f == "partition.yaml" {
+            t = t.replace(
+                "  deletionPolicy: Retain\n",
+                &format!("  deletionPolicy: Retain\n  health: {health}\n"),
+            );
+            assert!(
+                t.contains("health: "),
+                "the reference partition changed its shape"
+            );
+        }
+        std::fs::write(m.join(f), t).unwrap();
+    }
+    m
+}
+
 /// One sick GPU among eight on the twin (issue 40): an uncorrectable ECC error's Xid on one, a
 /// stream of correctable PCIe errors at another's port, an application's Xid on a third. Each
 /// is judged by its own evidence, the partition's `GpusHealthy` names the worst first, the
-/// others stay Healthy with nothing to say, and the converge itself goes on (health is
-/// reported, it blocks nothing).
+/// others stay Healthy with nothing to say, and under `spec.health.quarantine: Never` the
+/// converge itself goes on untouched (health is reported only).
 #[test]
 fn one_sick_gpu_is_named_and_the_others_stay_healthy() {
     let dir = tempfile::tempdir().unwrap();
+    let m = manifests_with_health(dir.path(), "{quarantine: Never}");
     let host = dir.path().join("host.yaml");
     let text = std::fs::read_to_string(repo().join("examples/hosts/kpro6.yaml")).unwrap();
     let mut doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
@@ -758,12 +781,21 @@ fn one_sick_gpu_is_named_and_the_others_stay_healthy() {
     .unwrap();
     std::fs::write(&host, serde_yaml::to_string(&doc).unwrap()).unwrap();
     let hs = format!("sim:{}", host.display());
-    let o = gpuplane(&["converge", "--host", &hs, "--output", "json"]);
+    let o = gpuplane(&[
+        "converge",
+        "--host",
+        &hs,
+        "-f",
+        m.to_str().unwrap(),
+        "--output",
+        "json",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     let gpus = r["status"][PARTITION]["gpus"].as_array().unwrap();
     let row = |a: &str| gpus.iter().find(|g| g["address"] == a).unwrap();
     let e1 = row("0000:e1:00.0");
+    assert!(e1["quarantine"].is_null(), "{e1}");
     assert_eq!(
         (e1["health"].as_str(), e1["repair"].as_str()),
         (Some("Unhealthy"), Some("ResetGpu"))
@@ -813,4 +845,94 @@ fn one_sick_gpu_is_named_and_the_others_stay_healthy() {
         "True",
         "health blocks nothing"
     );
+}
+
+/// The quarantine at the CLI's door (issue 40): on the converged twin, the NVIDIA driver logs an
+/// uncorrectable ECC error (Xid 48, "reset the GPU") for one GPU of the container slice. One
+/// converge takes it out of its slice, stops only the one server that uses it and its
+/// container (which restarts without that device node), resets that GPU alone once nothing
+/// uses it, proves it (it answers, no new fault) and gives it back: the server serves again on
+/// its four GPUs, the VM slice is never touched, and the ledger remembers the reset.
+#[test]
+fn one_sick_gpu_costs_its_one_consumer_a_reset_and_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("converged.yaml");
+    let o = gpuplane(&["converge", "--save-host", saved.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let mut text = std::fs::read_to_string(&saved).unwrap();
+    assert!(
+        !text.contains("kernelLog:"),
+        "the twin has no kernel log yet"
+    );
+    text.push_str("kernelLog:\n- \"NVRM: Xid (PCI:0000:11:00): 48, pid=4242, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0.\"\n");
+    std::fs::write(&saved, text).unwrap();
+    let hs = format!("sim-rw:{}", saved.display());
+    let o = gpuplane(&["converge", "--host", &hs, "--output", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let steps: Vec<String> = r["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let kinds: Vec<&str> = r["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "writeLedger",
+            "stopUnit",
+            "stopContainer",
+            "setContainerGpus",
+            "resetGpu",
+            "writeLedger",
+            "setContainerGpus",
+            "startContainer",
+            "startUnit",
+            "waitReady"
+        ],
+        "{steps:?}"
+    );
+    let why = |i: usize| r["steps"][i]["why"].as_str().unwrap().to_string();
+    assert!(
+        why(0).contains("quarantined (Unhealthy: Xid 48 ROBUST_CHANNEL_GPU_ECC_DBE"),
+        "{}",
+        why(0)
+    );
+    assert!(
+        why(1).contains("GPU 0000:11:00.0 of slice inference is quarantined"),
+        "{}",
+        why(1)
+    );
+    assert!(why(5).contains("proved after its reset"), "{}", why(5));
+    assert_eq!(condition(&r, SERVER, "Ready")["status"], "True");
+    let row = r["status"][PARTITION]["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["address"] == "0000:11:00.0")
+        .unwrap()
+        .clone();
+    assert_eq!(row["health"], "Healthy", "{row}");
+    assert!(
+        row["evidence"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("evidence accepted ("),
+        "{row}"
+    );
+    let c = condition(&r, PARTITION, "GpusHealthy");
+    assert_eq!(
+        (c["status"].as_str(), c["reason"].as_str()),
+        (Some("True"), Some("GpusHealthy"))
+    );
+    // Settled: the same evidence, already proved, changes nothing.
+    let o = gpuplane(&["converge", "--host", &hs, "--output", "json"]);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["writes"], 0, "{}", stdout(&o));
 }

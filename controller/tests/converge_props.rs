@@ -402,6 +402,7 @@ fn build(c: &Case) -> Option<(SimHost, GpuPartition, InferenceServer)> {
             iommu: None,
             host: None,
             deletion_policy: DeletionPolicy::Retain,
+            health: None,
         },
     );
     part.metadata.name = Some("h1".into());

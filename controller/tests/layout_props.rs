@@ -116,7 +116,7 @@ fn selector(sel: Sel, picked: &[&gpuplane::host::sim::SimDevice]) -> GpuSelector
 }
 
 /// The twin without its server (the partition alone is under test), container 130 beside 129,
-/// and the reference partition split three ways: `inference` (LXC 129) and `side` (LXC 130)
+/// quarantine off, and the reference partition split three ways: `inference` (LXC 129) and `side` (LXC 130)
 /// take two NUMA-0 GPUs each, the VM slice NUMA node 1, each by its selector of `sels`.
 fn start(sels: (Sel, Sel, Sel)) -> (SimHost, Manifests) {
     let mut h = SimHost::from_yaml(gpuplane::EMBEDDED_HOST, "twin").unwrap();
@@ -130,6 +130,12 @@ fn start(sels: (Sel, Sel, Sel)) -> (SimHost, Manifests) {
         m.add_text(t, n).unwrap();
     }
     m.servers.clear();
+    // The guard's own answer to a GPU gone from the bus (GpuMissing) is under test: the
+    // quarantine, which takes such a GPU out of its slice instead, has its own tests.
+    m.partitions[0].spec.health = Some(gpuplane_crds::HealthPolicy {
+        quarantine: gpuplane_crds::QuarantinePolicy::Never,
+        ..Default::default()
+    });
     let on = |numa: i32| -> Vec<&gpuplane::host::sim::SimDevice> {
         h.file
             .pci_devices

@@ -289,8 +289,8 @@ fn a_pool_beside_its_members_is_checked_by_the_agent_on_files() {
 /// Issue 40: the running agent judges a GPU fault as soon as the kernel reports it, not at its
 /// next drift pass. Settled on the twin with a drift interval of an hour, the host then logs the
 /// NVIDIA driver's Xid 79 for one GPU (the twin's kernel log, written as a person or the kernel
-/// would: the host file replaced whole); the partition's status names that GPU Lost within
-/// the test's minute — only the agent's health watch can have woken it. The time it took is
+/// would: the host file replaced whole); the partition's status names that GPU Lost and
+/// quarantined (escalated: a reset cannot help a GPU off the bus) within the test's minute — only the agent's health watch can have woken it. The time it took is
 /// printed (a figure, not an assertion).
 #[test]
 fn a_gpu_fault_is_judged_without_waiting_for_the_drift_pass() {
@@ -336,14 +336,15 @@ fn a_gpu_fault_is_judged_without_waiting_for_the_drift_pass() {
     let tmp = d.join(".host.yaml.new");
     std::fs::write(&tmp, serde_yaml::to_string(&doc).unwrap()).unwrap();
     std::fs::rename(&tmp, &host).unwrap();
-    let judged = wait(&|| healthy("GpuLost"), 60);
+    let judged = wait(&|| healthy("GpusQuarantined"), 60);
     let _ = child.kill();
     let _ = child.wait();
     let took =
         judged.expect("the fault was not judged within 60 s (the drift pass is an hour away)");
     let status = std::fs::read_to_string(&partition).unwrap();
     assert!(
-        status.contains("0000:e1:00.0 (slice confidential-vm) Lost: Xid 79"),
+        status.contains("0000:e1:00.0 (slice confidential-vm) Lost, quarantined since ")
+            && status.contains("(Escalated; accept with gpuplane.dev/accept-health="),
         "{status}"
     );
     println!(

@@ -48,6 +48,49 @@ pub struct GpuPartitionSpec {
     /// What happens to the host when this resource is deleted.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
+    /// What the agent does with a GPU it judges sick (`status.gpus[].health`): which GPUs it
+    /// takes out of their slice, and whether it resets one. Absent: the safe default, quarantine
+    /// an Unhealthy or Lost GPU and reset it once where the evidence says a reset repairs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthPolicy>,
+}
+
+/// The admin's rule for sick GPUs (`spec.health`).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthPolicy {
+    /// Which GPUs are quarantined: taken out of their slice (the one server that uses one is
+    /// stopped, its container loses exactly that device node, its VM's mapping that entry;
+    /// everything else keeps running).
+    #[serde(default)]
+    pub quarantine: QuarantinePolicy,
+    /// Whether a quarantined GPU whose evidence calls for a reset (`repair: ResetGpu`) is reset
+    /// (its function only, through sysfs), once; it rejoins its slice when it answers and no new
+    /// fault shows, and a fault that returns escalates.
+    #[serde(default)]
+    pub reset: ResetPolicy,
+}
+
+/// Which judged states take a GPU out of its slice.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum QuarantinePolicy {
+    /// Unhealthy or Lost GPUs (the default).
+    #[default]
+    Unhealthy,
+    /// Only Lost GPUs (gone, or not answering).
+    Lost,
+    /// None: health is reported only.
+    Never,
+}
+
+/// Whether the agent resets a quarantined GPU.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum ResetPolicy {
+    /// Once per fault, where the evidence calls for a reset (the default).
+    #[default]
+    Auto,
+    /// Never: a person repairs, then accepts (`gpuplane.dev/accept-health`).
+    Never,
 }
 
 /// One group of GPUs with one driver and one consumer.
@@ -491,6 +534,49 @@ pub struct GpuStatus {
     /// it was read, the link.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<String>,
+    /// Out of its slice for a fault (`spec.health`), with why, since when and the way out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine: Option<GpuQuarantine>,
+}
+
+/// A GPU's quarantine as the agent records it (in its ledger, so it outlives the kernel log).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuQuarantine {
+    /// When the agent took it out of its slice (RFC 3339).
+    pub since: String,
+    /// Where it stands: `Quarantined` (out, waiting for a reset or a person), `Reset` (reset,
+    /// being proved), `Escalated` (the reset failed, the fault returned, or no reset helps: the
+    /// repair says what a person does).
+    pub stage: QuarantineStage,
+    /// The evidence hash: `gpuplane.dev/accept-health: <hash>` on the partition returns the GPU
+    /// to its slice (a later, different fault quarantines it again).
+    pub hash: String,
+    /// What it was quarantined for (the judgment's first evidence lines then).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+    /// How often the agent reset it for this fault.
+    #[serde(default)]
+    pub resets: u32,
+    /// What the evidence called for when it was quarantined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<GpuRepair>,
+    /// The boot it was quarantined in: a GPU whose evidence called for no more than a reboot
+    /// and that is judged healthy in a later boot rejoins its slice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+}
+
+/// The stages of a quarantine.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum QuarantineStage {
+    /// Out of its slice; a reset comes next where the rule allows one.
+    #[default]
+    Quarantined,
+    /// Reset by the agent; it rejoins once it answers with no new fault.
+    Reset,
+    /// Needs a person: the repair (`RebootNode`, `ContactSupport`) names what, the row the board.
+    Escalated,
 }
 
 /// A GPU's health, from best to worst.

@@ -114,6 +114,11 @@ reasons! {
     ConsumerNotFound => Stuck,
     /// Another process listens on the server's port.
     PortInUse => Stuck,
+    /// A GPU of the server's slice that it uses is quarantined (`spec.health`): the server is
+    /// stopped, every other server keeps running. It starts again when the GPU rejoins (after
+    /// the agent's reset, or a person's `gpuplane.dev/accept-health`), or on GPUs the admin
+    /// gives the slice.
+    GpuQuarantined => Stuck,
     /// The server's unit exists and was not written by gpuplane: rename it, or adopt it
     /// (`servers.adoptUnits`).
     UnitNotManaged => Stuck,
@@ -240,6 +245,11 @@ reasons! {
     /// or is gone from the bus; its consumer cannot use it. Reboot the node, or reseat or
     /// replace the board named by its serial and slot.
     GpuLost => Detail,
+    /// `GpusHealthy=False`: a GPU is quarantined (`spec.health`): out of its slice, its one
+    /// server stopped, everything else running. `status.gpus[].quarantine` says its stage; the
+    /// agent resets it where the rule allows, else a person repairs it and writes
+    /// `gpuplane.dev/accept-health: <hash>` on the partition.
+    GpusQuarantined => Detail,
 
     // A GpuNodePool's conditions.
     /// Every member is updated and whole, no slot is held.

@@ -209,6 +209,19 @@ impl Report {
         self.stop.is_none() && self.final_plan.is_empty()
     }
 
+    /// Converged but for blockers of reason `r` only (a server stopped for a quarantined GPU:
+    /// the host is as whole as the agent can make it).
+    pub fn converged_apart_from(&self, r: crate::plan::Reason) -> bool {
+        let only_r = |b: &[crate::plan::Blocker]| b.iter().all(|b| b.reason == r);
+        self.final_plan.steps.is_empty()
+            && only_r(&self.final_plan.blockers)
+            && match &self.stop {
+                None => true,
+                Some(Stop::Blocked { blockers }) => only_r(blockers),
+                Some(_) => false,
+            }
+    }
+
     /// Whether the run stopped on another writer's lock or a pool's slot: retry after a poll
     /// interval, not the drift interval.
     pub fn waits_for_lock(&self) -> bool {

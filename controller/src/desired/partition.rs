@@ -78,6 +78,9 @@ fn layout_terms(p: &GpuPartition, gpu_vendor: &str) -> crate::layout::Terms {
         accept_layout: ann(crate::layout::ACCEPT_ANNOTATION),
         allow_unverified: ann(crate::layout::UNVERIFIED_ANNOTATION).as_deref() == Some("true"),
         contested: Default::default(),
+        health: p.spec.health.clone().unwrap_or_default(),
+        accept_health: ann(crate::layout::ACCEPT_HEALTH_ANNOTATION),
+        now: None,
     }
 }
 

@@ -18,6 +18,7 @@
 //! Counters are the kernel's since boot: a GPU repaired without a reboot keeps its count until
 //! a person accepts it (the quarantine part of issue 40).
 
+pub mod quarantine;
 pub mod xid;
 
 use crate::host::health::{AerCounts, EccCounters, GpuEvent, LinkState};

@@ -57,6 +57,22 @@ pub struct LedgerGpu {
     /// identity (UUID) is unknown, so it goes to no VM until it has been (or the admin allows it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unverified: bool,
+    /// Out of its slice for a fault (`health/quarantine.rs`): kept here because the kernel log
+    /// that showed the fault rotates, and a restarted agent must not hand the GPU back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine: Option<gpuplane_crds::GpuQuarantine>,
+    /// The evidence hash last accepted (a person's `accept-health`, or the proof after a
+    /// reset): that evidence quarantines the GPU no more; a new fault changes the hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_health: Option<String>,
+    /// Resets the agent made of this GPU since a person last accepted it: a fault that returns
+    /// after one escalates instead of being reset again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub resets: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn minus_one() -> i32 {

@@ -23,6 +23,9 @@ use sha2::{Digest, Sha256};
 
 /// The annotation that acknowledges a layout: its value is the layout hash.
 pub const ACCEPT_ANNOTATION: &str = "gpuplane.dev/accept-layout";
+/// The annotation that returns a quarantined GPU to its slice: its value is the quarantine's
+/// evidence hash (`status.gpus[].quarantine.hash`).
+pub const ACCEPT_HEALTH_ANNOTATION: &str = "gpuplane.dev/accept-health";
 /// The annotation that lets a GPU of unknown identity go to a VM.
 pub const UNVERIFIED_ANNOTATION: &str = "gpuplane.dev/allow-unverified-gpus";
 
@@ -52,6 +55,14 @@ pub struct Terms {
     /// resolution only under a standing ledger of the same spec, unacknowledged): the guard
     /// stalls every one of them.
     pub contested: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    /// `spec.health`: which sick GPUs leave their slice, and whether the agent resets them
+    /// (`health/quarantine.rs`, the guard's sibling: both decide which GPU serves which slice).
+    pub health: gpuplane_crds::HealthPolicy,
+    /// The `accept-health` annotation's value (a quarantine's evidence hash).
+    pub accept_health: Option<String>,
+    /// The pass's time (RFC 3339), for the records the planner writes (a quarantine's
+    /// `since`); set by the pass (`pass::Pass::stamp`), `None` in a plan made without one.
+    pub now: Option<String>,
 }
 
 /// The hash a person writes into `accept-layout`: of the GPUs on the bus now (address, model,

@@ -58,4 +58,14 @@ impl Pass {
     pub fn reboot_gate(&self, p: &GpuPartition, api: bool) -> RebootGate {
         RebootGate::for_partition(p, api, self.now)
     }
+
+    /// Gives the resolved partition `dp` of `p` the pass's decisions: the reboot gate
+    /// ([`Pass::reboot_gate`]) and the time the planner stamps its records with (a quarantine's
+    /// `since`), so every door's plan sees the same.
+    pub fn stamp(&self, p: &GpuPartition, api: bool, dp: &mut crate::desired::DesiredPartition) {
+        dp.reboot = self.reboot_gate(p, api);
+        if let Some(t) = &mut dp.layout {
+            t.now = Some(self.now.to_string());
+        }
+    }
 }

@@ -41,7 +41,7 @@ pub fn from_manifests(
     let observed = host.observe()?;
     let mut desired = for_host(manifests, &observed, gpu.0, gpu.1)?;
     if let Some(p) = manifests.partition(&desired.partition.name) {
-        desired.partition.reboot = pass.reboot_gate(p, false);
+        pass.stamp(p, false, &mut desired.partition);
     }
     add(&mut desired);
     let seed = watching.seed(host, WatchSet::of(&desired), observed);

@@ -55,7 +55,7 @@ pub fn first_disruption(plan: &Plan, host: &HostState) -> Option<(String, String
 
 /// Who uses the GPU at `address`: a process holding it, a container whose config gives it, a
 /// VM whose mapping names it.
-fn gpu_in_use(host: &HostState, address: &str) -> Option<String> {
+pub(super) fn gpu_in_use(host: &HostState, address: &str) -> Option<String> {
     let dev = host.pci_devices.get(address)?;
     dev.driver.as_ref()?;
     if let Some(h) = dev.holders.first() {

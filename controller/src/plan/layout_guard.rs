@@ -50,6 +50,9 @@ pub struct Verdict {
     pub write: Option<(Ledger, String)>,
     /// GPUs of VM slices to bind to `nvidia` first, so their identity is known: address → slice.
     pub identify_first: BTreeMap<String, String>,
+    /// The ledger as it should be after this plan (`None` when the guard stalled, or the
+    /// partition has no layout terms): the quarantine decides on it (`health/quarantine.rs`).
+    pub next: Option<Ledger>,
 }
 
 impl Verdict {
@@ -92,7 +95,8 @@ pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
     let same_spec = l.spec_hash == t.spec_hash;
     let hash = layout_hash(&observed);
     let accepted = !same_spec || t.accept_layout.as_deref() == Some(hash.as_str());
-    let mut changes = changes(l, &m, &owner_of);
+    let quarantines_lost = t.health.quarantine != gpuplane_crds::QuarantinePolicy::Never;
+    let mut changes = changes(l, &m, &owner_of, quarantines_lost);
     changes.extend(contested(t, l, &m));
     let mut v = Verdict::default();
     if !accepted {
@@ -102,6 +106,7 @@ pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
         }
     }
     mark_unverified(&mut fresh, l, &m);
+    carry_health(&mut fresh, l, &m);
     if same_spec {
         fresh.extend(kept_missing(l, &m));
     }
@@ -111,6 +116,7 @@ pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
         gpus: fresh,
     };
     v.identify_first = identify_first(d, host, &new, t, &mut v.stalls);
+    v.next = Some(new.clone());
     if new.render() != l.render() {
         let rows: Vec<String> = changes.iter().map(|c| c.row.clone()).collect();
         let why = if rows.is_empty() {
@@ -143,6 +149,7 @@ fn first_ledger(d: &DesiredPartition, t: &Terms, fresh: Vec<LedgerGpu>) -> Verdi
             spec_hash: t.spec_hash.clone(),
             gpus: fresh,
         };
+        v.next = Some(new.clone());
         v.write = Some((new, why));
     }
     v
@@ -181,7 +188,16 @@ fn kept_missing<'a>(l: &'a Ledger, m: &'a Matching) -> impl Iterator<Item = Ledg
 }
 
 /// Every difference between the ledger and what the bus and the selection show now.
-fn changes(l: &Ledger, m: &Matching, owner_of: &dyn Fn(&str) -> Option<String>) -> Vec<Change> {
+///
+/// A GPU gone from the bus freezes its slice only where `spec.health` quarantines nothing
+/// (`quarantines_lost` false): otherwise the quarantine takes it out of its slice and the
+/// slice goes on with the others (`health/quarantine.rs`); the row is still said.
+fn changes(
+    l: &Ledger,
+    m: &Matching,
+    owner_of: &dyn Fn(&str) -> Option<String>,
+    quarantines_lost: bool,
+) -> Vec<Change> {
     let mut out: Vec<Change> = m
         .same
         .iter()
@@ -214,9 +230,10 @@ fn changes(l: &Ledger, m: &Matching, owner_of: &dyn Fn(&str) -> Option<String>) 
     for li in &m.missing {
         let g = &l.gpus[*li];
         if !g.missing {
+            let frozen = if quarantines_lost { &None } else { &g.owner };
             push(
                 GPU_MISSING,
-                &g.owner,
+                frozen,
                 &None,
                 format!(
                     "{} at {} is gone from the bus ({})",
@@ -383,6 +400,21 @@ fn ledger_entry(d: &PciDevice, identity: GpuIdentity, owner: Option<String>) -> 
         owner,
         missing: false,
         unverified: false,
+        ..LedgerGpu::default()
+    }
+}
+
+/// The same GPU keeps its health memory (quarantine, accepted evidence, resets) across a
+/// rewrite of the ledger; a GPU that took another's place starts clean (a replaced board
+/// does not inherit its predecessor's quarantine).
+fn carry_health(fresh: &mut [LedgerGpu], l: &Ledger, m: &Matching) {
+    for (li, addr) in &m.same {
+        if let Some(e) = fresh.iter_mut().find(|e| &e.address == addr) {
+            let old = &l.gpus[*li];
+            e.quarantine = old.quarantine.clone();
+            e.accepted_health = old.accepted_health.clone();
+            e.resets = old.resets;
+        }
     }
 }
 

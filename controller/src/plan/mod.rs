@@ -33,6 +33,7 @@ mod mappings;
 mod occupants;
 mod output;
 mod preflight;
+mod quarantine;
 pub mod servers;
 mod stalled_containers;
 
@@ -60,9 +61,13 @@ struct GpuTarget {
 /// `nvidia`), and only in a plan nothing else blocks.
 pub fn plan(desired: &Desired, host: &HostState) -> Plan {
     let verdict = layout_guard::check(&desired.partition, host);
+    let q = health_decision(desired, host, &verdict);
     let narrowing = stalled_containers::narrow(&desired.partition, host, &verdict);
     let view = layout_view(desired, &verdict);
     let d = view.as_ref().unwrap_or(desired);
+    let (q_stops, q_blockers) = quarantine::consumers(d, host, &q);
+    let q_view = quarantine::view(d, &q);
+    let d = q_view.as_ref().unwrap_or(d);
     let boot = kernel_args::check(d, host);
     let boot_view = without_slices(d, &boot.frozen);
     let d = boot_view.as_ref().unwrap_or(d);
@@ -74,26 +79,23 @@ pub fn plan(desired: &Desired, host: &HostState) -> Plan {
     p.run();
     preflight::gate(d, host, &mut p.plan);
     let res = crate::resource_key::ResourceKey::partition(desired.partition.name.as_str());
-    if let Some((ledger, why)) = verdict.write {
-        if p.plan.blockers.is_empty() {
-            p.plan.steps.insert(
-                0,
-                PlannedStep {
-                    step: Step::WriteLedger { ledger },
-                    why,
-                },
-            );
+    // The quarantine's steps come first: they only take a sick GPU from its one consumer. A
+    // reset stores the ledger itself (with its record), so no separate write precedes it.
+    let mut first = q_stops;
+    let clear = p.plan.blockers.is_empty();
+    match quarantine::reset(&q) {
+        Some(r) if clear || verdict.write.is_none() => first.push(r),
+        Some(_) => {}
+        None => {
+            if let Some(w) = ledger_write(host, verdict.write, &q, clear) {
+                first.insert(0, w);
+            }
         }
     }
+    let n_first = first.len();
+    p.plan.steps.splice(0..0, first);
     if p.plan.blockers.is_empty() && !boot.steps.is_empty() {
-        let at = usize::from(matches!(
-            p.plan.steps.first(),
-            Some(PlannedStep {
-                step: Step::WriteLedger { .. },
-                ..
-            })
-        ));
-        p.plan.steps.splice(at..at, boot.steps);
+        p.plan.steps.splice(n_first..n_first, boot.steps);
     }
     for s in verdict.stalls {
         p.plan.blockers.push(Blocker {
@@ -111,7 +113,71 @@ pub fn plan(desired: &Desired, host: &HostState) -> Plan {
     // A stalled slice's container loses the lines that now name a GPU it does not own: first,
     // whatever else is planned (a reboot included), as it only narrows.
     p.plan.steps.splice(0..0, narrowing);
+    p.plan.blockers.extend(q_blockers);
     p.plan
+}
+
+/// The quarantine's decision on the ledger the guard made (`health/quarantine.rs`).
+fn health_decision(
+    desired: &Desired,
+    host: &HostState,
+    v: &layout_guard::Verdict,
+) -> crate::health::quarantine::Decision {
+    let Some(t) = &desired.partition.layout else {
+        return Default::default();
+    };
+    let in_use =
+        |a: &str| disruption::gpu_in_use(host, a).is_some() || in_running_vm(desired, host, a);
+    crate::health::quarantine::decide(t, host, v.next.clone(), &in_use)
+}
+
+/// Whether the GPU at `a`, on `vfio-pci`, belongs by the spec to a slice whose VM runs: qemu
+/// attached it at the VM's start and keeps it whatever the mapping says now.
+fn in_running_vm(desired: &Desired, host: &HostState, a: &str) -> bool {
+    let on_vfio = host
+        .pci_devices
+        .get(a)
+        .is_some_and(|d| d.driver.as_deref() == Some("vfio-pci"));
+    on_vfio
+        && desired.partition.slices.iter().any(|s| {
+            s.gpus.iter().any(|g| g == a)
+                && matches!(&s.consumer, Some(crate::desired::ResolvedConsumer::Vm { vmid, .. })
+                    if host.vms.get(vmid).is_some_and(|vm| vm.state == RunState::Running))
+        })
+}
+
+/// The ledger write this plan makes first, if any: the guard's (only in a plan nothing else
+/// blocks, `clear`) with the quarantine's records, or the records alone when they are all that
+/// changed (a quarantine is recorded whatever else waits).
+fn ledger_write(
+    host: &HostState,
+    guard: Option<(crate::host::ledger::Ledger, String)>,
+    q: &crate::health::quarantine::Decision,
+    clear: bool,
+) -> Option<PlannedStep> {
+    let records = q.changes.join("; ");
+    let (ledger, why) = match (guard, &q.ledger) {
+        (Some((_, why)), Some(l)) if clear => (l.clone(), join(why, &records)),
+        (Some(_), _) => return None,
+        (None, Some(l)) if !q.changes.is_empty() => (l.clone(), format!("GPU health: {records}")),
+        _ => return None,
+    };
+    let same = host
+        .gpu_ledger
+        .as_ref()
+        .is_some_and(|old| old.render() == ledger.render());
+    (!same).then_some(PlannedStep {
+        step: Step::WriteLedger { ledger },
+        why,
+    })
+}
+
+fn join(why: String, records: &str) -> String {
+    if records.is_empty() {
+        why
+    } else {
+        format!("{why}; GPU health: {records}")
+    }
 }
 
 /// `desired` without the slices `frozen` (and their servers); `None` when there are none.

@@ -137,7 +137,7 @@ pub(crate) async fn apply(p: Arc<GpuPartition>, ctx: Arc<Ctx>) -> Result<Action,
         Err(errs) => return report_invalid_partition(&ctx, &pass, &p, &g.servers, &errs).await,
     };
     let mut dp = dp;
-    dp.reboot = pass.reboot_gate(&p, true);
+    pass.stamp(&p, true, &mut dp);
     let r = resolve(dp, &g.servers, &g.deleting);
     // A pool member disrupts its host only while it holds a slot of its pool.
     let pool = super::budget::pool_of(&p);
@@ -442,7 +442,11 @@ fn health(
             && (!smoke || cond(types::SMOKE_TESTED).is_some_and(is_true));
         let smoke_failed = smoke && cond(types::SMOKE_TESTED).is_some_and(|c| !is_true(c));
         if let Some(c) = cond(types::STALLED).filter(|c| is_true(c)) {
-            failed.push(format!("{key} ({})", c.reason));
+            // A server stopped for a quarantined GPU is the agent's handling of a fault, not a
+            // failure of the change: the pool neither pauses nor waits for it.
+            if c.reason != Reason::GpuQuarantined.as_str() {
+                failed.push(format!("{key} ({})", c.reason));
+            }
         } else if smoke_failed {
             failed.push(format!("{key} (SmokeTestFailed)"));
         } else if !settled {
@@ -458,7 +462,7 @@ fn health(
         State::ServersPending { bound_secs }
     } else if !failed.is_empty() {
         State::ServersFailed { servers: failed }
-    } else if report.converged() {
+    } else if report.converged_apart_from(Reason::GpuQuarantined) {
         State::Whole
     } else {
         State::Working

@@ -1,7 +1,8 @@
 //! The partition's GPU table (`status.gpus[]`, and the standalone status file): each GPU on the
 //! bus with its place, identity (observed, or remembered by the ledger while it is on
 //! `vfio-pci`), driver and owning slice, then the GPUs the ledger remembers and the bus no
-//! longer shows; each with its health (`crate::health`). Pure.
+//! longer shows; each with its health (`crate::health`) and its quarantine record (the
+//! ledger's). Pure.
 
 use crate::desired::DesiredPartition;
 use crate::host::model::{HostState, PciDevice};
@@ -27,7 +28,9 @@ pub fn table(dp: &DesiredPartition, host: &HostState) -> (Vec<GpuStatus>, Option
         .iter()
         .map(|d| {
             let id = &known[&d.address];
-            let h = crate::health::judge(d, &host.gpu_events);
+            let entry =
+                ledger.and_then(|l| l.gpus.iter().find(|g| !g.missing && g.address == d.address));
+            let h = accepted(crate::health::judge(d, &host.gpu_events), entry);
             GpuStatus {
                 address: d.address.clone(),
                 slot: id.slot.clone(),
@@ -43,6 +46,7 @@ pub fn table(dp: &DesiredPartition, host: &HostState) -> (Vec<GpuStatus>, Option
                 health: Some(h.state),
                 repair: h.repair,
                 evidence: h.evidence,
+                quarantine: entry.and_then(|g| g.quarantine.clone()),
             }
         })
         .collect();
@@ -66,8 +70,38 @@ pub fn table(dp: &DesiredPartition, host: &HostState) -> (Vec<GpuStatus>, Option
                 health: Some(h.state),
                 repair: h.repair,
                 evidence: h.evidence,
+                quarantine: g.quarantine.clone(),
             });
         }
     }
     (rows, Some(crate::layout::layout_hash(&observed)))
+}
+
+/// A judgment whose evidence was accepted (a person's `accept-health`, or the proof after the
+/// agent's reset) and that no quarantine holds reads Healthy, its evidence kept after a line
+/// that says so: the kernel's counters and log lines stay until the next boot, and an alert on
+/// them would fire for a GPU that serves again.
+fn accepted(
+    j: crate::health::Judgment,
+    entry: Option<&crate::host::ledger::LedgerGpu>,
+) -> crate::health::Judgment {
+    let Some(hash) = entry
+        .filter(|e| e.quarantine.is_none())
+        .and_then(|e| e.accepted_health.as_deref())
+    else {
+        return j;
+    };
+    if j.evidence.is_empty() || crate::health::quarantine::evidence_hash(&j.evidence) != hash {
+        return j;
+    }
+    let mut evidence = vec![format!(
+        "evidence accepted ({hash}): it serves again; a new fault is judged anew"
+    )];
+    evidence.extend(j.evidence);
+    evidence.truncate(crate::health::EVIDENCE_MAX);
+    crate::health::Judgment {
+        state: gpuplane_crds::GpuHealthState::Healthy,
+        repair: None,
+        evidence,
+    }
 }

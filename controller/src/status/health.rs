@@ -1,6 +1,8 @@
 //! The partition's `GpusHealthy` (issue 40): `True` while every GPU of its table is Healthy;
-//! `False` with the worst state's reason (`GpuLost`, `GpuUnhealthy`, `GpuSuspect`) and a message
-//! naming each GPU that is not, its owner and its first evidence. Set only where the table is
+//! `False` with `GpusQuarantined` while a GPU is out of its slice, else the worst state's reason
+//! (`GpuLost`, `GpuUnhealthy`, `GpuSuspect`), and a message naming each GPU that is not (the
+//! quarantined first, with since when, the stage and the hash that accepts it), its owner and
+//! its first evidence. Set only where the table is
 //! (a partition with layout terms). Read from the table `gpus.rs` made, so the condition and
 //! `status.gpus[]` cannot disagree. Pure.
 
@@ -20,7 +22,9 @@ pub fn condition(st: &mut ResourceStatus, g: Option<i64>, now: &Time) {
     let mut sick: Vec<&gpuplane_crds::GpuStatus> = st
         .gpus
         .iter()
-        .filter(|r| r.health.is_some_and(|h| h != GpuHealthState::Healthy))
+        .filter(|r| {
+            r.quarantine.is_some() || r.health.is_some_and(|h| h != GpuHealthState::Healthy)
+        })
         .collect();
     sick.sort_by(|a, b| b.health.cmp(&a.health).then(a.address.cmp(&b.address)));
     let Some(worst) = sick.first().and_then(|r| r.health) else {
@@ -35,7 +39,11 @@ pub fn condition(st: &mut ResourceStatus, g: Option<i64>, now: &Time) {
         );
         return;
     };
+    let out = sick.iter().filter(|r| r.quarantine.is_some()).count();
+    // Quarantined GPUs first: they are what changed for the consumers.
+    sick.sort_by_key(|r| r.quarantine.is_none());
     let reason = match worst {
+        _ if out > 0 => Reason::GpusQuarantined,
         GpuHealthState::Lost => Reason::GpuLost,
         GpuHealthState::Unhealthy => Reason::GpuUnhealthy,
         _ => Reason::GpuSuspect,
@@ -55,7 +63,17 @@ pub fn condition(st: &mut ResourceStatus, g: Option<i64>, now: &Time) {
                 .map(|e| format!(": {e}"))
                 .unwrap_or_default();
             let h = r.health.unwrap_or_default();
-            format!("{}{owner} {h:?}{first}", r.address)
+            match &r.quarantine {
+                Some(q) => format!(
+                    "{}{owner} {h:?}, quarantined since {} ({:?}; accept with {}={}){first}",
+                    r.address,
+                    q.since,
+                    q.stage,
+                    crate::layout::ACCEPT_HEALTH_ANNOTATION,
+                    q.hash
+                ),
+                None => format!("{}{owner} {h:?}{first}", r.address),
+            }
         })
         .collect();
     if sick.len() > NAMED_MAX {

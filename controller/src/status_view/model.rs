@@ -98,6 +98,8 @@ pub struct Gpu {
     pub health: Option<String>,
     /// The first line of its evidence.
     pub evidence: Option<String>,
+    /// Its quarantine's stage (`Quarantined`, `Reset`, `Escalated`), when it is out of its slice.
+    pub quarantine: Option<String>,
 }
 
 /// A resource's status as the view shows it.
@@ -218,6 +220,7 @@ fn gpus(v: &Value) -> Vec<Gpu> {
                 .and_then(|e| e.get(0))
                 .and_then(Value::as_str)
                 .map(|e| crate::text::sanitize(e, NAME_MAX)),
+            quarantine: g.get("quarantine").and_then(|q| text(q, "stage", WORD_MAX)),
         })
         .collect()
 }

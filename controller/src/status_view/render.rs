@@ -66,7 +66,10 @@ fn gpu_table(p: &Resource, specs: &Specs, wide: bool) -> Table {
                     .filter(|n| *n >= 0)
                     .map_or("-".into(), |n| n.to_string()),
                 driver,
-                or_dash(&g.health),
+                match &g.quarantine {
+                    Some(q) => format!("{} ({q})", or_dash(&g.health)),
+                    None => or_dash(&g.health),
+                },
                 or_dash(&g.owner),
                 or_dash(&consumer),
                 "-".into(),
@@ -89,6 +92,7 @@ fn gpu_table(p: &Resource, specs: &Specs, wide: bool) -> Table {
                 row.paint[3] = Paint::Bad;
             }
             row.paint[4] = match g.health.as_deref() {
+                _ if g.quarantine.is_some() => Paint::Bad,
                 Some("Suspect") => Paint::Wait,
                 Some("Unhealthy" | "Lost") => Paint::Bad,
                 _ => Paint::Plain,

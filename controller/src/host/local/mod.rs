@@ -616,6 +616,10 @@ impl LocalHost {
                 self.sysfs("/sys/bus/pci/drivers_probe", address)?;
             }
             Step::Probe { address } => self.probe(address)?,
+            Step::ResetGpu { address, ledger: l } => {
+                self.sysfs(&format!("/sys/bus/pci/devices/{address}/reset"), "1")?;
+                leftovers = ledger::store(&self.state_dir, l)?;
+            }
             Step::SetContainerGpus { vmid, minors } => {
                 leftovers = self.set_container_gpus(*vmid, minors)?
             }

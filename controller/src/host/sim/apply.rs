@@ -55,6 +55,10 @@ impl SimHost {
                 });
             }
             Step::Probe { address } => self.probe(step, address)?,
+            Step::ResetGpu { address, ledger } => {
+                self.reset(step, address)?;
+                self.file.gpu_ledger = Some(ledger.clone());
+            }
             // Proxmox files
             Step::SetContainerGpus { vmid, minors } => {
                 self.set_container_gpus(step, *vmid, minors)?
@@ -169,6 +173,28 @@ impl SimHost {
             ));
         }
         d.driver = None;
+        Ok(())
+    }
+
+    /// A function reset (`/sys/bus/pci/devices/<address>/reset`): refused while a process holds
+    /// the device (the real kernel would pull it from under them; the planner never asks then)
+    /// and for a device that does not answer. What the kernel counted and logged stays, as on
+    /// a host: its AER counters are since boot, its log is the log.
+    fn reset(&mut self, step: &Step, address: &str) -> Result<(), HostError> {
+        let holders = self.holders_of(address);
+        let d = self.dev_mut(address, step)?;
+        if !holders.is_empty() {
+            return Err(fail(
+                step,
+                format!("{address} is in use: not reset under its users"),
+            ));
+        }
+        if d.health.not_responding {
+            return Err(fail(
+                step,
+                format!("{address} does not answer: its reset fails"),
+            ));
+        }
         Ok(())
     }
 

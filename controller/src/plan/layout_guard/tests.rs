@@ -229,6 +229,7 @@ fn gpus_that_would_change_owner_under_an_unchanged_spec_stall_both_slices_until_
 #[test]
 fn an_acknowledgement_covers_only_the_layout_it_names() {
     let (mut h, mut m) = converged();
+    crate::testutil::without_quarantine(&mut m);
     annotate(&mut m, "000000000000");
     h.file.pci_devices.retain(|d| d.address != "0000:91:00.0");
     let r = run(&mut h, &m);
@@ -289,8 +290,9 @@ fn a_slots_slice_follows_its_gpus_to_their_new_addresses() {
 }
 
 #[test]
-fn a_missing_gpu_stalls_only_its_slice_and_the_others_keep_converging() {
-    let (mut h, m) = converged();
+fn a_missing_gpu_stalls_only_its_slice_and_the_others_keep_converging_without_quarantine() {
+    let (mut h, mut m) = converged();
+    crate::testutil::without_quarantine(&mut m);
     let mapped = mapping(&mut h);
     h.file.pci_devices.retain(|d| d.address != "0000:91:00.0");
     // The other slice has work to do: its container was stopped.
@@ -445,7 +447,8 @@ fn the_stored_ledger_reads_back_and_junk_is_no_ledger() {
 
 #[test]
 fn status_lists_every_gpu_with_its_remembered_identity_and_the_missing_one() {
-    let (mut h, m) = converged();
+    let (mut h, mut m) = converged();
+    crate::testutil::without_quarantine(&mut m);
     h.file.pci_devices.retain(|d| d.address != "0000:91:00.0");
     let st = h.observe().unwrap();
     let d = crate::desired::select::for_host(&m, &st, "10de", "nvidia").expect("valid");

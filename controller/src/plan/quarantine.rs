@@ -1,0 +1,128 @@
+//! The planner's side of the quarantine (`health/quarantine.rs` decides the records): the
+//! desired state without the GPUs that are out, the stop of exactly the servers that use one,
+//! their `GpuQuarantined` blockers, and the reset of a GPU whose record says so.
+//!
+//! What the rest of the planner then does with the view is what it does for any slice that
+//! loses a GPU, touching only that slice's consumer: its container is stopped, loses exactly
+//! that device node and starts again (LXC applies device lines only at start, so the slice's
+//! other servers in it restart with it); its VM's PCI mapping loses that entry (a running VM
+//! keeps the device until it stops, and the GPU is not reset under it). Every other slice,
+//! server, container and VM is planned as before.
+//!
+//! # Guarantees
+//! - A GPU out of its slice gets no step of its own but its reset, and the reset only when
+//!   nothing uses it (no process, no running container that mounts it, no running VM that maps
+//!   it), one GPU per plan, in the same step as the ledger that records it.
+//! - Pure.
+
+use super::{Blocker, PlannedStep, Reason, Step};
+use crate::desired::Desired;
+use crate::health::quarantine::{Decision, Out};
+use crate::host::model::HostState;
+use crate::resource_key::ResourceKey;
+use std::collections::BTreeMap;
+
+/// `d` without the GPUs that are out and the servers that use one; `None` when none is out.
+pub(super) fn view(d: &Desired, q: &Decision) -> Option<Desired> {
+    if q.out.is_empty() {
+        return None;
+    }
+    let mut v = d.clone();
+    for s in &mut v.partition.slices {
+        s.gpus.retain(|g| !q.out.contains_key(g));
+    }
+    v.servers.retain(|s| uses(&s.gpus, &q.out).is_none());
+    Some(v)
+}
+
+/// The first GPU of `gpus` that is out, with its record.
+fn uses<'a>(gpus: &'a [String], out: &'a BTreeMap<String, Out>) -> Option<(&'a str, &'a Out)> {
+    gpus.iter()
+        .find_map(|g| out.get(g).map(|o| (g.as_str(), o)))
+}
+
+/// For each server of `d` on a GPU that is out: its unit's stop (while active) and its blocker.
+pub(super) fn consumers(
+    d: &Desired,
+    h: &HostState,
+    q: &Decision,
+) -> (Vec<PlannedStep>, Vec<Blocker>) {
+    let mut steps = vec![];
+    let mut blockers = vec![];
+    for s in &d.servers {
+        let Some((addr, o)) = uses(&s.gpus, &q.out) else {
+            continue;
+        };
+        let what = format!("GPU {addr} of slice {} is quarantined", o.slice);
+        if h.unit(&s.unit).is_some_and(|u| u.is_active()) {
+            steps.push(PlannedStep {
+                step: Step::StopUnit {
+                    unit: s.unit.clone(),
+                },
+                why: format!("{what} ({}): only its server stops", first(o)),
+            });
+        }
+        blockers.push(Blocker {
+            resource: ResourceKey::server_id(&s.id),
+            reason: Reason::GpuQuarantined,
+            message: message(addr, o),
+        });
+    }
+    (steps, blockers)
+}
+
+/// The reset the decision calls for (at most one per plan), as a step that also stores the
+/// ledger recording it.
+pub(super) fn reset(q: &Decision) -> Option<PlannedStep> {
+    let (a, ledger) = (q.reset.as_ref()?, q.ledger.clone()?);
+    Some(PlannedStep {
+        why: format!(
+            "GPU {a} is quarantined and its evidence calls for a reset; nothing uses it: reset its function only, then prove it"
+        ),
+        step: Step::ResetGpu {
+            address: a.clone(),
+            ledger,
+        },
+    })
+}
+
+/// The server's blocker message: which GPU, since when, for what, and the way out.
+fn message(addr: &str, o: &Out) -> String {
+    let r = &o.record;
+    let since = if r.since.is_empty() {
+        String::new()
+    } else {
+        format!(" since {}", r.since)
+    };
+    let next = match r.stage {
+        gpuplane_crds::QuarantineStage::Quarantined => "the agent resets it once nothing uses it, where spec.health allows, or a person repairs it".to_string(),
+        gpuplane_crds::QuarantineStage::Reset => "the agent reset it and proves it now".to_string(),
+        gpuplane_crds::QuarantineStage::Escalated => format!(
+            "it needs a person: {} (board: {})",
+            match o.repair.or(r.repair) {
+                Some(gpuplane_crds::GpuRepair::RebootNode) => "reboot the node",
+                Some(gpuplane_crds::GpuRepair::ContactSupport) => "contact NVIDIA's support or replace the board",
+                _ => "repair the board",
+            },
+            o.board
+        ),
+    };
+    crate::text::sanitize(
+        &format!(
+            "GPU {addr} of slice {} is quarantined{since} ({:?}: {}); this server is stopped, every other server keeps running. Next: {next}. It starts again when the GPU rejoins its slice: after the agent's reset, or when the admin annotates the partition {}={}",
+            o.slice,
+            r.stage,
+            first(o),
+            crate::layout::ACCEPT_HEALTH_ANNOTATION,
+            r.hash
+        ),
+        1000,
+    )
+}
+
+fn first(o: &Out) -> &str {
+    o.record.evidence.first().map_or("-", String::as_str)
+}
+
+#[cfg(test)]
+mod tests;
