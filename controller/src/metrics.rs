@@ -19,6 +19,8 @@
 //!   dcgm-exporter's `DCGM_FI_*{pci_bus_id=...}` series;
 //! - `gpuplane_gpu_health{node,pci_bus_id,slice,state}` = 1 per GPU of the partition, `state`
 //!   its `status.gpus[].health` (Healthy, Suspect, Unhealthy, Lost), the alerts' input;
+//! - `gpuplane_gpu_quarantined{node,pci_bus_id,slice,stage}` = 1 per GPU out of its slice,
+//!   `stage` its quarantine's (`Quarantined`, `Reset`, `Escalated`: a person is needed);
 //! - `gpuplane_build_info{version}` = 1; `process_*` of the agent process;
 //! - reconciles, their latency, errors per reason, host writes, drift corrected, lease held;
 //! - `gpuplane_watch_events_total{kind,watch}`: objects the API server sent this agent's
@@ -119,6 +121,7 @@ pub struct Metrics {
     pub gpus: IntGaugeVec,
     pub gpu_owner: IntGaugeVec,
     pub gpu_health: IntGaugeVec,
+    pub gpu_quarantined: IntGaugeVec,
     pub servers_ready: IntGauge,
     pub leader: IntGauge,
     pub conditions: IntGaugeVec,
@@ -179,6 +182,11 @@ impl Metrics {
                 "1 per GPU of the partition, labelled with its health (Healthy, Suspect, Unhealthy, Lost: status.gpus[].health), by DCGM's pci_bus_id",
                 &["node", "pci_bus_id", "slice", "state"],
             )?,
+            gpu_quarantined: gauge(
+                "gpu_quarantined",
+                "1 per GPU out of its slice for a fault (spec.health), labelled with its quarantine's stage (Quarantined, Reset, Escalated: status.gpus[].quarantine), by DCGM's pci_bus_id",
+                &["node", "pci_bus_id", "slice", "stage"],
+            )?,
             servers_ready: IntGauge::new("servers_ready", "InferenceServers that are Ready")?,
             leader: IntGauge::new("leader", "1 while this agent holds its node's lease")?,
             conditions: gauge(
@@ -236,6 +244,7 @@ impl Metrics {
             Box::new(m.gpus.clone()),
             Box::new(m.gpu_owner.clone()),
             Box::new(m.gpu_health.clone()),
+            Box::new(m.gpu_quarantined.clone()),
             Box::new(m.servers_ready.clone()),
             Box::new(m.leader.clone()),
             Box::new(m.conditions.clone()),

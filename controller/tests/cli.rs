@@ -449,6 +449,11 @@ fn invalid_manifests_are_rejected_with_the_field_and_the_fix() {
             "copy the hash from the partition's stall message",
         ),
         (
+            "accept-health-not-a-hash",
+            r#"metadata.annotations["gpuplane.dev/accept-health"]"#,
+            "copy status.gpus[].quarantine.hash of the GPU to return to its slice",
+        ),
+        (
             "allow-unverified-gpus-not-a-boolean",
             r#"metadata.annotations["gpuplane.dev/allow-unverified-gpus"]"#,
             r#""yes" is neither "true" nor "false""#,

@@ -120,6 +120,8 @@ struct Sample {
     slots: Vec<String>,
     /// The pool says `Updated=True`.
     pool_updated: bool,
+    /// The pool says `Paused=True`.
+    pool_paused: bool,
     /// The unlabelled partition's server: Ready for its generation; its Ready reason.
     solo_ready: bool,
     solo_reason: String,
@@ -164,6 +166,7 @@ fn sample(c: &Cluster, n: usize, t0: Instant) -> Sample {
         updated,
         slots,
         pool_updated: cond3(pool, "Updated").0 == "True",
+        pool_paused: cond3(pool, "Paused").0 == "True",
         solo_ready: ready_for_generation(solo).is_ok(),
         solo_reason: cond3(solo, "Ready").1,
     }
@@ -576,5 +579,90 @@ fn a_pool_rolls_out_within_its_budget_a_tenants_failure_never_pauses_it_a_hosts_
     print_timeline("member 5's host fixed, the pause cleared", &after, n);
     assert!(after.iter().all(|s| s.disrupted.len() <= 2));
     all_updated(&c, n).expect("the rollout completes after the pause is cleared");
+
+    // 5. One sick GPU on every member at once (issue 40): the NVIDIA driver logs Xid 48 (an
+    // uncorrectable ECC error: "reset the GPU") for 0000:11:00.0, a GPU of the container
+    // slice, on every member's host. Each member quarantines that GPU, stops its one server and
+    // container within the pool's budget, resets the GPU, proves it and serves again; the pool
+    // never pauses for a quarantine the agent handled, and every GPU ends Healthy.
+    let t5 = Instant::now();
+    for i in 0..n {
+        add_kernel_log(
+            &node_host_file(&c.cp, &agent_node(i)),
+            "NVRM: Xid (PCI:0000:11:00): 48, pid=4242, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0.",
+        );
+    }
+    let healed = |c: &Cluster| -> Result<(), String> {
+        let parts = c.json(&["get", "gpupartitions"]);
+        let sick: Vec<String> = parts["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| cond3(p, "GpusHealthy").0 != "True")
+            .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_string())
+            .collect();
+        if sick.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("not healed: {sick:?}"))
+        }
+    };
+    let faulted = watch(&c, n, t5, Duration::from_secs(600), |s| {
+        s.disrupted.is_empty() && s.at > 5.0 && healed(&c).is_ok()
+    });
+    print_timeline("one GPU fault on every member (Xid 48)", &faulted, n);
+    healed(&c).expect("every member's GPU quarantined, reset, proved and returned");
+    assert!(
+        faulted.iter().all(|s| !s.pool_paused),
+        "the pool paused for a quarantine the agents handled"
+    );
+    let max = faulted.iter().map(|s| s.disrupted.len()).max().unwrap_or(0);
+    assert!(
+        max <= 2,
+        "more than maxUnavailable members disrupted: {max}"
+    );
+    assert!(
+        faulted.iter().all(|s| s.slots.len() <= 2),
+        "more than 2 slots held"
+    );
+    let interrupted: BTreeSet<usize> = faulted.iter().flat_map(|s| s.disrupted.clone()).collect();
+    for i in 0..n {
+        let p = c.json(&["get", "gpupartition", &agent_node(i)]);
+        let rows = p["status"]["gpus"].as_array().unwrap();
+        let g = rows
+            .iter()
+            .find(|g| g["address"] == "0000:11:00.0")
+            .unwrap();
+        assert!(
+            g["evidence"][0]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("evidence accepted ("),
+            "member {i}: {g}"
+        );
+        assert!(
+            rows.iter()
+                .all(|g| g["health"] == "Healthy" && g["quarantine"].is_null()),
+            "member {i}: {rows:?}"
+        );
+    }
+    eprintln!(
+        "[kube_pool] a GPU fault on each of {n} members: all healed after {:.1}s; members seen interrupted: {} of {n}; at most {max} at once; the pool never paused",
+        t5.elapsed().as_secs_f64(),
+        interrupted.len()
+    );
     eprintln!("[kube_pool] done in {:.1}s", t_all.elapsed().as_secs_f64());
+}
+
+/// Appends `line` to the simulated host's kernel log (`kernelLog`, which the live agent reads
+/// again before each observation and follows for its health mark), atomically.
+fn add_kernel_log(host: &std::path::Path, line: &str) {
+    let text = std::fs::read_to_string(host).unwrap();
+    let mut y: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let mut log = y["kernelLog"].as_sequence().cloned().unwrap_or_default();
+    log.push(serde_yaml::Value::String(line.to_string()));
+    y["kernelLog"] = serde_yaml::Value::Sequence(log);
+    let tmp = host.with_extension("klog-tmp");
+    std::fs::write(&tmp, serde_yaml::to_string(&y).unwrap()).unwrap();
+    std::fs::rename(&tmp, host).unwrap();
 }

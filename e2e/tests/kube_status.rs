@@ -87,12 +87,15 @@ fn status_lists_the_clusters_gpus_and_conditions() {
 }
 
 /// Issue 40 at the Kubernetes door: the agent (drift interval an hour) on the converged twin;
-/// the host's kernel then logs the NVIDIA driver's Xid 79 for one GPU (the host file edited
-/// behind the agent's back). The agent's health watch reconciles the partition at once: its
-/// `GpusHealthy` turns `False` (`GpuLost`, naming the GPU and its slice), the GPU's row in
-/// `status.gpus[]` says `Lost` with the evidence and the repair — through the real API server,
-/// whose structural schema would drop fields the CRD does not declare — and `gpuplane status`
-/// shows it. Every other GPU stays `Healthy`.
+/// the host's kernel then logs the NVIDIA driver's Xid 79 for one GPU of the VM slice (the host
+/// file edited behind the agent's back). The agent's health watch reconciles the partition at
+/// once: the GPU is quarantined (escalated: a reset cannot help a GPU off the bus) and its
+/// `GpusHealthy` turns `False` (`GpusQuarantined`, naming the GPU, its slice, the stage and the
+/// hash that accepts it); the GPU's row in `status.gpus[]` says `Lost` with the evidence, the
+/// repair and the quarantine record — through the real API server, whose structural schema
+/// would drop fields the CRD does not declare — and `gpuplane status` shows it. Every other GPU
+/// stays `Healthy`, the server keeps serving. Then the way out: the admin annotates the
+/// partition `gpuplane.dev/accept-health=<hash>` and the GPU rejoins its slice.
 #[test]
 fn a_gpu_fault_reaches_the_partitions_status_through_the_api_server() {
     let c = Cluster::start("health");
@@ -124,7 +127,7 @@ fn a_gpu_fault_reaches_the_partitions_status_through_the_api_server() {
     });
     let (p, cond) = wait_for("GpusHealthy=False", Duration::from_secs(60), || {
         let (p, cond) = gpus_healthy(&c);
-        if cond["reason"] == "GpuLost" {
+        if cond["reason"] == "GpusQuarantined" {
             Ok((p, cond))
         } else {
             Err(format!("{cond}"))
@@ -139,7 +142,7 @@ fn a_gpu_fault_reaches_the_partitions_status_through_the_api_server() {
         cond["message"]
             .as_str()
             .unwrap_or("")
-            .starts_with("0000:e1:00.0 (slice confidential-vm) Lost: Xid 79"),
+            .starts_with("0000:e1:00.0 (slice confidential-vm) Lost, quarantined since "),
         "{cond}"
     );
     let rows = p["status"]["gpus"].as_array().unwrap();
@@ -159,8 +162,20 @@ fn a_gpu_fault_reaches_the_partitions_status_through_the_api_server() {
             .contains("GPU has fallen off the bus"),
         "{e1}"
     );
+    let q = &e1["quarantine"];
+    assert_eq!(q["stage"], "Escalated", "{e1}");
+    let hash = q["hash"].as_str().unwrap_or_default().to_string();
+    assert_eq!(hash.len(), 12, "{e1}");
     let healthy = rows.iter().filter(|g| g["health"] == "Healthy").count();
     assert_eq!(healthy, 7, "the other seven GPUs: {rows:?}");
+    assert_eq!(
+        c.server()["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready").cloned())
+            .unwrap_or_default()["status"],
+        "True",
+        "the other slice's server keeps serving"
+    );
     let o = std::process::Command::new(gpuplane_bin())
         .args(["status", "--kubeconfig"])
         .arg(c.cp.kubeconfig())
@@ -173,5 +188,35 @@ fn a_gpu_fault_reaches_the_partitions_status_through_the_api_server() {
         .unwrap_or_else(|| panic!("{out}"))
         .split_whitespace()
         .collect();
-    assert_eq!(row[4], "Lost", "{out}");
+    assert_eq!((row[4], row[5]), ("Lost", "(Escalated)"), "{out}");
+
+    c.k(&[
+        "annotate",
+        "gpupartition",
+        "kpro6",
+        &format!("gpuplane.dev/accept-health={hash}"),
+    ]);
+    let (p, _) = wait_for("GpusHealthy=True", Duration::from_secs(60), || {
+        let (p, cond) = gpus_healthy(&c);
+        if cond["status"] == "True" {
+            Ok((p, cond))
+        } else {
+            Err(format!("{cond}"))
+        }
+    });
+    let e1 = p["status"]["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["address"] == "0000:e1:00.0")
+        .cloned()
+        .unwrap();
+    assert!(e1["quarantine"].is_null(), "{e1}");
+    assert!(
+        e1["evidence"][0]
+            .as_str()
+            .unwrap_or("")
+            .starts_with(&format!("evidence accepted ({hash})")),
+        "{e1}"
+    );
 }

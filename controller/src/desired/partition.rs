@@ -251,6 +251,18 @@ impl<'a> Check<'a> {
                 );
             }
         }
+        let health = crate::layout::ACCEPT_HEALTH_ANNOTATION;
+        if let Some(v) = ann(health) {
+            if !crate::layout::is_layout_hash(v.trim()) {
+                self.problems.add(
+                    at(health),
+                    format!(
+                        "{v:?} is not a quarantine's hash ({} lower-case hex digits); copy status.gpus[].quarantine.hash of the GPU to return to its slice (also in the GpusHealthy message, \"accept with {health}=<hash>\"), or remove the annotation",
+                        crate::layout::LAYOUT_HASH_LEN
+                    ),
+                );
+            }
+        }
         let unverified = crate::layout::UNVERIFIED_ANNOTATION;
         if let Some(v) = ann(unverified) {
             if !matches!(v.trim(), "true" | "false") {

@@ -175,16 +175,15 @@ fn step(
             false,
         );
     }
-    let answers = !e.missing
-        && host
-            .pci_devices
-            .get(&e.address)
-            .is_some_and(|d| !d.health.not_responding);
+    let dev = host.pci_devices.get(&e.address).filter(|_| !e.missing);
+    let answers = dev.is_some_and(|d| !d.health.not_responding);
+    let offers_reset = dev.is_some_and(|d| !d.health.no_reset);
     match r.stage {
         QuarantineStage::Quarantined => {
             let resettable = t.health.reset == ResetPolicy::Auto
                 && j.repair == Some(GpuRepair::ResetGpu)
                 && answers
+                && offers_reset
                 && e.resets == 0;
             if resettable && !may_reset {
                 e.quarantine = Some(r);
@@ -199,7 +198,7 @@ fn step(
                 return (Some("reset (its function only), then proved".into()), true);
             }
             r.stage = QuarantineStage::Escalated;
-            let why = escalation(t, j, answers, e.resets);
+            let why = escalation(t, j, answers, offers_reset, e.resets);
             e.quarantine = Some(r);
             (Some(format!("escalated: {why}")), false)
         }
@@ -251,7 +250,13 @@ fn quarantines(p: QuarantinePolicy, state: GpuHealthState) -> bool {
 }
 
 /// Why no reset is tried.
-fn escalation(t: &Terms, j: &crate::health::Judgment, answers: bool, resets: u32) -> String {
+fn escalation(
+    t: &Terms,
+    j: &crate::health::Judgment,
+    answers: bool,
+    offers_reset: bool,
+    resets: u32,
+) -> String {
     if !answers {
         "it does not answer on the bus: reboot the node, or reseat or replace the board".into()
     } else if resets > 0 {
@@ -266,6 +271,8 @@ fn escalation(t: &Terms, j: &crate::health::Judgment, answers: bool, resets: u32
         }
     } else if t.health.reset == ResetPolicy::Never {
         "spec.health.reset is Never: a person repairs it".into()
+    } else if !offers_reset {
+        "the kernel offers no reset of it (no sysfs reset file: no FLR, PM or bus reset it may use alone)".into()
     } else {
         "no reset applies".into()
     }

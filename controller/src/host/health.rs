@@ -46,6 +46,10 @@ pub struct PcieHealth {
     /// answered; `None` elsewhere (a `vfio-pci` GPU has no driver on the host to ask).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ecc: Option<EccCounters>,
+    /// The kernel offers no reset of this function (sysfs shows no `reset` file: no FLR, no PM
+    /// reset, no bus reset it may use alone): a quarantine escalates instead of resetting.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_reset: bool,
 }
 
 /// What `nvidia-smi --query-gpu=` [`ECC_QUERY`] says of one GPU's memory (`None`: `[N/A]`,

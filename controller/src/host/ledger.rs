@@ -102,3 +102,27 @@ impl Ledger {
         serde_json::to_string_pretty(&l).unwrap_or_default() + "\n"
     }
 }
+
+impl Ledger {
+    /// This ledger with the quarantine of the GPU at `address` escalated because its reset
+    /// failed (`why`: what the kernel said): what a reset step stores instead of the ledger it
+    /// carries when the kernel refuses the reset, so the next plan escalates instead of trying
+    /// again (both backends; the one piece of a record a backend writes).
+    pub fn with_reset_failed(&self, address: &str, why: &str) -> Ledger {
+        let mut l = self.clone();
+        if let Some(q) = l
+            .gpus
+            .iter_mut()
+            .filter(|g| g.address == address && !g.missing)
+            .find_map(|g| g.quarantine.as_mut())
+        {
+            q.stage = gpuplane_crds::QuarantineStage::Escalated;
+            q.evidence.insert(
+                0,
+                crate::text::sanitize(&format!("its reset failed: {why}"), 240),
+            );
+            q.evidence.truncate(4);
+        }
+        l
+    }
+}

@@ -23,6 +23,8 @@ pub struct GpuRow {
     pub driver: String,
     /// Its health (`crate::health`), as `status.gpus[].health` says it.
     pub health: gpuplane_crds::GpuHealthState,
+    /// Its quarantine's stage, while it is out of its slice (`status.gpus[].quarantine`).
+    pub quarantine: Option<gpuplane_crds::QuarantineStage>,
 }
 
 /// The result of one pass, before the door publishes it.
@@ -75,6 +77,7 @@ impl Outcome {
         metrics.gpus.reset();
         metrics.gpu_owner.reset();
         metrics.gpu_health.reset();
+        metrics.gpu_quarantined.reset();
         for g in &self.gpus {
             metrics.gpus.with_label_values(&[&g.slice, &g.driver]).inc();
             metrics
@@ -95,6 +98,17 @@ impl Outcome {
                     &format!("{:?}", g.health),
                 ])
                 .set(1);
+            if let Some(stage) = g.quarantine {
+                metrics
+                    .gpu_quarantined
+                    .with_label_values(&[
+                        node,
+                        &crate::metrics::dcgm_bus_id(&g.address),
+                        &g.slice,
+                        &format!("{stage:?}"),
+                    ])
+                    .set(1);
+            }
         }
     }
 }
@@ -112,15 +126,17 @@ pub fn gpu_rows(
         .slices
         .iter()
         .flat_map(|s| {
-            s.gpus.iter().map(|g| GpuRow {
-                slice: s.name.clone(),
-                address: g.clone(),
-                driver: host.driver_name(g),
-                health: table
-                    .iter()
-                    .find(|r| r.address == *g && !r.missing)
-                    .and_then(|r| r.health)
-                    .unwrap_or(gpuplane_crds::GpuHealthState::Lost),
+            s.gpus.iter().map(|g| {
+                let row = table.iter().find(|r| r.address == *g && !r.missing);
+                GpuRow {
+                    slice: s.name.clone(),
+                    address: g.clone(),
+                    driver: host.driver_name(g),
+                    health: row
+                        .and_then(|r| r.health)
+                        .unwrap_or(gpuplane_crds::GpuHealthState::Lost),
+                    quarantine: row.and_then(|r| r.quarantine.as_ref()).map(|q| q.stage),
+                }
             })
         })
         .collect()

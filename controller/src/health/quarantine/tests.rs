@@ -251,6 +251,13 @@ fn the_rule_decides_which_states_quarantine_and_whether_a_reset_is_tried() {
         "{:?}",
         d.changes
     );
+    // A GPU the kernel cannot reset is escalated, not reset.
+    let mut stuck = h.clone();
+    stuck.pci_devices.get_mut(GPU).unwrap().health.no_reset = true;
+    let (_, l) = run(&terms(|_| {}), &stuck, ledger(), &free);
+    let (d, _) = run(&terms(|_| {}), &stuck, l, &free);
+    assert_eq!(d.reset, None);
+    assert!(d.changes[0].contains("offers no reset"), "{:?}", d.changes);
     // An application's Xid and a GPU in no slice are nobody's quarantine.
     let (d, _) = run(&terms(|_| {}), &host(&[(GPU, 13)]), ledger(), &free);
     assert!(d.out.is_empty());

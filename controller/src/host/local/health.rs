@@ -21,6 +21,7 @@ pub fn read(root: &Root, addr: &str, config: Option<&[u8]>) -> PcieHealth {
         }),
         not_responding: config.is_some_and(config_all_ones),
         ecc: None,
+        no_reset: !root.path(&format!("{base}/reset")).exists(),
     }
 }
 

@@ -617,8 +617,25 @@ impl LocalHost {
             }
             Step::Probe { address } => self.probe(address)?,
             Step::ResetGpu { address, ledger: l } => {
-                self.sysfs(&format!("/sys/bus/pci/devices/{address}/reset"), "1")?;
-                leftovers = ledger::store(&self.state_dir, l)?;
+                let reset = self.sysfs(&format!("/sys/bus/pci/devices/{address}/reset"), "1");
+                let Err(e) = reset else {
+                    leftovers = ledger::store(&self.state_dir, l)?;
+                    return Ok(StepOutcome {
+                        detail: None,
+                        leftovers: leftovers.iter().map(|l| l.to_string()).collect(),
+                    });
+                };
+                // The kernel refused (no method it may use now, or the device did not come
+                // back): recorded as escalated, so no later pass tries again.
+                let why = e.to_string();
+                let failed = l.with_reset_failed(address, &why);
+                leftovers = ledger::store(&self.state_dir, &failed)?;
+                return Ok(StepOutcome {
+                    detail: Some(format!(
+                        "the reset failed, the quarantine is escalated: {why}"
+                    )),
+                    leftovers: leftovers.iter().map(|l| l.to_string()).collect(),
+                });
             }
             Step::SetContainerGpus { vmid, minors } => {
                 leftovers = self.set_container_gpus(*vmid, minors)?

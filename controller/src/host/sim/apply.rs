@@ -56,7 +56,17 @@ impl SimHost {
             }
             Step::Probe { address } => self.probe(step, address)?,
             Step::ResetGpu { address, ledger } => {
-                self.reset(step, address)?;
+                if let Err(e) = self.reset(step, address) {
+                    // As the real backend: a refused reset is recorded as escalated.
+                    let why = e.to_string();
+                    self.file.gpu_ledger = Some(ledger.with_reset_failed(address, &why));
+                    return Ok(StepOutcome {
+                        detail: Some(format!(
+                            "the reset failed, the quarantine is escalated: {why}"
+                        )),
+                        leftovers: vec![],
+                    });
+                }
                 self.file.gpu_ledger = Some(ledger.clone());
             }
             // Proxmox files

@@ -340,7 +340,7 @@ fn a_pool_is_judged_at_the_door() {
 /// `kubectl apply`, with the fix.
 #[test]
 fn a_partitions_pool_label_and_layout_annotations_are_judged_at_the_door() {
-    let cases: [(&str, &str, &str, &str); 3] = [
+    let cases: [(&str, &str, &str, &str); 4] = [
         (
             "labels",
             "gpuplane.dev/pool",
@@ -352,6 +352,12 @@ fn a_partitions_pool_label_and_layout_annotations_are_judged_at_the_door() {
             "gpuplane.dev/accept-layout",
             "yes",
             "metadata.annotations[\"gpuplane.dev/accept-layout\"]: \"yes\" is not a layout hash (12 lower-case hex digits); copy the hash from the partition's stall message",
+        ),
+        (
+            "annotations",
+            "gpuplane.dev/accept-health",
+            "true",
+            "metadata.annotations[\"gpuplane.dev/accept-health\"]: \"true\" is not a quarantine's hash (12 lower-case hex digits)",
         ),
         (
             "annotations",
