@@ -239,29 +239,26 @@ impl<'a> Check<'a> {
         super::pool::membership(p, &mut self.problems);
         let ann = |k: &str| p.metadata.annotations.as_ref().and_then(|a| a.get(k));
         let at = |k: &str| format!("metadata.annotations[\"{k}\"]");
-        let accept = crate::layout::ACCEPT_ANNOTATION;
-        if let Some(v) = ann(accept) {
-            if !crate::layout::is_layout_hash(v.trim()) {
-                self.problems.add(
-                    at(accept),
-                    format!(
-                        "{v:?} is not a layout hash ({} lower-case hex digits); copy the hash from the partition's stall message (\"annotate the partition {accept}=<hash>\", reason HostLayoutChanged, GpuReplaced or GpuMissing) or from its status.layoutHash, or remove the annotation",
-                        crate::layout::LAYOUT_HASH_LEN
-                    ),
-                );
-            }
-        }
-        let health = crate::layout::ACCEPT_HEALTH_ANNOTATION;
-        if let Some(v) = ann(health) {
-            if !crate::layout::is_layout_hash(v.trim()) {
-                self.problems.add(
-                    at(health),
-                    format!(
-                        "{v:?} is not a quarantine's hash ({} lower-case hex digits); copy status.gpus[].quarantine.hash of the GPU to return to its slice (also in the GpusHealthy message, \"accept with {health}=<hash>\"), or remove the annotation",
-                        crate::layout::LAYOUT_HASH_LEN
-                    ),
-                );
-            }
+        let (accept, health) = (
+            crate::layout::ACCEPT_ANNOTATION,
+            crate::layout::ACCEPT_HEALTH_ANNOTATION,
+        );
+        // Each acknowledgement takes a hash the agent printed, and says where to copy it from.
+        let hashes = [
+            (accept, "a layout hash", format!("copy the hash from the partition's stall message (\"annotate the partition {accept}=<hash>\", reason HostLayoutChanged, GpuReplaced or GpuMissing) or from its status.layoutHash")),
+            (health, "a quarantine's hash", format!("copy status.gpus[].quarantine.hash of the GPU to return to its slice (also in the GpusHealthy message, \"accept with {health}=<hash>\")")),
+        ];
+        for (key, what, from) in hashes {
+            let Some(v) = ann(key).filter(|v| !crate::layout::is_layout_hash(v.trim())) else {
+                continue;
+            };
+            self.problems.add(
+                at(key),
+                format!(
+                    "{v:?} is not {what} ({} lower-case hex digits); {from}, or remove the annotation",
+                    crate::layout::LAYOUT_HASH_LEN
+                ),
+            );
         }
         let unverified = crate::layout::UNVERIFIED_ANNOTATION;
         if let Some(v) = ann(unverified) {
