@@ -274,10 +274,31 @@ fn reboot_now(d: &Desired, h: &HostState, j: &Judgement) -> Option<Vec<PlannedSt
     let RebootGate::Now(by) = &d.partition.reboot else {
         return None;
     };
-    let boot_id = h.boot.boot_id.as_ref()?;
     if j.standing != Standing::RebootPending || !j.refreshed_by_agent {
         return None;
     }
+    reboot_steps(
+        d,
+        h,
+        by,
+        format!(
+            "the running kernel {} (/proc/cmdline); the bootloader was refreshed with them; reboot: Auto, {by}",
+            j.difference()
+        ),
+    )
+}
+
+/// The steps of a reboot under `reboot: Auto` (`by`: its authority): the partition's servers
+/// stopped, then its containers, then the reboot (`why`); nothing at all once the reboot was
+/// asked from this boot (the host is on its way down). `None` without a boot id. Shared by the
+/// kernel arguments and the quarantine's escalation (`quarantine.rs`).
+pub(super) fn reboot_steps(
+    d: &Desired,
+    h: &HostState,
+    by: &str,
+    reboot_why: String,
+) -> Option<Vec<PlannedStep>> {
+    let boot_id = h.boot.boot_id.as_ref()?;
     if asked_in_this_boot(h) {
         // The host is on its way down: nothing more starts in this boot.
         return Some(vec![]);
@@ -311,10 +332,7 @@ fn reboot_now(d: &Desired, h: &HostState, j: &Judgement) -> Option<Vec<PlannedSt
         step: Step::Reboot {
             boot_id: boot_id.clone(),
         },
-        why: format!(
-            "the running kernel {} (/proc/cmdline); the bootloader was refreshed with them; reboot: Auto, {by}",
-            j.difference()
-        ),
+        why: reboot_why,
     });
     Some(steps)
 }

@@ -105,7 +105,10 @@ pub fn plan(desired: &Desired, host: &HostState) -> Plan {
         });
     }
     p.plan.blockers.extend(boot.blockers);
-    if let Some(steps) = boot.reboot {
+    if let Some(steps) = boot
+        .reboot
+        .or_else(|| quarantine::reboot(desired, host, &q))
+    {
         // reboot: Auto reboots now: nothing else starts in a boot that is about to end.
         p.plan.steps = steps;
         p.plan.continues_after = None;

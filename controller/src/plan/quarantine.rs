@@ -65,7 +65,7 @@ pub(super) fn consumers(
         blockers.push(Blocker {
             resource: ResourceKey::server_id(&s.id),
             reason: Reason::GpuQuarantined,
-            message: message(addr, o),
+            message: message(addr, o, d.partition.reboot.is_auto()),
         });
     }
     (steps, blockers)
@@ -86,8 +86,47 @@ pub(super) fn reset(q: &Decision) -> Option<PlannedStep> {
     })
 }
 
+/// Under `spec.host.reboot: Auto` with its gate open (`RebootGate::Now`): the reboot of the
+/// node for a GPU whose quarantine escalated with evidence that calls for one (it does not
+/// answer, it fell off the bus), once — only while the stored record is of this boot, so a GPU
+/// still sick after the reboot waits for a person. The partition's servers and containers stop
+/// first (`kernel_args::reboot_steps`, as for the kernel arguments); the disruption gate asks
+/// the pool for a slot before the first of them.
+pub(super) fn reboot(d: &Desired, h: &HostState, q: &Decision) -> Option<Vec<PlannedStep>> {
+    let crate::desired::reboot::RebootGate::Now(by) = &d.partition.reboot else {
+        return None;
+    };
+    let stored = |a: &str| {
+        h.gpu_ledger
+            .as_ref()?
+            .gpus
+            .iter()
+            .find(|g| g.address == a)?
+            .quarantine
+            .clone()
+    };
+    let (addr, o) = q.out.iter().find(|(a, o)| {
+        let r = &o.record;
+        r.stage == gpuplane_crds::QuarantineStage::Escalated
+            && r.repair == Some(gpuplane_crds::GpuRepair::RebootNode)
+            && r.boot_id.is_some()
+            && r.boot_id == h.boot.boot_id
+            && stored(a).as_ref() == Some(r)
+    })?;
+    super::kernel_args::reboot_steps(
+        d,
+        h,
+        by,
+        format!(
+            "GPU {addr} of slice {} is quarantined and its evidence calls for a reboot of the node ({}); reboot: Auto, {by}: the reboot is its repair, once (a GPU still sick after it waits for a person)",
+            o.slice,
+            first(o)
+        ),
+    )
+}
+
 /// The server's blocker message: which GPU, since when, for what, and the way out.
-fn message(addr: &str, o: &Out) -> String {
+fn message(addr: &str, o: &Out, auto_reboot: bool) -> String {
     let r = &o.record;
     let since = if r.since.is_empty() {
         String::new()
@@ -97,6 +136,11 @@ fn message(addr: &str, o: &Out) -> String {
     let next = match r.stage {
         gpuplane_crds::QuarantineStage::Quarantined => "the agent resets it once nothing uses it, where spec.health allows, or a person repairs it".to_string(),
         gpuplane_crds::QuarantineStage::Reset => "the agent reset it and proves it now".to_string(),
+        gpuplane_crds::QuarantineStage::Escalated
+            if auto_reboot && o.record.repair == Some(gpuplane_crds::GpuRepair::RebootNode) =>
+        {
+            "the agent reboots the node once (spec.host.reboot: Auto) when its gate opens; a GPU still sick after it waits for a person".to_string()
+        }
         gpuplane_crds::QuarantineStage::Escalated => format!(
             "it needs a person: {} (board: {})",
             match o.repair.or(r.repair) {

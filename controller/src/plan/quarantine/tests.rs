@@ -252,3 +252,83 @@ fn a_replaced_board_does_not_inherit_its_predecessors_quarantine() {
     assert!(old.quarantine.is_some(), "with its record, for the RMA");
     assert_eq!(mapping(&mut h).len(), 4, "the new board joins its slice");
 }
+
+#[test]
+fn reboot_auto_reboots_once_for_a_gpu_that_does_not_answer_and_it_rejoins_after() {
+    let (mut h, m) = converged();
+    let dev = h
+        .file
+        .pci_devices
+        .iter_mut()
+        .find(|d| d.address == "0000:91:00.0")
+        .unwrap();
+    dev.health.not_responding = true;
+    let st = h.observe().unwrap();
+    let mut d = crate::desired::select::for_host(&m, &st, "10de", "nvidia").unwrap();
+    if let Some(t) = &mut d.partition.layout {
+        t.now = Some("2026-12-05T10:00:00Z".into());
+    }
+    d.partition.reboot = crate::desired::reboot::RebootGate::Now("inside the window".into());
+    let r = converge(&d, &mut Door::new(&mut h), &Options::default());
+    let s = steps(&r);
+    assert_eq!(
+        s.last().map(String::as_str),
+        Some("reboot the host (systemctl reboot)"),
+        "{s:?}"
+    );
+    let why = &r.applied.last().unwrap().planned.why;
+    assert!(why.starts_with("GPU 0000:91:00.0 of slice confidential-vm is quarantined and its evidence calls for a reboot"), "{why}");
+    assert_eq!(h.file.boot.as_ref().unwrap().reboots_asked, 1);
+    // Still this boot: nothing more (the host is on its way down).
+    let again = converge(&d, &mut Door::new(&mut h), &Options::default());
+    assert_eq!(again.writes, 0, "{:?}", steps(&again));
+    // The host is back and the GPU answers: healthy in a later boot, it rejoins by itself.
+    h.reboot_host();
+    h.file
+        .pci_devices
+        .iter_mut()
+        .find(|d| d.address == "0000:91:00.0")
+        .unwrap()
+        .health
+        .not_responding = false;
+    let st = h.observe().unwrap();
+    let mut d2 = crate::desired::select::for_host(&m, &st, "10de", "nvidia").unwrap();
+    d2.partition.reboot = d.partition.reboot.clone();
+    let r = converge(&d2, &mut Door::new(&mut h), &Options::default());
+    assert!(r.converged(), "{:?} {:?}", r.stop, steps(&r));
+    assert_eq!(record(&h, "0000:91:00.0"), None, "{:?}", steps(&r));
+    assert_eq!(mapping(&mut h).len(), 4);
+    assert_eq!(h.file.boot.as_ref().unwrap().reboots_asked, 1, "once");
+}
+
+#[test]
+fn a_gpu_still_sick_after_the_reboot_waits_for_a_person() {
+    let (mut h, m) = converged();
+    h.file
+        .pci_devices
+        .iter_mut()
+        .find(|d| d.address == "0000:91:00.0")
+        .unwrap()
+        .health
+        .not_responding = true;
+    let gate = crate::desired::reboot::RebootGate::Now("inside the window".into());
+    let go = |h: &mut SimHost| {
+        let st = h.observe().unwrap();
+        let mut d = crate::desired::select::for_host(&m, &st, "10de", "nvidia").unwrap();
+        d.partition.reboot = gate.clone();
+        converge(&d, &mut Door::new(h), &Options::default())
+    };
+    go(&mut h);
+    h.reboot_host();
+    let r = go(&mut h);
+    assert!(
+        !steps(&r).iter().any(|s| s.starts_with("reboot")),
+        "{:?}",
+        steps(&r)
+    );
+    assert_eq!(h.file.boot.as_ref().unwrap().reboots_asked, 1);
+    assert_eq!(
+        record(&h, "0000:91:00.0").unwrap().stage,
+        QuarantineStage::Escalated
+    );
+}
