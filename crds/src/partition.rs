@@ -169,6 +169,29 @@ pub struct ServerPolicy {
     /// e.g. `HF_HUB_OFFLINE`. Names the agent sets itself cannot be listed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_env: Vec<String>,
+    /// What a server of this slice does when a GPU it uses is quarantined (`spec.health`):
+    /// `Stop` (the default: it waits for the GPU), or `Shrink`: it restarts on its remaining
+    /// GPUs at the largest tensor-parallel size that divides its own (so the model's attention
+    /// heads still divide it) and that they can hold (the server's preflight, where read), and
+    /// goes back to its own size when the GPU rejoins.
+    #[serde(default, skip_serializing_if = "OnGpuQuarantine::is_stop")]
+    pub on_gpu_quarantine: OnGpuQuarantine,
+}
+
+/// What a server does when a GPU it uses is quarantined.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum OnGpuQuarantine {
+    /// Stop and wait for the GPU (the default).
+    #[default]
+    Stop,
+    /// Restart on the remaining GPUs at a smaller tensor-parallel size.
+    Shrink,
+}
+
+impl OnGpuQuarantine {
+    fn is_stop(&self) -> bool {
+        *self == OnGpuQuarantine::Stop
+    }
 }
 
 /// Selects GPUs on the host. Exactly one field must be set.

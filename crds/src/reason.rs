@@ -119,6 +119,10 @@ reasons! {
     /// the agent's reset, or a person's `gpuplane.dev/accept-health`), or on GPUs the admin
     /// gives the slice.
     GpuQuarantined => Stuck,
+    /// `Degraded=True`: a GPU the server used is quarantined and the slice's admin allows
+    /// `servers.onGpuQuarantine: Shrink`: it serves on its remaining GPUs at a smaller
+    /// tensor-parallel size until the GPU rejoins.
+    ShrunkForQuarantine => Detail,
     /// The server's unit exists and was not written by gpuplane: rename it, or adopt it
     /// (`servers.adoptUnits`).
     UnitNotManaged => Stuck,

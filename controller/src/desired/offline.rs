@@ -157,6 +157,7 @@ fn permissive_policy(s: &InferenceServer) -> ServerPolicy {
             })
             .collect(),
         allowed_env: s.spec.env.iter().map(|v| v.name.clone()).collect(),
+        on_gpu_quarantine: Default::default(),
     }
 }
 

@@ -65,8 +65,8 @@ pub fn plan(desired: &Desired, host: &HostState) -> Plan {
     let narrowing = stalled_containers::narrow(&desired.partition, host, &verdict);
     let view = layout_view(desired, &verdict);
     let d = view.as_ref().unwrap_or(desired);
-    let (q_stops, q_blockers) = quarantine::consumers(d, host, &q);
-    let q_view = quarantine::view(d, &q);
+    let q_view = quarantine::view(d, host, &q);
+    let (q_stops, q_blockers, q_notes) = quarantine::consumers(d, q_view.as_ref(), host, &q);
     let d = q_view.as_ref().unwrap_or(d);
     let boot = kernel_args::check(d, host);
     let boot_view = without_slices(d, &boot.frozen);
@@ -117,6 +117,7 @@ pub fn plan(desired: &Desired, host: &HostState) -> Plan {
     // whatever else is planned (a reboot included), as it only narrows.
     p.plan.steps.splice(0..0, narrowing);
     p.plan.blockers.extend(q_blockers);
+    p.plan.notes.extend(q_notes);
     p.plan
 }
 

@@ -15,15 +15,16 @@
 //!   it), one GPU per plan, in the same step as the ledger that records it.
 //! - Pure.
 
-use super::{Blocker, PlannedStep, Reason, Step};
+use super::{Blocker, Note, PlannedStep, Reason, Step};
 use crate::desired::Desired;
 use crate::health::quarantine::{Decision, Out};
 use crate::host::model::HostState;
 use crate::resource_key::ResourceKey;
 use std::collections::BTreeMap;
 
-/// `d` without the GPUs that are out and the servers that use one; `None` when none is out.
-pub(super) fn view(d: &Desired, q: &Decision) -> Option<Desired> {
+/// `d` without the GPUs that are out, and the servers that use one either shrunk onto their
+/// remaining GPUs ([`shrink`]) or gone; `None` when none is out.
+pub(super) fn view(d: &Desired, h: &HostState, q: &Decision) -> Option<Desired> {
     if q.out.is_empty() {
         return None;
     }
@@ -31,8 +32,72 @@ pub(super) fn view(d: &Desired, q: &Decision) -> Option<Desired> {
     for s in &mut v.partition.slices {
         s.gpus.retain(|g| !q.out.contains_key(g));
     }
-    v.servers.retain(|s| uses(&s.gpus, &q.out).is_none());
+    v.servers = d
+        .servers
+        .iter()
+        .filter_map(|s| match uses(&s.gpus, &q.out) {
+            None => Some(s.clone()),
+            Some(_) => shrink(d, h, s, q),
+        })
+        .collect();
     Some(v)
+}
+
+/// `s` on its GPUs that are not out, at the largest tensor-parallel size below its own that
+/// divides it (the model's attention and KV heads divided the old size, so they divide this
+/// one too) and that the remaining GPUs can give; `None` (it stops) unless its slice's admin
+/// allows `servers.onGpuQuarantine: Shrink`, when no such size exists, or when the server's
+/// preflight facts are not read or refuse that size (weights that no longer fit).
+fn shrink(
+    d: &Desired,
+    h: &HostState,
+    s: &crate::desired::DesiredServer,
+    q: &Decision,
+) -> Option<crate::desired::DesiredServer> {
+    let allows = d
+        .partition
+        .slice(&s.spec.partition_ref.slice)
+        .and_then(|sl| sl.servers.as_ref())
+        .is_some_and(|p| p.on_gpu_quarantine == gpuplane_crds::OnGpuQuarantine::Shrink);
+    if !allows {
+        return None;
+    }
+    let left: Vec<String> = s
+        .gpus
+        .iter()
+        .filter(|g| !q.out.contains_key(*g))
+        .cloned()
+        .collect();
+    let tp = s.spec.tensor_parallel_size;
+    let to = (1..tp)
+        .rev()
+        .find(|t| tp.is_multiple_of(*t) && (*t as usize) <= left.len())?;
+    let mut small = s.clone();
+    small.gpus = left.into_iter().take(to as usize).collect();
+    small.spec.tensor_parallel_size = to;
+    // Only a size the server's preflight read and accepts (weights per GPU, heads): facts not
+    // read yet (its container is stopped for the device change) stop it first; the next plan,
+    // with the container running and the facts read, starts it shrunk.
+    let accepted = h.preflight.get(&s.id).is_some_and(|f| {
+        crate::desired::preflight::judge(&small, f)
+            .problems
+            .is_empty()
+    });
+    accepted.then_some(small)
+}
+
+/// The servers of `d` that [`view`] shrank, by id, with their size now.
+fn shrunk<'a>(d: &'a Desired, v: Option<&'a Desired>) -> impl Iterator<Item = (&'a str, u32)> {
+    v.into_iter().flat_map(move |v| {
+        v.servers.iter().filter_map(move |s| {
+            d.servers
+                .iter()
+                .find(|o| {
+                    o.id == s.id && o.spec.tensor_parallel_size != s.spec.tensor_parallel_size
+                })
+                .map(|_| (s.id.as_str(), s.spec.tensor_parallel_size))
+        })
+    })
 }
 
 /// The first GPU of `gpus` that is out, with its record.
@@ -41,18 +106,35 @@ fn uses<'a>(gpus: &'a [String], out: &'a BTreeMap<String, Out>) -> Option<(&'a s
         .find_map(|g| out.get(g).map(|o| (g.as_str(), o)))
 }
 
-/// For each server of `d` on a GPU that is out: its unit's stop (while active) and its blocker.
+/// For each server of `d` on a GPU that is out: shrunk (in `v`, the view), a note that says so;
+/// else its unit's stop (while active) and its blocker.
 pub(super) fn consumers(
     d: &Desired,
+    v: Option<&Desired>,
     h: &HostState,
     q: &Decision,
-) -> (Vec<PlannedStep>, Vec<Blocker>) {
+) -> (Vec<PlannedStep>, Vec<Blocker>, Vec<Note>) {
     let mut steps = vec![];
     let mut blockers = vec![];
+    let small: BTreeMap<&str, u32> = shrunk(d, v).collect();
+    let mut notes = vec![];
     for s in &d.servers {
         let Some((addr, o)) = uses(&s.gpus, &q.out) else {
             continue;
         };
+        if let Some(tp) = small.get(s.id.as_str()) {
+            notes.push(Note {
+                resource: ResourceKey::server_id(&s.id),
+                reason: Reason::ShrunkForQuarantine,
+                message: format!(
+                    "GPU {addr} of slice {} is quarantined ({}); the slice allows servers.onGpuQuarantine: Shrink: the server serves on {tp} GPUs at tensor-parallel size {tp} (its spec: {}) until the GPU rejoins",
+                    o.slice,
+                    first(o),
+                    s.spec.tensor_parallel_size
+                ),
+            });
+            continue;
+        }
         let what = format!("GPU {addr} of slice {} is quarantined", o.slice);
         if h.unit(&s.unit).is_some_and(|u| u.is_active()) {
             steps.push(PlannedStep {
@@ -68,7 +150,7 @@ pub(super) fn consumers(
             message: message(addr, o, d.partition.reboot.is_auto()),
         });
     }
-    (steps, blockers)
+    (steps, blockers, notes)
 }
 
 /// The reset the decision calls for (at most one per plan), as a step that also stores the

@@ -698,15 +698,20 @@ fn degraded_condition(
         }),
         Location::Host => None,
     };
-    let rolled_back = r
-        .notes
-        .iter()
-        .find(|n| n.resource == res && n.reason == crate::plan::Reason::RolledBack)
-        .map(|n| n.message.clone());
+    let note = |reason: Reason| {
+        r.notes
+            .iter()
+            .find(|n| n.resource == res && n.reason == reason)
+            .map(|n| n.message.clone())
+    };
+    let rolled_back = note(crate::plan::Reason::RolledBack);
+    // A server shrunk onto its remaining GPUs runs another size than its spec on purpose.
+    let shrunk = note(Reason::ShrunkForQuarantine);
     let drift = obs.and_then(|o| effective_config_drift(&s.spec, &o.server_info));
     // The most actionable problem wins.
     let degraded = mismatch
         .map(|m| (Reason::DriverMismatch, m))
+        .or_else(|| shrunk.map(|m| (Reason::ShrunkForQuarantine, m)))
         .or_else(|| rolled_back.map(|m| (crate::plan::Reason::RolledBack, m)))
         .or_else(|| drift.map(|m| (Reason::EffectiveConfigDrift, m)));
     match degraded {

@@ -21,6 +21,8 @@ fn run(h: &mut SimHost, m: &Manifests) -> Report {
     if let Some(t) = &mut d.partition.layout {
         t.now = Some("2026-12-05T10:00:00Z".into());
     }
+    // As every door: the backend reads the units and preflight facts of this desired state.
+    crate::pass::watch::WatchSet::of(&d).install(h);
     converge(&d, &mut Door::new(h), &Options::default())
 }
 
@@ -331,4 +333,125 @@ fn a_gpu_still_sick_after_the_reboot_waits_for_a_person() {
         record(&h, "0000:91:00.0").unwrap().stage,
         QuarantineStage::Escalated
     );
+}
+
+/// The reference manifests with the container slice's admin allowing
+/// `servers.onGpuQuarantine: Shrink`.
+fn shrinking() -> Manifests {
+    let mut m = manifests();
+    m.partitions[0].spec.slices[0]
+        .servers
+        .as_mut()
+        .unwrap()
+        .on_gpu_quarantine = gpuplane_crds::OnGpuQuarantine::Shrink;
+    m
+}
+
+#[test]
+fn a_slice_that_allows_shrink_restarts_its_server_on_the_remaining_gpus_and_grows_back() {
+    let mut h = twin();
+    // A model that fits two GPUs (the reference one, 234 GB, does not: see the next test).
+    for model in h.file.files.as_mut().unwrap().models.values_mut() {
+        model.shard_bytes = 1_000_000_000;
+    }
+    let m = shrinking();
+    assert!(run(&mut h, &m).converged());
+    xid(&mut h, "0000:11:00", 48);
+    // Quarantined and shrunk in the same converge, then reset, proved and grown back: run the
+    // two halves apart by keeping the GPU busy (no reset while a process holds it).
+    hold(&mut h);
+    let r = run(&mut h, &m);
+    let s = steps(&r);
+    assert!(
+        s.iter()
+            .any(|x| x.starts_with("write unit sglang-qwen.service")),
+        "{s:?}"
+    );
+    let st = h.observe().unwrap();
+    let unit = st
+        .units
+        .iter()
+        .find(|(k, _)| k.ends_with(SERVER_UNIT))
+        .and_then(|(_, u)| u.file.clone())
+        .unwrap();
+    assert!(unit.contains("--tp-size 2"), "{unit}");
+    assert!(unit.contains("CUDA_VISIBLE_DEVICES=0,1"), "{unit}");
+    let note = r
+        .notes
+        .iter()
+        .find(|n| n.reason == gpuplane_crds::reason::Reason::ShrunkForQuarantine)
+        .expect("the server says it was shrunk");
+    assert!(
+        note.message
+            .contains("serves on 2 GPUs at tensor-parallel size 2 (its spec: 4)"),
+        "{}",
+        note.message
+    );
+    assert!(
+        !steps(&r).iter().any(|x| x.starts_with("reset GPU")),
+        "not reset while held"
+    );
+    // The holder lets go: reset, proved, back at its own size.
+    h.file.holders.clear();
+    let r = run(&mut h, &m);
+    assert!(r.converged(), "{:?} {:?}", r.stop, steps(&r));
+    let st = h.observe().unwrap();
+    let unit = st
+        .units
+        .iter()
+        .find(|(k, _)| k.ends_with(SERVER_UNIT))
+        .and_then(|(_, u)| u.file.clone())
+        .unwrap();
+    assert!(unit.contains("--tp-size 4"), "{unit}");
+}
+
+#[test]
+fn a_shrink_the_weights_would_not_fit_stops_the_server_instead() {
+    let mut h = twin();
+    let m = shrinking();
+    assert!(run(&mut h, &m).converged());
+    xid(&mut h, "0000:11:00", 48);
+    hold(&mut h);
+    let r = run(&mut h, &m);
+    assert!(
+        !r.notes
+            .iter()
+            .any(|n| n.reason == gpuplane_crds::reason::Reason::ShrunkForQuarantine),
+        "{:?}",
+        r.notes
+    );
+    let stop = r
+        .applied
+        .iter()
+        .find(|a| a.planned.step.to_string() == format!("stop unit {SERVER_UNIT} on container 129"))
+        .expect("the server stops");
+    assert!(
+        stop.planned.why.contains("only its server stops"),
+        "{}",
+        stop.planned.why
+    );
+    assert!(
+        !steps(&r).iter().any(|x| x.starts_with("write unit")),
+        "{:?}",
+        steps(&r)
+    );
+    let Some(crate::converge::Stop::Blocked { blockers }) = &r.stop else {
+        panic!("{:?}", r.stop);
+    };
+    assert_eq!(
+        blockers[0].reason,
+        gpuplane_crds::reason::Reason::GpuQuarantined
+    );
+}
+
+/// A process nobody manages holds 0000:11:00.0 (a CUDA context left behind): no reset under it.
+fn hold(h: &mut SimHost) {
+    h.file.holders.push(crate::host::sim::SimHolder {
+        address: "0000:11:00.0".into(),
+        holder: crate::host::model::Holder {
+            pid: 999,
+            command: "stuck-cuda-context".into(),
+            ..Default::default()
+        },
+    });
 }
