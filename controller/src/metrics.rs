@@ -24,8 +24,9 @@
 //! - `gpuplane_build_info{version}` = 1; `process_*` of the agent process;
 //! - reconciles, their latency, errors per reason, host writes, drift corrected, lease held;
 //! - `gpuplane_watch_events_total{kind,watch}`: objects the API server sent this agent's
-//!   watches (`watch` = `node` for the main watches, `unlabelled` for the stray watches): with
-//!   per-node scoping another node's changes add nothing to it.
+//!   watches (`watch` = `node` for the main watches, `unlabelled` for the stray watches, `pool`
+//!   for the `GpuNodePool`s, which wake a member waiting for a slot): with per-node scoping
+//!   another node's changes add nothing to it.
 
 use crate::http::server::{accept_loop, reply, serve_connection, Limits, Reply};
 use gpuplane_crds::condition::Condition;

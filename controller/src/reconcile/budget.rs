@@ -157,3 +157,27 @@ async fn members(ctx: &Ctx, pool: &str, now: jiff::Timestamp) -> Result<Vec<Memb
         })
         .collect())
 }
+
+/// This agent's partitions (`partitions`: its watch's cache) that wait for a slot of `pool`
+/// (their `Ready` says `WaitingForDisruptionBudget`): a change of the pool (a slot given back,
+/// its budget raised) reconciles them at once, instead of after the poll interval. Members not
+/// waiting are left alone: a rollout's status writes wake only the members they can help.
+pub fn waiting_members(
+    partitions: &[std::sync::Arc<GpuPartition>],
+    pool: &gpuplane_crds::GpuNodePool,
+) -> Vec<kube::runtime::reflector::ObjectRef<GpuPartition>> {
+    let name = pool.metadata.name.as_deref().unwrap_or_default();
+    partitions
+        .iter()
+        .filter(|p| gpuplane_crds::pool_of(p) == Some(name))
+        .filter(|p| {
+            p.status.as_ref().is_some_and(|st| {
+                st.conditions.iter().any(|c| {
+                    c.type_ == gpuplane_crds::condition::types::READY
+                        && c.reason == crate::status::WAITING_FOR_DISRUPTION_BUDGET.as_str()
+                })
+            })
+        })
+        .map(|p| kube::runtime::reflector::ObjectRef::from_obj(p.as_ref()))
+        .collect()
+}

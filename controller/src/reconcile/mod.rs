@@ -238,9 +238,21 @@ async fn control(ctx: Arc<Ctx>, woken: wake::Woken) {
     if opts.watch_scope == scope::WatchScope::Node {
         tokio::spawn(strays::run(ctx.clone(), store.clone()));
     }
+    let pools: Api<gpuplane_crds::GpuNodePool> = Api::all(ctx.client.clone());
+    let pool_events = scope::counted(
+        watcher(pools, watcher::Config::default()),
+        ctx.metrics
+            .watch_events
+            .with_label_values(&["GpuNodePool", "pool"]),
+    )
+    .touched_objects();
+    let waiting = store.clone();
     Controller::for_stream(partition_events, store)
         .watches_stream(server_events, |s: InferenceServer| {
             Some(ObjectRef::<GpuPartition>::new(&s.spec.partition_ref.name))
+        })
+        .watches_stream(pool_events, move |pool: gpuplane_crds::GpuNodePool| {
+            budget::waiting_members(&waiting.state(), &pool)
         })
         .reconcile_on(woken)
         .shutdown_on_signal()

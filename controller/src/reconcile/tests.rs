@@ -531,3 +531,48 @@ async fn a_refusal_is_written_and_announced_once_per_generation() {
     assert_eq!(patches[0]["status"]["observedGeneration"], 2);
     assert_eq!(events(&log), 1);
 }
+
+/// A pool's change wakes exactly this agent's partitions of that pool that wait for a slot.
+#[test]
+fn a_pools_change_wakes_only_its_members_that_wait_for_a_slot() {
+    let member = |name: &str, pool: &str, waiting: bool| {
+        let (mut p, _) = reference();
+        p.metadata.name = Some(name.into());
+        p.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(gpuplane_crds::POOL_LABEL.into(), pool.into());
+        let reason = if waiting {
+            "WaitingForDisruptionBudget"
+        } else {
+            "Converged"
+        };
+        p.status = Some(gpuplane_crds::GpuPartitionStatus {
+            conditions: vec![gpuplane_crds::condition::Condition {
+                type_: "Ready".into(),
+                status: "False".into(),
+                reason: reason.into(),
+                message: String::new(),
+                observed_generation: None,
+                last_transition_time: crate::clock::now(),
+            }],
+            ..Default::default()
+        });
+        Arc::new(p)
+    };
+    let parts = vec![
+        member("a", "fleet", true),
+        member("b", "fleet", false),
+        member("c", "other", true),
+    ];
+    let pool: gpuplane_crds::GpuNodePool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "gpuplane.dev/v1alpha1", "kind": "GpuNodePool",
+        "metadata": {"name": "fleet"}, "spec": {}
+    }))
+    .unwrap();
+    let woken: Vec<String> = budget::waiting_members(&parts, &pool)
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    assert_eq!(woken, ["a"]);
+}

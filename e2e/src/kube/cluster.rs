@@ -18,7 +18,7 @@ pub const LEASE_NS: &str = "gpuplane-system";
 
 /// What the agent user may and may not do under agent-rbac.yaml: (`kubectl auth can-i` args,
 /// answer). It can do what the agent needs, and nothing beyond the lease namespace.
-const AGENT_CAN_I: [(&[&str], &str); 10] = [
+const AGENT_CAN_I: [(&[&str], &str); 11] = [
     (
         &["auth", "can-i", "watch", "gpupartitions.gpuplane.dev"],
         "yes",
@@ -65,6 +65,11 @@ const AGENT_CAN_I: [(&[&str], &str); 10] = [
     // A pool: read it, write its status (the slots), never its spec.
     (
         &["auth", "can-i", "get", "gpunodepools.gpuplane.dev"],
+        "yes",
+    ),
+    // Watched, so a member waiting for a slot asks again the moment one is given back.
+    (
+        &["auth", "can-i", "watch", "gpunodepools.gpuplane.dev"],
         "yes",
     ),
     (

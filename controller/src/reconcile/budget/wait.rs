@@ -14,7 +14,9 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::Resource;
 
-/// Writes the wait on `p` (only when it changed) and looks again after the poll interval.
+/// Writes the wait on `p` (only when it changed) and looks again after the poll interval, or
+/// sooner: a change of the pool (a slot given back) reconciles a waiting member at once
+/// (`budget::waiting_members`, the pools' watch in `reconcile/mod.rs`).
 pub async fn wait(
     ctx: &Ctx,
     pass: &crate::pass::Pass,
