@@ -369,6 +369,7 @@ fn a_pool_rolls_out_within_its_budget_a_tenants_failure_never_pauses_it_a_hosts_
         "Progressing",
     );
     let t0 = Instant::now();
+    let e0 = epoch_now();
     apply_servers(&c, &servers(n, "qwen-v1", None));
     let mid = wait_for("a slot taken", Duration::from_secs(60), || {
         let p = pool_json(&c);
@@ -397,6 +398,7 @@ fn a_pool_rolls_out_within_its_budget_a_tenants_failure_never_pauses_it_a_hosts_
         &samples,
         n,
     );
+    say_handoffs("the rollout", &agents, e0, epoch_now());
     let max = samples.iter().map(|s| s.disrupted.len()).max().unwrap_or(0);
     assert!(
         max <= 2,
@@ -586,6 +588,7 @@ fn a_pool_rolls_out_within_its_budget_a_tenants_failure_never_pauses_it_a_hosts_
     // container within the pool's budget, resets the GPU, proves it and serves again; the pool
     // never pauses for a quarantine the agent handled, and every GPU ends Healthy.
     let t5 = Instant::now();
+    let e5 = epoch_now();
     for i in 0..n {
         add_kernel_log(
             &node_host_file(&c.cp, &agent_node(i)),
@@ -611,6 +614,7 @@ fn a_pool_rolls_out_within_its_budget_a_tenants_failure_never_pauses_it_a_hosts_
         s.disrupted.is_empty() && s.at > 5.0 && healed(&c).is_ok()
     });
     print_timeline("one GPU fault on every member (Xid 48)", &faulted, n);
+    say_handoffs("the GPU faults", &agents, e5, epoch_now());
     healed(&c).expect("every member's GPU quarantined, reset, proved and returned");
     assert!(
         faulted.iter().all(|s| !s.pool_paused),
@@ -665,4 +669,98 @@ fn add_kernel_log(host: &std::path::Path, line: &str) {
     let tmp = host.with_extension("klog-tmp");
     std::fs::write(&tmp, serde_yaml::to_string(&y).unwrap()).unwrap();
     std::fs::rename(&tmp, host).unwrap();
+}
+
+/// Seconds since the epoch, now.
+fn epoch_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Seconds since the epoch of a log line's leading timestamp, as tracing writes it in UTC
+/// (`2026-12-06T00:30:01.123456Z ...`).
+fn log_time(line: &str) -> Option<f64> {
+    let ts = line.split_whitespace().next()?.strip_suffix('Z')?;
+    let (date, time) = ts.split_once('T')?;
+    let d: Vec<i64> = date
+        .split('-')
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let t: Vec<i64> = hms
+        .split(':')
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    let (y, m, day) = (d[0] - i64::from(d[1] <= 2), d[1], d[2]);
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let frac: f64 = format!("0.{frac}").parse().ok()?;
+    Some((days * 86_400 + t[0] * 3600 + t[1] * 60 + t[2]) as f64 + frac)
+}
+
+/// The host writes that disrupt the host's users (as `plan/disruption.rs` counts them).
+fn disruptive(kind: &str, text: &str) -> bool {
+    matches!(
+        kind,
+        "stopUnit" | "stopContainer" | "unbind" | "returnToHostDriver" | "reboot" | "removeUnit"
+    ) || (kind == "startUnit" && text.starts_with("restart"))
+}
+
+/// Prints how long a given-back slot took to reach the next member's first disruptive host
+/// write, from the agents' own logs (exact timestamps) between `from` and `to`: for each slot
+/// granted after another member released one, the time from that release to the granted
+/// member's first disruptive write. A figure, not an assertion.
+fn say_handoffs(what: &str, agents: &[Agent], from: f64, to: f64) {
+    let mut releases = vec![];
+    let mut per_agent = vec![];
+    for a in agents {
+        let mut grants = vec![];
+        let mut writes = vec![];
+        for l in a.log_text().lines() {
+            let Some(t) = log_time(l).filter(|t| (from..=to).contains(t)) else {
+                continue;
+            };
+            if l.contains("pool slot released") {
+                releases.push(t);
+            } else if l.contains("pool slot granted") {
+                grants.push(t);
+            } else if let Some(rest) = l.split_once("host write: ").map(|x| x.1) {
+                let (text, kind) = rest.rsplit_once(" kind=").unwrap_or((rest, ""));
+                if disruptive(kind.trim_matches('"'), text.trim()) {
+                    writes.push(t);
+                }
+            }
+        }
+        per_agent.push((grants, writes));
+    }
+    releases.sort_by(f64::total_cmp);
+    let mut took: Vec<f64> = vec![];
+    for (grants, writes) in &per_agent {
+        for g in grants {
+            let Some(r) = releases.iter().rev().find(|r| *r <= g) else {
+                continue;
+            };
+            if let Some(w) = writes.iter().find(|w| *w >= g) {
+                took.push(w - r);
+            }
+        }
+    }
+    took.sort_by(f64::total_cmp);
+    let q = |p: f64| {
+        took.get(((took.len() as f64 - 1.0) * p).round() as usize)
+            .map_or("n/a".to_string(), |v| format!("{:.0} ms", v * 1000.0))
+    };
+    eprintln!(
+        "[kube_pool] {what}: slot given back → next member's first disruptive host write (agents' logs): {} handoffs, p50 {}, p99 {}, max {}",
+        took.len(),
+        q(0.5),
+        q(0.99),
+        q(1.0)
+    );
 }

@@ -53,6 +53,14 @@ pub async fn ask(
         };
         let members = members(ctx, pool, now).await?;
         let (st, answer) = decide(&current, &members, &who, &node, &ask, &Time(now));
+        let held = |s: Option<&gpuplane_crds::GpuNodePoolStatus>| {
+            s.is_some_and(|s| s.slots.iter().any(|h| h.member == who))
+        };
+        let change = match (held(current.status.as_ref()), held(Some(&st))) {
+            (false, true) => Some("granted"),
+            (true, false) => Some("released"),
+            _ => None,
+        };
         show_members(ctx, pool, &st);
         let paused = |on: bool| i64::from(on);
         let m = &ctx.metrics.pool_paused;
@@ -64,6 +72,9 @@ pub async fn ask(
             record(ctx, pool, &answer);
             return Ok(answer);
         }
+        // Said once the write took (below): the timestamps of slot handoffs, for a person
+        // reading the log and for the pool benchmark (`e2e/tests/kube_pool.rs`).
+        let said = |c: &str| tracing::info!(pool, member = %who, "pool slot {c}");
         let mut next = current.clone();
         next.status = Some(st);
         // The resourceVersion read above travels in the body: a write in between answers 409.
@@ -72,6 +83,9 @@ pub async fn ask(
             .await
         {
             Ok(_) => {
+                if let Some(c) = change {
+                    said(c);
+                }
                 record(ctx, pool, &answer);
                 return Ok(answer);
             }
