@@ -359,3 +359,90 @@ fn ready_in(partition: &Path) -> bool {
         .and_then(|t| serde_yaml::from_str::<serde_yaml::Value>(&t).ok())
         .is_some_and(|v| ready(&v).0 == "True")
 }
+
+/// Issue 41: a finished write is acted on at once. The agent on the settled twin (drift an hour
+/// away); the server's manifest is then changed five times, each written whole and closed
+/// (`std::fs::write`), and the time from the close to the agent's first host write is read from
+/// the agent's own log (tracing's UTC timestamps). Printed, with the median (a figure, not an
+/// assertion; the target is ≤ 50 ms on this machine); the test asserts that each change was
+/// acted on, and read whole (the unit carries the served name written).
+#[test]
+fn a_finished_write_is_acted_on_at_once() {
+    let dir = common::reference_dir();
+    let d = dir.path();
+    let log = d.join("agent.log");
+    let mut child = common::standalone_agent(d)
+        .args(["--drift-interval", "3600"])
+        .env("GPUPLANE_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("run gpuplane");
+    let partition = d.join("status").join("GpuPartition-kpro6.yaml");
+    let settle = |what: &str| {
+        let t = std::time::Instant::now();
+        while !ready_in(&partition) && t.elapsed().as_secs() < 120 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(ready_in(&partition), "{what}: not settled within 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    settle("the first converge");
+    let server = d.join("m").join("server.yaml");
+    let original = std::fs::read_to_string(&server).unwrap();
+    let mut took = vec![];
+    for i in 0..5 {
+        let writes_before = host_write_times(&log).len();
+        let text = original.replace("qwen3.5-122b", &format!("qwen3.5-122b-v{i}"));
+        assert_ne!(
+            text, original,
+            "the reference server changed its served name"
+        );
+        std::fs::write(&server, &text).unwrap();
+        let closed = epoch_now();
+        let t = std::time::Instant::now();
+        let first = loop {
+            if let Some(w) = host_write_times(&log).get(writes_before) {
+                break *w;
+            }
+            assert!(t.elapsed().as_secs() < 60, "change {i} not acted on");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        took.push(first - closed);
+        settle(&format!("change {i}"));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    if std::env::var("GPUPLANE_SHOW_LOG").is_ok() {
+        println!("{}", std::fs::read_to_string(&log).unwrap_or_default());
+    }
+    let mut ms: Vec<f64> = took.iter().map(|s| s * 1000.0).collect();
+    ms.sort_by(f64::total_cmp);
+    println!(
+        "a finished write → the agent's first host write: {:?} ms, median {:.0} ms",
+        ms.iter().map(|m| m.round() as i64).collect::<Vec<_>>(),
+        ms[ms.len() / 2]
+    );
+}
+
+/// Seconds since the epoch, now.
+fn epoch_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// The times (seconds since the epoch) of the `host write:` lines of an agent's log, in order.
+fn host_write_times(log: &Path) -> Vec<f64> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("host write: "))
+        .filter_map(|l| {
+            let ts = l.split_whitespace().next()?;
+            let t: jiff::Timestamp = ts.parse().ok()?;
+            Some(t.as_nanosecond() as f64 / 1e9)
+        })
+        .collect()
+}
