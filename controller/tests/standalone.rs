@@ -446,3 +446,96 @@ fn host_write_times(log: &Path) -> Vec<f64> {
         })
         .collect()
 }
+
+/// Issue 41: writers that torture the manifests directory never get a half-written file read.
+/// The agent on the settled twin while, for 8 s, three writers rewrite the server's manifest
+/// with a new served name each time, each as its tool does: `cat >` (one open that truncates,
+/// a random pause of up to 300 ms with the file empty, the text, the close), a rename of a
+/// finished file into place, and `git checkout` (the file removed, created again up to 50 ms
+/// later). A half-written read shows in the agent's log as manifests "not applied" (a cut
+/// text) or as the server's unit removed (an empty or missing file read as a deleted server);
+/// there must be none. The count of reads the agent made and acted on is printed (it did the
+/// work: it rewrote the unit for the changes it read).
+#[test]
+fn writers_that_torture_the_manifests_never_get_a_half_written_file_read() {
+    use std::io::Write as _;
+    let dir = common::reference_dir();
+    let d = dir.path();
+    let log = d.join("agent.log");
+    let mut child = common::standalone_agent(d)
+        .args(["--drift-interval", "3600"])
+        .env("GPUPLANE_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("run gpuplane");
+    let partition = d.join("status").join("GpuPartition-kpro6.yaml");
+    let t = std::time::Instant::now();
+    while !ready_in(&partition) && t.elapsed().as_secs() < 120 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(ready_in(&partition), "not settled within 120 s");
+    let server = d.join("m").join("server.yaml");
+    let original = std::fs::read_to_string(&server).unwrap();
+    let n = std::sync::atomic::AtomicU64::new(0);
+    let text = |n: u64| original.replace("qwen3.5-122b", &format!("qwen3.5-122b-t{n}"));
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(8);
+    let ms = |x: u64| std::time::Duration::from_millis(x);
+    std::thread::scope(|s| {
+        for writer in 0..3u64 {
+            let (server, n, text) = (&server, &n, &text);
+            s.spawn(move || {
+                // A small linear congruential generator: pauses differ per writer and run.
+                let mut seed = writer * 7919 + 17;
+                let mut rand = |max: u64| {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    (seed >> 33) % max
+                };
+                while std::time::Instant::now() < end {
+                    let body = text(n.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
+                    match writer {
+                        0 => {
+                            let mut f = std::fs::File::create(server).unwrap();
+                            std::thread::sleep(ms(rand(300)));
+                            f.write_all(body.as_bytes()).unwrap();
+                        }
+                        1 => {
+                            let tmp =
+                                server.with_file_name(format!(".server.yaml.{}", rand(1 << 20)));
+                            std::fs::write(&tmp, &body).unwrap();
+                            std::fs::rename(&tmp, server).unwrap();
+                        }
+                        _ => {
+                            let _ = std::fs::remove_file(server);
+                            std::thread::sleep(ms(rand(50)));
+                            std::fs::write(server, &body).unwrap();
+                        }
+                    }
+                    std::thread::sleep(ms(rand(400)));
+                }
+            });
+        }
+    });
+    // The last write settles.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let half: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("are not applied") || l.contains("kind=\"removeUnit\""))
+        .collect();
+    let units = text
+        .lines()
+        .filter(|l| l.contains("kind=\"writeUnit\""))
+        .count();
+    println!(
+        "torture: {} writes by 3 writers in 8 s; the agent rewrote the unit {units} times; half-written reads: {}",
+        n.load(std::sync::atomic::Ordering::SeqCst),
+        half.len()
+    );
+    assert!(units > 0, "the agent acted on none of the writes");
+    assert!(half.is_empty(), "half-written reads:\n{}", half.join("\n"));
+}
