@@ -560,8 +560,14 @@ impl LocalHost {
     /// while its driver is the same (the unbind step scans them again right before it writes)
     /// and cleared when the driver changed (the old device nodes are gone). Anything else, a
     /// `modprobe` included (it may bind devices waiting on an override), asks for a full
-    /// observation.
+    /// observation — but the ledger: the agent's own file, read back as it was just written
+    /// (the layout guard writes it on every spec change: a full look after it cost a move of two
+    /// GPUs in the qemu host about 160 ms).
     fn refresh_state(&self, step: &Step, st: &mut HostState) -> bool {
+        if let Step::WriteLedger { ledger } = step {
+            st.gpu_ledger = crate::host::ledger::Ledger::parse(&ledger.render());
+            return st.gpu_ledger.is_some();
+        }
         let address = match step {
             Step::SetDriverOverride { address, .. }
             | Step::Unbind { address, .. }
