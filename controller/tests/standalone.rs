@@ -370,23 +370,8 @@ fn ready_in(partition: &Path) -> bool {
 fn a_finished_write_is_acted_on_at_once() {
     let dir = common::reference_dir();
     let d = dir.path();
-    let log = d.join("agent.log");
-    let mut child = common::standalone_agent(d)
-        .args(["--drift-interval", "3600"])
-        .env("GPUPLANE_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("run gpuplane");
-    let partition = d.join("status").join("GpuPartition-kpro6.yaml");
-    let settle = |what: &str| {
-        let t = std::time::Instant::now();
-        while !ready_in(&partition) && t.elapsed().as_secs() < 120 {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        assert!(ready_in(&partition), "{what}: not settled within 120 s");
-        std::thread::sleep(std::time::Duration::from_millis(300));
-    };
+    let (mut child, log) = logging_agent(d);
+    let settle = |what: &str| settled(d, what);
     settle("the first converge");
     let server = d.join("m").join("server.yaml");
     let original = std::fs::read_to_string(&server).unwrap();
@@ -425,6 +410,31 @@ fn a_finished_write_is_acted_on_at_once() {
     );
 }
 
+/// The agent on manifest files over `d` (drift an hour away), logging at `info` to
+/// `d/agent.log`; the child and its log.
+fn logging_agent(d: &Path) -> (std::process::Child, std::path::PathBuf) {
+    let log = d.join("agent.log");
+    let child = common::standalone_agent(d)
+        .args(["--drift-interval", "3600"])
+        .env("GPUPLANE_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("run gpuplane");
+    (child, log)
+}
+
+/// Waits (at most 120 s) until the partition's status over `d` says Ready, then 300 ms more.
+fn settled(d: &Path, what: &str) {
+    let partition = d.join("status").join("GpuPartition-kpro6.yaml");
+    let t = std::time::Instant::now();
+    while !ready_in(&partition) && t.elapsed().as_secs() < 120 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(ready_in(&partition), "{what}: not settled within 120 s");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+}
+
 /// Seconds since the epoch, now.
 fn epoch_now() -> f64 {
     std::time::SystemTime::now()
@@ -461,20 +471,8 @@ fn writers_that_torture_the_manifests_never_get_a_half_written_file_read() {
     use std::io::Write as _;
     let dir = common::reference_dir();
     let d = dir.path();
-    let log = d.join("agent.log");
-    let mut child = common::standalone_agent(d)
-        .args(["--drift-interval", "3600"])
-        .env("GPUPLANE_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("run gpuplane");
-    let partition = d.join("status").join("GpuPartition-kpro6.yaml");
-    let t = std::time::Instant::now();
-    while !ready_in(&partition) && t.elapsed().as_secs() < 120 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert!(ready_in(&partition), "not settled within 120 s");
+    let (mut child, log) = logging_agent(d);
+    settled(d, "the first converge");
     let server = d.join("m").join("server.yaml");
     let original = std::fs::read_to_string(&server).unwrap();
     let n = std::sync::atomic::AtomicU64::new(0);

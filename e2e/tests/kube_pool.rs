@@ -682,26 +682,8 @@ fn epoch_now() -> f64 {
 /// Seconds since the epoch of a log line's leading timestamp, as tracing writes it in UTC
 /// (`2026-12-06T00:30:01.123456Z ...`).
 fn log_time(line: &str) -> Option<f64> {
-    let ts = line.split_whitespace().next()?.strip_suffix('Z')?;
-    let (date, time) = ts.split_once('T')?;
-    let d: Vec<i64> = date
-        .split('-')
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let t: Vec<i64> = hms
-        .split(':')
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    let (y, m, day) = (d[0] - i64::from(d[1] <= 2), d[1], d[2]);
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let frac: f64 = format!("0.{frac}").parse().ok()?;
-    Some((days * 86_400 + t[0] * 3600 + t[1] * 60 + t[2]) as f64 + frac)
+    let t: jiff::Timestamp = line.split_whitespace().next()?.parse().ok()?;
+    Some(t.as_nanosecond() as f64 / 1e9)
 }
 
 /// The host writes that disrupt the host's users (as `plan/disruption.rs` counts them).

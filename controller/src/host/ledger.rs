@@ -101,9 +101,7 @@ impl Ledger {
             .sort_by(|a, b| (a.missing, &a.address).cmp(&(b.missing, &b.address)));
         serde_json::to_string_pretty(&l).unwrap_or_default() + "\n"
     }
-}
 
-impl Ledger {
     /// This ledger with the quarantine of the GPU at `address` escalated because its reset
     /// failed (`why`: what the kernel said): what a reset step stores instead of the ledger it
     /// carries when the kernel refuses the reset, so the next plan escalates instead of trying

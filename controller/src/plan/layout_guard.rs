@@ -419,4 +419,4 @@ fn carry_health(fresh: &mut [LedgerGpu], l: &Ledger, m: &Matching) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

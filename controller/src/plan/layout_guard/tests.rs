@@ -123,7 +123,8 @@ fn annotate(m: &mut Manifests, hash: &str) {
         .insert(ACCEPT_ANNOTATION.into(), hash.into());
 }
 
-fn mapping(h: &mut SimHost) -> Vec<String> {
+/// The paths of VM 200's mapping `pro6000-vm`, sorted.
+pub(in crate::plan) fn mapping(h: &mut SimHost) -> Vec<String> {
     let st = h.observe().unwrap();
     let mut v: Vec<String> = st.pci_mappings["pro6000-vm"]
         .iter()

@@ -9,6 +9,7 @@ use crate::host::model::RunState;
 use crate::host::sim::SimHost;
 use crate::host::Host;
 use crate::manifests::Manifests;
+use crate::plan::layout_guard::tests::mapping;
 use crate::step::Step;
 use crate::testutil::{manifests, twin};
 use gpuplane_crds::QuarantineStage;
@@ -58,16 +59,6 @@ fn steps(r: &Report) -> Vec<String> {
         .iter()
         .map(|a| a.planned.step.to_string())
         .collect()
-}
-
-fn mapping(h: &mut SimHost) -> Vec<String> {
-    let st = h.observe().unwrap();
-    let mut v: Vec<String> = st.pci_mappings["pro6000-vm"]
-        .iter()
-        .flat_map(|e| e.paths.clone())
-        .collect();
-    v.sort();
-    v
 }
 
 fn record(h: &SimHost, addr: &str) -> Option<gpuplane_crds::GpuQuarantine> {
