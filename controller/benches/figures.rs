@@ -25,6 +25,10 @@ use gpuplane::host::Host;
 use gpuplane::manifests::Manifests;
 use std::time::{Duration, Instant};
 
+/// The agent's own allocator (`src/main.rs`), so that the figures are the agent's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn scale() -> usize {
     std::env::var("GPUPLANE_BENCH_SCALE")
         .ok()
@@ -32,8 +36,16 @@ fn scale() -> usize {
         .unwrap_or(1)
 }
 
+/// `GPUPLANE_BENCH_ONLY=TEXT`: only the figures whose name contains TEXT (for a profile of one).
+fn wanted(name: &str) -> bool {
+    std::env::var("GPUPLANE_BENCH_ONLY").map_or(true, |only| name.contains(&only))
+}
+
 /// Runs `f` `n` times (after 3 warm-up runs); prints and returns the durations' summary.
 fn bench(name: &str, n: usize, mut f: impl FnMut() -> String) {
+    if !wanted(name) {
+        return;
+    }
     for _ in 0..3 {
         f();
     }
@@ -244,6 +256,9 @@ fn main() {
         });
     }
 
+    if !wanted("parse a") {
+        return;
+    }
     // A safetensors header near the format's limit (about 100 MB of JSON), parsed one entry at a time.
     // VmHWM (the peak resident set) is read before and after; the header's own bytes are
     // allocated before the first reading, so the growth is what parsing costs.

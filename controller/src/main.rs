@@ -1,5 +1,9 @@
 use clap::Parser;
 
+/// mimalloc (Cargo.toml says why); the benchmarks (`benches/figures.rs`) use the same.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -322,8 +322,8 @@ pub fn converge_seeded(
                     if let Step::StartUnit { unit, .. } = step {
                         progress.remove(&unit.key());
                     }
-                    if let Some(mut st) = r.final_host.clone() {
-                        if let Ok(true) = door.host().refresh(step, &mut st) {
+                    if let Some(st) = &r.final_host {
+                        if let Ok(Some(st)) = door.host().refresh(step, st) {
                             known = Some(Known::Refreshed(st));
                         }
                     }

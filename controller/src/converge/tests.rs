@@ -19,7 +19,7 @@ impl Host for Counting {
     fn apply(&mut self, step: &Step) -> Result<StepOutcome, HostError> {
         self.inner.apply(step)
     }
-    fn refresh(&mut self, step: &Step, st: &mut HostState) -> Result<bool, HostError> {
+    fn refresh(&mut self, step: &Step, st: &HostState) -> Result<Option<HostState>, HostError> {
         let address = match step {
             Step::SetDriverOverride { address, .. }
             | Step::Unbind { address, .. }
@@ -29,13 +29,14 @@ impl Host for Counting {
             {
                 address
             }
-            _ => return Ok(false),
+            _ => return Ok(None),
         };
         let now = self.inner.observe()?;
+        let mut st = st.clone();
         st.pci_devices
             .insert(address.clone(), now.pci_devices[address].clone());
         self.refreshes += 1;
-        Ok(true)
+        Ok(Some(st))
     }
     fn sleep(&mut self, secs: u64) {
         self.inner.sleep(secs)

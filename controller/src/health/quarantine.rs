@@ -95,6 +95,11 @@ pub fn decide(
             continue;
         }
         let j = judgment(e, host);
+        if e.quarantine.is_none() && !quarantines(t.health.quarantine, j.state) {
+            // Healthy enough and never out: nothing to record (what `step` would answer),
+            // found without hashing the evidence or asking who uses the GPU.
+            continue;
+        }
         let h = evidence_hash(&j.evidence);
         let may_reset = d.reset.is_none() && !in_use(&e.address);
         let (change, reset) = step(t, host, e, &j, &h, may_reset);

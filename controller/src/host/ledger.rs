@@ -97,9 +97,19 @@ impl Ledger {
     /// The text stored: pretty JSON, one stable order (by address).
     pub fn render(&self) -> String {
         let mut l = self.clone();
-        l.gpus
-            .sort_by(|a, b| (a.missing, &a.address).cmp(&(b.missing, &b.address)));
+        l.gpus.sort_by(stored_cmp);
         serde_json::to_string_pretty(&l).unwrap_or_default() + "\n"
+    }
+
+    /// Whether `self` stores as the same text as `other` (`render`), without rendering either
+    /// where their GPUs are equal in the stored order (every reconcile asks; a ledger whose
+    /// entries differ is rendered and compared as text, so a field the text does not keep
+    /// cannot make two equal files look different).
+    pub fn same_stored(&self, other: &Ledger) -> bool {
+        let equal = self.partition == other.partition
+            && self.spec_hash == other.spec_hash
+            && stored_order(self) == stored_order(other);
+        equal || self.render() == other.render()
     }
 
     /// This ledger with the quarantine of the GPU at `address` escalated because its reset
@@ -123,4 +133,15 @@ impl Ledger {
         }
         l
     }
+}
+
+/// The order of the stored file: on the bus first, then by address.
+fn stored_cmp(a: &LedgerGpu, b: &LedgerGpu) -> std::cmp::Ordering {
+    (a.missing, &a.address).cmp(&(b.missing, &b.address))
+}
+
+fn stored_order(l: &Ledger) -> Vec<&LedgerGpu> {
+    let mut v: Vec<&LedgerGpu> = l.gpus.iter().collect();
+    v.sort_by(|a, b| stored_cmp(a, b));
+    v
 }

@@ -71,12 +71,17 @@ pub trait Host {
     fn sleep(&mut self, secs: u64);
     /// Seconds on the host's clock.
     fn now(&self) -> u64;
-    /// Brings `state` up to date after `step` was applied, reading only what that step can
-    /// change; `Ok(false)` when the backend cannot (then the caller observes everything again).
+    /// `state` brought up to date after `step` was applied, reading only what that step can
+    /// change; `Ok(None)` when the backend cannot (then the caller observes everything again).
+    /// Takes the state by reference so that a backend that cannot refresh costs no copy.
     /// The converge loop still observes everything before it calls the host converged, and a
     /// step's own safety checks (holders before an unbind) read the host right before writing.
-    fn refresh(&mut self, _step: &Step, _state: &mut HostState) -> Result<bool, HostError> {
-        Ok(false)
+    fn refresh(
+        &mut self,
+        _step: &Step,
+        _state: &HostState,
+    ) -> Result<Option<HostState>, HostError> {
+        Ok(None)
     }
     /// Names the units to observe (the agent's servers); backends that see all units ignore it.
     fn watch_units(&mut self, _units: &[model::UnitRef]) {}

@@ -525,6 +525,18 @@ impl P2pProbe {
 }
 
 impl HostState {
+    /// The devices of each IOMMU group, by group number: one pass over the devices, so that
+    /// what looks at a GPU's group mates (companions, mapping paths) stays linear in the GPUs.
+    pub fn by_iommu_group(&self) -> BTreeMap<u32, Vec<&PciDevice>> {
+        let mut groups: BTreeMap<u32, Vec<&PciDevice>> = BTreeMap::new();
+        for d in self.pci_devices.values() {
+            if let Some(g) = d.iommu_group {
+                groups.entry(g).or_default().push(d);
+            }
+        }
+        groups
+    }
+
     /// The driver the device at `address` is bound to, `none` when unbound or absent (as the
     /// metrics and the slices' status show it).
     pub fn driver_name(&self, address: &str) -> String {

@@ -65,20 +65,87 @@ fn same_place(a: &GpuIdentity, a_addr: &str, b: &GpuIdentity, b_addr: &str) -> b
     }
 }
 
+/// The observed GPUs by each value that can match them, so that matching a ledger of n GPUs
+/// looks at the few GPUs that share a value with each entry instead of all n (a pairwise scan
+/// made the planner quadratic in the GPUs). Lookups give indices into `observed`; a match
+/// is still decided by `agree` and `same_place`, the lowest index first, as a scan would.
+/// One sorted vector of (kind, value, index): kinds 0–2 the strong identities (DSN, UUID,
+/// serial), 3 the slot, 4 the path of a GPU that names no slot, 5 the address.
+struct Index<'o>(Vec<(u8, &'o str, usize)>);
+
+impl<'o> Index<'o> {
+    fn of(observed: &[&'o PciDevice]) -> Self {
+        let mut v = Vec::with_capacity(observed.len() * 3);
+        for (oi, o) in observed.iter().enumerate() {
+            for (k, x) in strong(&o.identity).into_iter().enumerate() {
+                if let Some(x) = x {
+                    v.push((k as u8, x, oi));
+                }
+            }
+            match (&o.identity.slot, &o.identity.path) {
+                (Some(s), _) => v.push((3, s.as_str(), oi)),
+                (None, Some(p)) => v.push((4, p.as_str(), oi)),
+                (None, None) => {}
+            }
+            v.push((5, o.address.as_str(), oi));
+        }
+        v.sort_unstable();
+        Index(v)
+    }
+
+    /// Pushes the indices filed under (`kind`, `value`) onto `out`.
+    fn find(&self, kind: u8, value: &str, out: &mut Vec<usize>) {
+        let from = self.0.partition_point(|e| (e.0, e.1) < (kind, value));
+        out.extend(
+            self.0[from..]
+                .iter()
+                .take_while(|e| e.0 == kind && e.1 == value)
+                .map(|e| e.2),
+        );
+    }
+
+    /// Indices that share an identity value with `id`, ascending.
+    fn by_identity(&self, id: &GpuIdentity) -> Vec<usize> {
+        let mut out = Vec::new();
+        for (k, x) in strong(id).into_iter().enumerate() {
+            if let Some(x) = x {
+                self.find(k as u8, x, &mut out);
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Indices that may sit in the same place as a GPU with `id` at `addr` (a superset of
+    /// `same_place`'s answers), ascending.
+    fn by_place(&self, id: &GpuIdentity, addr: &str) -> Vec<usize> {
+        let mut out = Vec::new();
+        match (&id.slot, &id.path) {
+            (Some(s), _) => self.find(3, s, &mut out),
+            (None, Some(p)) => self.find(4, p, &mut out),
+            (None, None) => {}
+        }
+        self.find(5, addr, &mut out);
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
 /// Matches `ledger` against `observed` (the host's GPUs).
 pub fn match_gpus(ledger: &Ledger, observed: &[&PciDevice]) -> Matching {
     let mut m = Matching::default();
     let mut taken: BTreeSet<usize> = BTreeSet::new();
     let mut found: BTreeMap<usize, String> = BTreeMap::new();
+    let ix = Index::of(observed);
     // By identity.
     for (li, l) in ledger.gpus.iter().enumerate() {
-        if let Some((oi, o)) = observed
-            .iter()
-            .enumerate()
-            .find(|(oi, o)| !taken.contains(oi) && agree(&l.identity, &o.identity) == Some(true))
-        {
+        if let Some(oi) = ix.by_identity(&l.identity).into_iter().find(|oi| {
+            !taken.contains(oi) && agree(&l.identity, &observed[*oi].identity) == Some(true)
+        }) {
             taken.insert(oi);
-            found.insert(li, o.address.clone());
+            found.insert(li, observed[oi].address.clone());
         }
     }
     // By place, for what identity did not find.
@@ -86,9 +153,13 @@ pub fn match_gpus(ledger: &Ledger, observed: &[&PciDevice]) -> Matching {
         if found.contains_key(&li) {
             continue;
         }
-        let at = observed.iter().enumerate().find(|(oi, o)| {
-            !taken.contains(oi) && same_place(&l.identity, &l.address, &o.identity, &o.address)
-        });
+        let at = ix
+            .by_place(&l.identity, &l.address)
+            .into_iter()
+            .map(|oi| (oi, observed[oi]))
+            .find(|(oi, o)| {
+                !taken.contains(oi) && same_place(&l.identity, &l.address, &o.identity, &o.address)
+            });
         match at {
             Some((oi, o)) if agree(&l.identity, &o.identity) == Some(false) => {
                 taken.insert(oi);
@@ -137,3 +208,6 @@ pub fn known_identities(
     }
     out
 }
+
+#[cfg(test)]
+mod tests;

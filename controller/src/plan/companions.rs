@@ -11,7 +11,7 @@ use super::{Planner, Step};
 use crate::desired::Desired;
 use crate::host::model::{HostState, PciDevice};
 use gpuplane_crds::GpuDriver;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A companion and where it must go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +48,12 @@ fn is_bridge(d: &PciDevice) -> bool {
 }
 
 /// Companions of the partition's GPUs, and messages for groups shared with foreign devices.
-pub fn find(d: &Desired, h: &HostState) -> (Vec<Companion>, Vec<String>) {
+/// `groups`: the host's devices by IOMMU group (`HostState::by_iommu_group`).
+pub fn find(
+    d: &Desired,
+    h: &HostState,
+    groups: &BTreeMap<u32, Vec<&PciDevice>>,
+) -> (Vec<Companion>, Vec<String>) {
     let partition: BTreeSet<&str> = d
         .partition
         .slices
@@ -62,11 +67,8 @@ pub fn find(d: &Desired, h: &HostState) -> (Vec<Companion>, Vec<String>) {
             let Some(group) = h.pci_devices.get(g).and_then(|x| x.iommu_group) else {
                 continue;
             };
-            for m in h.pci_devices.values() {
-                if m.iommu_group != Some(group)
-                    || m.address == *g
-                    || partition.contains(m.address.as_str())
-                {
+            for m in groups.get(&group).into_iter().flatten() {
+                if m.address == *g || partition.contains(m.address.as_str()) {
                     continue;
                 }
                 if is_bridge(m) {

@@ -46,13 +46,16 @@ pub struct Stall {
 pub struct Verdict {
     /// Slices nothing may change for, each with why.
     pub stalls: Vec<Stall>,
-    /// The ledger to write (it differs from the stored one) and what changed, old → new.
-    pub write: Option<(Ledger, String)>,
+    /// Why `next` is to be written (it differs from the stored ledger): what changed, old → new.
+    pub write: Option<String>,
     /// GPUs of VM slices to bind to `nvidia` first, so their identity is known: address → slice.
     pub identify_first: BTreeMap<String, String>,
     /// The ledger as it should be after this plan (`None` when the guard stalled, or the
     /// partition has no layout terms): the quarantine decides on it (`health/quarantine.rs`).
     pub next: Option<Ledger>,
+    /// Each GPU's identity as far as it is known (`known_identities`), by address, when the
+    /// partition has layout terms: the mappings' notes use it too (computed once a plan).
+    pub known: Option<BTreeMap<String, GpuIdentity>>,
 }
 
 impl Verdict {
@@ -89,18 +92,25 @@ pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
         .map(|o| ledger_entry(o, known[&o.address].clone(), owner_of(&o.address)))
         .collect();
     let Some(l) = ledger else {
-        return first_ledger(d, t, fresh);
+        let mut v = first_ledger(d, t, fresh);
+        v.known = Some(known);
+        return v;
     };
     let m = match_gpus(l, &observed);
     let same_spec = l.spec_hash == t.spec_hash;
-    let hash = layout_hash(&observed);
-    let accepted = !same_spec || t.accept_layout.as_deref() == Some(hash.as_str());
+    // The layout hash is read only where a message or an acknowledgement needs it.
+    let hash_cell = std::cell::OnceCell::new();
+    let hash = || hash_cell.get_or_init(|| layout_hash(&observed)).as_str();
+    let accepted = !same_spec || t.accept_layout.as_deref().is_some_and(|a| a == hash());
     let quarantines_lost = t.health.quarantine != gpuplane_crds::QuarantinePolicy::Never;
     let mut changes = changes(l, &m, &owner_of, quarantines_lost);
     changes.extend(contested(t, l, &m));
-    let mut v = Verdict::default();
-    if !accepted {
-        v.stalls = stalls(&changes, &hash);
+    let mut v = Verdict {
+        known: Some(known),
+        ..Verdict::default()
+    };
+    if !accepted && !changes.is_empty() {
+        v.stalls = stalls(&changes, hash());
         if !v.stalls.is_empty() {
             return v;
         }
@@ -116,8 +126,7 @@ pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
         gpus: fresh,
     };
     v.identify_first = identify_first(d, host, &new, t, &mut v.stalls);
-    v.next = Some(new.clone());
-    if new.render() != l.render() {
+    if !new.same_stored(l) {
         let rows: Vec<String> = changes.iter().map(|c| c.row.clone()).collect();
         let why = if rows.is_empty() {
             "bring the GPU ledger up to date (identities seen now)".to_string()
@@ -125,14 +134,15 @@ pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
             let how = if !same_spec {
                 "the spec changed".to_string()
             } else if accepted {
-                format!("accepted by {ACCEPT_ANNOTATION}={hash}")
+                format!("accepted by {ACCEPT_ANNOTATION}={}", hash())
             } else {
                 "no GPU changes owner".to_string()
             };
             format!("the host's GPU layout changed ({how}): {}", rows.join("; "))
         };
-        v.write = Some((new, why));
+        v.write = Some(why);
     }
+    v.next = Some(new);
     v
 }
 
@@ -149,8 +159,8 @@ fn first_ledger(d: &DesiredPartition, t: &Terms, fresh: Vec<LedgerGpu>) -> Verdi
             spec_hash: t.spec_hash.clone(),
             gpus: fresh,
         };
-        v.next = Some(new.clone());
-        v.write = Some((new, why));
+        v.next = Some(new);
+        v.write = Some(why);
     }
     v
 }
@@ -158,17 +168,30 @@ fn first_ledger(d: &DesiredPartition, t: &Terms, fresh: Vec<LedgerGpu>) -> Verdi
 /// A GPU whose UUID is unknown stays unverified (the same GPU) or becomes so (one that took
 /// another's place, or appeared), until it has been seen on `nvidia`.
 fn mark_unverified(fresh: &mut [LedgerGpu], l: &Ledger, m: &Matching) {
+    let at = by_address(fresh);
     for (li, addr) in &m.same {
-        if let Some(e) = fresh.iter_mut().find(|e| &e.address == addr) {
+        if let Some(&i) = at.get(addr.as_str()) {
+            let e = &mut fresh[i];
             e.unverified = l.gpus[*li].unverified && e.identity.uuid.is_none();
         }
     }
     let newcomers = m.replaced.iter().map(|(_, a)| a).chain(&m.added);
     for addr in newcomers {
-        if let Some(e) = fresh.iter_mut().find(|e| &e.address == addr) {
+        if let Some(&i) = at.get(addr.as_str()) {
+            let e = &mut fresh[i];
             e.unverified = e.identity.uuid.is_none();
         }
     }
+}
+
+/// Address → index of the fresh entries (one lookup each instead of a scan: the guard stays
+/// linear in the GPUs).
+fn by_address(fresh: &[LedgerGpu]) -> BTreeMap<String, usize> {
+    fresh
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.address.clone(), i))
+        .collect()
 }
 
 /// The owned GPUs gone or replaced, marked missing: they stay in the ledger while the spec
@@ -363,9 +386,18 @@ fn identify_first(
     if t.allow_unverified {
         return out;
     }
+    let unverified: BTreeMap<&str, &LedgerGpu> = new
+        .gpus
+        .iter()
+        .filter(|e| e.unverified)
+        .map(|e| (e.address.as_str(), e))
+        .collect();
+    if unverified.is_empty() {
+        return out;
+    }
     for s in d.slices.iter().filter(|s| s.driver == GpuDriver::VfioPci) {
         for g in &s.gpus {
-            let Some(e) = new.gpus.iter().find(|e| &e.address == g && e.unverified) else {
+            let Some(e) = unverified.get(g.as_str()) else {
                 continue;
             };
             let on_host = host.pci_devices.get(g).and_then(|x| x.driver.as_deref())
@@ -408,8 +440,10 @@ fn ledger_entry(d: &PciDevice, identity: GpuIdentity, owner: Option<String>) -> 
 /// rewrite of the ledger; a GPU that took another's place starts clean (a replaced board
 /// does not inherit its predecessor's quarantine).
 fn carry_health(fresh: &mut [LedgerGpu], l: &Ledger, m: &Matching) {
+    let at = by_address(fresh);
     for (li, addr) in &m.same {
-        if let Some(e) = fresh.iter_mut().find(|e| &e.address == addr) {
+        if let Some(&i) = at.get(addr.as_str()) {
+            let e = &mut fresh[i];
             let old = &l.gpus[*li];
             e.quarantine = old.quarantine.clone();
             e.accepted_health = old.accepted_health.clone();

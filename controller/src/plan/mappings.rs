@@ -10,15 +10,27 @@
 
 use super::{companions, GpuTarget, Planner, Step};
 use crate::desired::ResolvedConsumer;
-use crate::host::model::{GpuIdentity, HostState};
+use crate::host::model::{GpuIdentity, HostState, PciDevice};
 use crate::layout::{mapping_note, matching::known_identities};
 use crate::proxmox::pci_cfg::MapEntry;
 use std::collections::{BTreeMap, BTreeSet};
 
 impl Planner<'_> {
-    pub(super) fn plan_mappings(&mut self, targets: &BTreeMap<String, GpuTarget>) {
+    /// `groups`: the host's devices by IOMMU group (`HostState::by_iommu_group`).
+    pub(super) fn plan_mappings(
+        &mut self,
+        targets: &BTreeMap<String, GpuTarget>,
+        groups: &BTreeMap<u32, Vec<&PciDevice>>,
+    ) {
         let h = self.h;
-        let known = self.known_identities();
+        let computed;
+        let known = match &self.known {
+            Some(k) => k,
+            None => {
+                computed = self.known_identities();
+                &computed
+            }
+        };
         let mut wanted: BTreeMap<String, (Vec<MapEntry>, String)> = BTreeMap::new();
         for s in &self.d.partition.slices {
             let Some(ResolvedConsumer::Vm { vmid, mapping }) = &s.consumer else {
@@ -31,7 +43,7 @@ impl Planner<'_> {
                 .map(|d| MapEntry {
                     node: h.node_name.clone(),
                     id: format!("{}:{}", d.vendor, d.device),
-                    paths: vec![mapping_path(h, &d.address)],
+                    paths: vec![mapping_path(h, groups, &d.address)],
                     iommugroup: d.iommu_group,
                     subsystem_id: d.subsystem.clone(),
                     description: known.get(&d.address).and_then(mapping_note::describe),
@@ -81,8 +93,8 @@ impl Planner<'_> {
             }
         }
         for (name, (entries, why)) in wanted {
-            let current = h.pci_mappings.get(&name).cloned().unwrap_or_default();
-            if !same_entries(&current, &entries) {
+            let current = h.pci_mappings.get(&name).map_or(&[][..], Vec::as_slice);
+            if !same_entries(current, &entries) {
                 self.push(
                     Step::SetPciMapping {
                         mapping: name,
@@ -147,14 +159,13 @@ fn owner<'t>(targets: &'t BTreeMap<String, GpuTarget>, path: &str) -> Option<&'t
 
 /// The mapping path of a GPU: the whole slot (`0000:81:00`, all functions) when it has
 /// same-slot functions in its IOMMU group (its audio function), else the function itself.
-fn mapping_path(h: &HostState, addr: &str) -> String {
+fn mapping_path(h: &HostState, groups: &BTreeMap<u32, Vec<&PciDevice>>, addr: &str) -> String {
     let group = h.pci_devices.get(addr).and_then(|d| d.iommu_group);
     let slot = companions::slot(addr);
-    let shared = h.pci_devices.values().any(|m| {
-        m.address != addr
-            && group.is_some()
-            && m.iommu_group == group
-            && companions::slot(&m.address) == slot
+    let shared = group.and_then(|g| groups.get(&g)).is_some_and(|mates| {
+        mates
+            .iter()
+            .any(|m| m.address != addr && companions::slot(&m.address) == slot)
     });
     if shared {
         slot.to_string()
@@ -165,9 +176,11 @@ fn mapping_path(h: &HostState, addr: &str) -> String {
 
 /// Map entries equal ignoring order of entries.
 fn same_entries(a: &[MapEntry], b: &[MapEntry]) -> bool {
-    let mut a = a.to_vec();
-    let mut b = b.to_vec();
-    a.sort();
-    b.sort();
-    a == b
+    a.len() == b.len() && sorted(a) == sorted(b)
+}
+
+fn sorted(x: &[MapEntry]) -> Vec<&MapEntry> {
+    let mut v: Vec<&MapEntry> = x.iter().collect();
+    v.sort();
+    v
 }

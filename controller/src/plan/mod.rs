@@ -60,8 +60,8 @@ struct GpuTarget {
 /// due, is the plan's first step (so identities are recorded while the GPUs are still on
 /// `nvidia`), and only in a plan nothing else blocks.
 pub fn plan(desired: &Desired, host: &HostState) -> Plan {
-    let verdict = layout_guard::check(&desired.partition, host);
-    let q = health_decision(desired, host, &verdict);
+    let mut verdict = layout_guard::check(&desired.partition, host);
+    let q = health_decision(desired, host, verdict.next.take());
     let narrowing = stalled_containers::narrow(&desired.partition, host, &verdict);
     let view = layout_view(desired, &verdict);
     let d = view.as_ref().unwrap_or(desired);
@@ -75,6 +75,7 @@ pub fn plan(desired: &Desired, host: &HostState) -> Plan {
         d,
         h: host,
         plan: Plan::default(),
+        known: verdict.known.take(),
     };
     p.run();
     preflight::gate(d, host, &mut p.plan);
@@ -125,14 +126,14 @@ pub fn plan(desired: &Desired, host: &HostState) -> Plan {
 fn health_decision(
     desired: &Desired,
     host: &HostState,
-    v: &layout_guard::Verdict,
+    next: Option<crate::host::ledger::Ledger>,
 ) -> crate::health::quarantine::Decision {
     let Some(t) = &desired.partition.layout else {
         return Default::default();
     };
     let in_use =
         |a: &str| disruption::gpu_in_use(host, a).is_some() || in_running_vm(desired, host, a);
-    crate::health::quarantine::decide(t, host, v.next.clone(), &in_use)
+    crate::health::quarantine::decide(t, host, next, &in_use)
 }
 
 /// Whether the GPU at `a`, on `vfio-pci`, belongs by the spec to a slice whose VM runs: qemu
@@ -155,13 +156,13 @@ fn in_running_vm(desired: &Desired, host: &HostState, a: &str) -> bool {
 /// changed (a quarantine is recorded whatever else waits).
 fn ledger_write(
     host: &HostState,
-    guard: Option<(crate::host::ledger::Ledger, String)>,
+    guard: Option<String>,
     q: &crate::health::quarantine::Decision,
     clear: bool,
 ) -> Option<PlannedStep> {
     let records = q.changes.join("; ");
     let (ledger, why) = match (guard, &q.ledger) {
-        (Some((_, why)), Some(l)) if clear => (l.clone(), join(why, &records)),
+        (Some(why), Some(l)) if clear => (l.clone(), join(why, &records)),
         (Some(_), _) => return None,
         (None, Some(l)) if !q.changes.is_empty() => (l.clone(), format!("GPU health: {records}")),
         _ => return None,
@@ -169,7 +170,7 @@ fn ledger_write(
     let same = host
         .gpu_ledger
         .as_ref()
-        .is_some_and(|old| old.render() == ledger.render());
+        .is_some_and(|old| old.same_stored(&ledger));
     (!same).then_some(PlannedStep {
         step: Step::WriteLedger { ledger },
         why,
@@ -224,6 +225,8 @@ struct Planner<'a> {
     d: &'a Desired,
     h: &'a HostState,
     plan: Plan,
+    /// The GPUs' identities as the layout guard knew them (`None`: no layout terms).
+    known: Option<BTreeMap<String, crate::host::model::GpuIdentity>>,
 }
 
 impl Planner<'_> {
@@ -265,7 +268,9 @@ impl Planner<'_> {
         let stop_containers = self.containers_to_stop(&container_targets, &rebind);
 
         // Companions in the GPUs' IOMMU groups move with them; foreign group members block passthrough.
-        let (companions, shared) = companions::find(self.d, h);
+        // The host's devices by IOMMU group, once a plan (the companions and the mapping paths).
+        let groups = h.by_iommu_group();
+        let (companions, shared) = companions::find(self.d, h, &groups);
         for msg in shared {
             self.block(self.resource(), Reason::IommuGroupShared, msg);
         }
@@ -303,7 +308,7 @@ impl Planner<'_> {
         for c in companion_moves {
             self.plan_companion(c);
         }
-        self.plan_mappings(&targets);
+        self.plan_mappings(&targets, &groups);
         if self.plan_container_lines(&container_targets) {
             self.plan.continues_after =
                 Some("the GPUs are bound to nvidia: their device minors decide the container's device lines".into());

@@ -142,9 +142,10 @@ impl Planner<'_> {
     /// Whether unit `r`, whose file is `file`, is one the agent wrote for `s` (its header, and
     /// `s`'s id in its description) that is no server's desired unit now.
     fn is_older_unit(&self, s: &DesiredServer, r: &UnitRef, file: &str) -> bool {
+        // The unit file is parsed last: most units are some server's desired unit.
         unit::is_managed(file)
-            && command::written_for(file, &s.id)
             && !self.d.servers.iter().any(|o| o.unit == *r)
+            && command::written_for(file, &s.id)
     }
 
     /// Every older unit of `s` whose file the observation shows, holding GPUs or not (a unit

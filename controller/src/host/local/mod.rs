@@ -446,7 +446,12 @@ impl LocalHost {
     }
 
     fn observe_state(&mut self) -> Result<HostState, LocalError> {
+        // Where an observation's time goes (debug log): each part's end, in ms from the start.
+        let t0 = std::time::Instant::now();
+        let mut parts: Vec<(&str, u128)> = Vec::new();
+        let mut lap = |name: &'static str| parts.push((name, t0.elapsed().as_millis()));
         let mut devices = pci::scan(&self.root, &self.filter);
+        lap("pci");
         self.health.set_gpus(
             devices
                 .values()
@@ -459,6 +464,7 @@ impl LocalHost {
                 d.holders = hs;
             }
         }
+        lap("holders");
         for (addr, (uuid, serial)) in self.nvml_ids(&devices) {
             if let Some(d) = devices.get_mut(&addr) {
                 d.identity.uuid = Some(uuid);
@@ -470,7 +476,9 @@ impl LocalHost {
                 d.health.ecc = Some(ecc);
             }
         }
+        lap("nvml");
         let log = iommu::kernel_log(&self.root);
+        lap("kernel log");
         let mut st = HostState {
             node_name: self.node(),
             pci_devices: devices,
@@ -482,14 +490,17 @@ impl LocalHost {
             gpu_events: crate::host::health::parse_gpu_events(&log),
             ..HostState::default()
         };
+        lap("iommu, boot, nvidia");
         if self.root.path("/etc/pve").is_dir() {
             st.containers = pve::containers(self)?;
             st.vms = pve::vms(self)?;
             st.pci_mappings = pve::mappings(self, &st.node_name);
         }
+        lap("proxmox");
         self.observe_watched_units(&mut st);
         self.observe_holder_units(&mut st);
         self.observe_managed_host_units(&mut st);
+        lap("units");
         self.observe_listening(&mut st);
         let containers = st.containers.clone();
         st.preflight = self.observe_preflight(&|loc| match loc {
@@ -504,6 +515,8 @@ impl LocalHost {
             Ok(l) => st.gpu_ledger = l,
             Err(note) => st.notes.push(note),
         }
+        lap("listening, preflight, state files");
+        tracing::debug!(?parts, "observe: parts done at (ms)");
         Ok(st)
     }
 
@@ -563,28 +576,28 @@ impl LocalHost {
     /// observation — but the ledger: the agent's own file, read back as it was just written
     /// (the layout guard writes it on every spec change: a full look after it cost a move of two
     /// GPUs in the qemu host about 160 ms).
-    fn refresh_state(&self, step: &Step, st: &mut HostState) -> bool {
+    fn refresh_state(&self, step: &Step, st: &HostState) -> Option<HostState> {
         if let Step::WriteLedger { ledger } = step {
-            st.gpu_ledger = crate::host::ledger::Ledger::parse(&ledger.render());
-            return st.gpu_ledger.is_some();
+            let l = crate::host::ledger::Ledger::parse(&ledger.render())?;
+            let mut st = st.clone();
+            st.gpu_ledger = Some(l);
+            return Some(st);
         }
         let address = match step {
             Step::SetDriverOverride { address, .. }
             | Step::Unbind { address, .. }
             | Step::Probe { address }
             | Step::ReturnToHostDriver { address } => address,
-            _ => return false,
+            _ => return None,
         };
-        let Some(mut d) = pci::read_device(&self.root, address) else {
-            return false;
-        };
-        match st.pci_devices.get(address) {
-            Some(old) if old.driver == d.driver => d.holders = old.holders.clone(),
-            Some(_) => {}
-            None => return false,
+        let mut d = pci::read_device(&self.root, address)?;
+        let old = st.pci_devices.get(address)?;
+        if old.driver == d.driver {
+            d.holders = old.holders.clone();
         }
+        let mut st = st.clone();
         st.pci_devices.insert(address.clone(), d);
-        true
+        Some(st)
     }
 
     /// Applies one step: the one place this backend writes to the host.
@@ -850,9 +863,9 @@ impl Host for LocalHost {
         self.step(step).map_err(|e| e.into_host_error(step))
     }
 
-    fn refresh(&mut self, step: &Step, st: &mut HostState) -> Result<bool, HostError> {
+    fn refresh(&mut self, step: &Step, st: &HostState) -> Result<Option<HostState>, HostError> {
         let done = self.refresh_state(step, st);
-        tracing::debug!(done, "refresh after {}", step.kind());
+        tracing::debug!(done = done.is_some(), "refresh after {}", step.kind());
         Ok(done)
     }
 

@@ -63,6 +63,7 @@ impl SimHost {
             live: None,
             backing: None,
             preflight: vec![],
+            memo: Default::default(),
         }
     }
 

@@ -21,6 +21,7 @@ mod fault;
 mod file;
 mod files;
 mod load;
+mod memo;
 mod observe;
 mod server;
 
@@ -43,6 +44,8 @@ pub struct SimHost {
     backing: Option<std::path::PathBuf>,
     /// Servers to preflight (`Host::watch_preflight`).
     preflight: Vec<PreflightRequest>,
+    /// Its texts, parsed once each (`memo.rs`).
+    memo: memo::Memos,
 }
 
 impl SimHost {

@@ -67,9 +67,9 @@ impl SimHost {
             containers: f
                 .containers
                 .iter()
-                .map(|(vmid, c)| (*vmid, c.observed(*vmid)))
+                .map(|(vmid, c)| (*vmid, c.observed(*vmid, &self.memo)))
                 .collect(),
-            pci_mappings: node_mappings(&f.pci_cfg, &f.node_name),
+            pci_mappings: node_mappings(&self.memo, &f.pci_cfg, &f.node_name),
             ..HostState::default()
         };
         // vfio-pci reads its module parameters from the kernel command line when it loads, as
@@ -156,7 +156,11 @@ impl SimHost {
                         .push(server_holder(&unit_ref, i));
                 }
                 // A running server listens on its `--port` where it runs.
-                if let Some(port) = u.running.as_deref().and_then(listen_port) {
+                if let Some(port) = u
+                    .running
+                    .as_deref()
+                    .and_then(|t| listen_port(&self.memo, t))
+                {
                     st.listening
                         .entry(unit_ref.location.key())
                         .or_default()
@@ -169,8 +173,9 @@ impl SimHost {
 }
 
 /// The `--port` of the SGLang launch in unit file `text`.
-fn listen_port(text: &str) -> Option<u16> {
-    let argv = crate::systemd::unit::parse(text).ok()?.exec_start;
+fn listen_port(memo: &super::memo::Memos, text: &str) -> Option<u16> {
+    let parsed = memo.unit(text);
+    let argv = &Result::as_ref(&parsed).ok()?.exec_start;
     argv.windows(2)
         .find(|w| w[0] == "--port")
         .and_then(|w| w[1].parse().ok())
@@ -192,15 +197,21 @@ fn server_holder(unit_ref: &UnitRef, i: usize) -> Holder {
 }
 
 /// This node's entries of each mapping in `pci.cfg` (mappings without any left out).
-fn node_mappings(pci_cfg: &str, node_name: &str) -> BTreeMap<String, Vec<MapEntry>> {
+fn node_mappings(
+    memo: &super::memo::Memos,
+    pci_cfg: &str,
+    node_name: &str,
+) -> BTreeMap<String, Vec<MapEntry>> {
     let mut out = BTreeMap::new();
-    for (name, entries) in PciCfg::parse(pci_cfg).mappings() {
+    let all = memo.pci_cfg.get(pci_cfg, |t| PciCfg::parse(t).mappings());
+    for (name, entries) in all.iter() {
         let mine: Vec<_> = entries
-            .into_iter()
+            .iter()
             .filter(|e| e.node == node_name)
+            .cloned()
             .collect();
         if !mine.is_empty() {
-            out.insert(name, mine);
+            out.insert(name.clone(), mine);
         }
     }
     out
@@ -242,14 +253,17 @@ impl SimDevice {
 
 impl SimContainer {
     /// The container as Proxmox shows it: its state and the GPU lines of its config.
-    fn observed(&self, vmid: u32) -> Container {
-        let config = LxcConfig::parse(&self.config);
+    fn observed(&self, vmid: u32, memo: &super::memo::Memos) -> Container {
+        let parsed = memo.containers.get(&self.config, |t| {
+            let config = LxcConfig::parse(t);
+            (config.gpu_mounts(), config.unprivileged())
+        });
         Container {
             vmid,
             state: self.state,
-            gpu_mounts: config.gpu_mounts(),
+            gpu_mounts: parsed.0.clone(),
             nvidia_userspace_version: self.nvidia_userspace_version.clone(),
-            privileged: !config.unprivileged(),
+            privileged: !parsed.1,
         }
     }
 }

@@ -38,7 +38,8 @@ pub(super) fn run(sim: &SimHost, r: &UnitRef, u: &SimUnit) -> Run {
             running: None,
         };
     };
-    let parsed = match unit::parse(content) {
+    let parsed = sim.memo.unit(content);
+    let parsed = match Result::as_ref(&parsed) {
         Ok(p) => p,
         Err(e) => {
             return failed(
@@ -62,7 +63,7 @@ pub(super) fn run(sim: &SimHost, r: &UnitRef, u: &SimUnit) -> Run {
             running: None,
         };
     }
-    match launch(sim, r, &parsed, t0) {
+    match launch(sim, r, parsed, t0) {
         Err(exit) => failed(unit, exit),
         Ok(process) => {
             let (log, mut obs) = play(sim, &process, t0);
