@@ -471,6 +471,9 @@ fn writers_that_torture_the_manifests_never_get_a_half_written_file_read() {
     use std::io::Write as _;
     let dir = common::reference_dir();
     let d = dir.path();
+    // The manifests directory is a symlink, as git-sync keeps it: the fourth writer swaps it.
+    std::fs::rename(d.join("m"), d.join("rev-0")).unwrap();
+    std::os::unix::fs::symlink("rev-0", d.join("m")).unwrap();
     let (mut child, log) = logging_agent(d);
     settled(d, "the first converge");
     let server = d.join("m").join("server.yaml");
@@ -480,7 +483,7 @@ fn writers_that_torture_the_manifests_never_get_a_half_written_file_read() {
     let end = std::time::Instant::now() + std::time::Duration::from_secs(8);
     let ms = |x: u64| std::time::Duration::from_millis(x);
     std::thread::scope(|s| {
-        for writer in 0..3u64 {
+        for writer in 0..4u64 {
             let (server, n, text) = (&server, &n, &text);
             s.spawn(move || {
                 // A small linear congruential generator: pauses differ per writer and run.
@@ -505,10 +508,25 @@ fn writers_that_torture_the_manifests_never_get_a_half_written_file_read() {
                             std::fs::write(&tmp, &body).unwrap();
                             std::fs::rename(&tmp, server).unwrap();
                         }
-                        _ => {
+                        2 => {
                             let _ = std::fs::remove_file(server);
                             std::thread::sleep(ms(rand(50)));
                             std::fs::write(server, &body).unwrap();
+                        }
+                        _ => {
+                            // git-sync: a new revision written whole, then the link swapped
+                            // in one rename.
+                            let m = server.parent().unwrap();
+                            let root = m.parent().unwrap();
+                            let rev = format!("rev-{}", rand(1 << 30));
+                            std::fs::create_dir(root.join(&rev)).unwrap();
+                            let partition = std::fs::read(m.join("partition.yaml")).unwrap();
+                            std::fs::write(root.join(&rev).join("partition.yaml"), partition)
+                                .unwrap();
+                            std::fs::write(root.join(&rev).join("server.yaml"), &body).unwrap();
+                            let next = root.join(format!(".m-{rev}"));
+                            std::os::unix::fs::symlink(&rev, &next).unwrap();
+                            std::fs::rename(&next, m).unwrap();
                         }
                     }
                     std::thread::sleep(ms(rand(400)));
@@ -530,7 +548,7 @@ fn writers_that_torture_the_manifests_never_get_a_half_written_file_read() {
         .filter(|l| l.contains("kind=\"writeUnit\""))
         .count();
     println!(
-        "torture: {} writes by 3 writers in 8 s; the agent rewrote the unit {units} times; half-written reads: {}",
+        "torture: {} writes by 4 writers (cat >, rename, remove-then-create, symlink swap) in 8 s; the agent rewrote the unit {units} times; half-written reads: {}",
         n.load(std::sync::atomic::Ordering::SeqCst),
         half.len()
     );

@@ -281,9 +281,10 @@ impl Watch {
     /// after) is done again, up to [`READS`] times: what is returned was read from files that
     /// did not change under the read, as far as sizes and times can tell.
     pub fn read_stable<T>(&mut self, mut read: impl FnMut() -> T) -> T {
-        self.follow_link();
         let mut tries = 1;
         loop {
+            // Before every try: a swap during the last read moves the watch too.
+            self.follow_link();
             let before = self.until_quiet();
             let t = read();
             let after = self.snapshot();
@@ -298,7 +299,11 @@ impl Watch {
     }
 
     /// When the directory is a symlink that now leads elsewhere (a git-sync swap), moves the
-    /// watch to where it leads. What was being written in the old directory no longer counts.
+    /// watch to where it leads. What was being written in the old directory no longer counts,
+    /// and what was written in the new one before its watch was placed was never told: the
+    /// next read waits by the modification times ([`Watch::until_mtimes_quiet`]), as after
+    /// lost events. (A writer through the link that opened a file of the new directory before
+    /// the watch moved was read half-written without it: the writer torture's fourth writer.)
     fn follow_link(&mut self) {
         let Ok(now) = std::fs::canonicalize(&self.target) else {
             return;
@@ -313,11 +318,9 @@ impl Watch {
             }
         }
         if let Some(writes) = &self.writes {
-            writes
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .open
-                .clear();
+            let mut w = writes.lock().unwrap_or_else(|e| e.into_inner());
+            w.open.clear();
+            w.lost = true;
         }
         tracing::info!("{} now leads to {}", self.target.display(), now.display());
         self.watched = now;
