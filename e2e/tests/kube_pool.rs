@@ -398,7 +398,7 @@ fn a_pool_rolls_out_within_its_budget_a_tenants_failure_never_pauses_it_a_hosts_
         &samples,
         n,
     );
-    say_handoffs("the rollout", &agents, e0, epoch_now());
+    say_handoffs("the rollout", &agents, e0, epoch_now(), 2);
     let max = samples.iter().map(|s| s.disrupted.len()).max().unwrap_or(0);
     assert!(
         max <= 2,
@@ -614,7 +614,7 @@ fn a_pool_rolls_out_within_its_budget_a_tenants_failure_never_pauses_it_a_hosts_
         s.disrupted.is_empty() && s.at > 5.0 && healed(&c).is_ok()
     });
     print_timeline("one GPU fault on every member (Xid 48)", &faulted, n);
-    say_handoffs("the GPU faults", &agents, e5, epoch_now());
+    say_handoffs("the GPU faults", &agents, e5, epoch_now(), 2);
     healed(&c).expect("every member's GPU quarantined, reset, proved and returned");
     assert!(
         faulted.iter().all(|s| !s.pool_paused),
@@ -698,7 +698,7 @@ fn disruptive(kind: &str, text: &str) -> bool {
 /// write, from the agents' own logs (exact timestamps) between `from` and `to`: for each slot
 /// granted after another member released one, the time from that release to the granted
 /// member's first disruptive write. A figure, not an assertion.
-fn say_handoffs(what: &str, agents: &[Agent], from: f64, to: f64) {
+fn say_handoffs(what: &str, agents: &[Agent], from: f64, to: f64, budget: usize) {
     let mut releases = vec![];
     let mut per_agent = vec![];
     for a in agents {
@@ -744,5 +744,45 @@ fn say_handoffs(what: &str, agents: &[Agent], from: f64, to: f64) {
         q(0.5),
         q(0.99),
         q(1.0)
+    );
+    say_rollout_ratio(what, agents, from, to, budget);
+}
+
+/// Prints the whole change's time against the ideal for the budget, from the agents' logs:
+/// one member's own restart is the median time it held a slot (granted → released, every
+/// member of this run), the ideal is ⌈members ÷ budget⌉ of them back to back, and the whole
+/// change runs from `from` (the apply) to the last slot released. A figure, not an assertion.
+fn say_rollout_ratio(what: &str, agents: &[Agent], from: f64, to: f64, budget: usize) {
+    let mut held: Vec<f64> = vec![];
+    let mut last_release = None::<f64>;
+    for a in agents {
+        let mut granted = None;
+        for l in a.log_text().lines() {
+            let Some(t) = log_time(l).filter(|t| (from..=to).contains(t)) else {
+                continue;
+            };
+            if l.contains("pool slot granted") {
+                granted = Some(t);
+            } else if l.contains("pool slot released") {
+                if let Some(g) = granted.take() {
+                    held.push(t - g);
+                }
+                last_release = Some(last_release.map_or(t, |x: f64| x.max(t)));
+            }
+        }
+    }
+    held.sort_by(f64::total_cmp);
+    let (Some(end), Some(&one)) = (last_release, held.get(held.len() / 2)) else {
+        eprintln!("[kube_pool] {what}: no slot was held and given back: no rollout figure");
+        return;
+    };
+    let waves = agents.len().div_ceil(budget.max(1));
+    let whole = end - from;
+    eprintln!(
+        "[kube_pool] {what}: whole change {whole:.1} s for {} members; one member's restart (median slot held, {} holds) {one:.2} s; ideal {waves} × {one:.2} = {:.1} s; ratio {:.2}",
+        agents.len(),
+        held.len(),
+        waves as f64 * one,
+        whole / (waves as f64 * one)
     );
 }
