@@ -5,6 +5,7 @@
 //! consumer. The generated CRD YAML lives next to it in `crds/` and is written
 //! by the `crdgen` binary; a test fails when the committed YAML is stale.
 
+pub mod cel;
 pub mod condition;
 pub mod kstatus;
 pub mod partition;
@@ -28,14 +29,27 @@ pub const GROUP: &str = "gpuplane.dev";
 /// (ARCHITECTURE.md, "Per-node scoping"); checks outside the project rely on this exact key.
 pub const NODE_LABEL: &str = "gpuplane.dev/node";
 
-/// The CRD manifests, as one multi-document YAML string, exactly as `crdgen` writes them.
-pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
-    let mut out = String::new();
-    for crd in [
+/// The CRDs of every gpuplane kind, with their CEL rules and list bounds (`cel.rs`): what the
+/// chart installs and what the CLI checks a manifest's schema against.
+pub fn crds(
+) -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    let mut all = [
         GpuPartition::crd(),
         InferenceServer::crd(),
         GpuNodePool::crd(),
-    ] {
+    ];
+    for crd in &mut all {
+        let kind = crd.spec.names.kind.clone();
+        cel::apply(crd, &kind);
+    }
+    all.into()
+}
+
+/// The CRD manifests, as one multi-document YAML string, exactly as `crdgen` writes them.
+pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+    let mut out = String::new();
+    for crd in crds() {
         out.push_str("---\n");
         out.push_str(&serde_yaml::to_string(&crd)?);
     }

@@ -194,7 +194,7 @@ pub enum UnitLocation {
 #[serde(rename_all = "camelCase")]
 pub struct ModelSpec {
     /// `--model-path`: a local directory (absolute) or a Hugging Face repo id.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 4096))]
     pub path: String,
     /// `--served-model-name`: the name clients use and `/v1/models` lists.
     #[schemars(length(min = 1))]
@@ -206,6 +206,8 @@ pub struct ModelSpec {
 #[serde(rename_all = "camelCase")]
 pub struct SpeculativeSpec {
     /// `--speculative-algorithm`: EAGLE, EAGLE3, NEXTN (MTP), STANDALONE, NGRAM, DFLASH, DSPARK, UNO, FROZEN_KV_MTP.
+    /// (At most 32 characters: the CRD's CEL rules match it, and the API server bounds their cost.)
+    #[schemars(length(min = 1, max = 32))]
     pub algorithm: String,
     /// `--speculative-num-steps`. Required when `eagleTopk` or `numDraftTokens` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -230,6 +232,7 @@ pub struct SpeculativeSpec {
 pub struct Listen {
     /// `--host` (SGLang's default is 127.0.0.1).
     #[serde(default = "default_host")]
+    #[schemars(length(max = 253))]
     pub host: String,
     /// `--port`.
     #[serde(default = "default_port")]
@@ -269,7 +272,10 @@ pub enum P2pPolicy {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EnvVar {
-    #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$"))]
+    #[schemars(
+        length(min = 1, max = 256),
+        regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$")
+    )]
     pub name: String,
     #[serde(default)]
     pub value: String,

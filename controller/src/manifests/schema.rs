@@ -220,32 +220,27 @@ fn field_path(pointer: &str) -> String {
 fn validators() -> &'static Vec<(String, jsonschema::Validator)> {
     static V: OnceLock<Vec<(String, jsonschema::Validator)>> = OnceLock::new();
     V.get_or_init(|| {
-        use kube::CustomResourceExt;
-        [
-            gpuplane_crds::GpuPartition::crd(),
-            gpuplane_crds::InferenceServer::crd(),
-            gpuplane_crds::GpuNodePool::crd(),
-        ]
-        .into_iter()
-        .filter_map(|crd| {
-            let kind = crd.spec.names.kind.clone();
-            let schema = crd
-                .spec
-                .versions
-                .first()?
-                .schema
-                .as_ref()?
-                .open_api_v3_schema
-                .as_ref()?;
-            let schema = manifest_schema(serde_json::to_value(schema).ok()?);
-            let v = jsonschema::options()
-                .with_draft(jsonschema::Draft::Draft4)
-                .build(&schema)
-                .map_err(|e| tracing::error!("the {kind} schema does not compile: {e}"))
-                .ok()?;
-            Some((kind, v))
-        })
-        .collect()
+        gpuplane_crds::crds()
+            .into_iter()
+            .filter_map(|crd| {
+                let kind = crd.spec.names.kind.clone();
+                let schema = crd
+                    .spec
+                    .versions
+                    .first()?
+                    .schema
+                    .as_ref()?
+                    .open_api_v3_schema
+                    .as_ref()?;
+                let schema = manifest_schema(serde_json::to_value(schema).ok()?);
+                let v = jsonschema::options()
+                    .with_draft(jsonschema::Draft::Draft4)
+                    .build(&schema)
+                    .map_err(|e| tracing::error!("the {kind} schema does not compile: {e}"))
+                    .ok()?;
+                Some((kind, v))
+            })
+            .collect()
     })
 }
 
