@@ -35,7 +35,7 @@ wait_bg() { local name bad=0
 
 # The steps that install Debian packages run first, one after another (apt takes one at a time).
 for s in e2e/setup/*.sh; do
-  case $s in */kube-build.sh|*/sglang-venv.sh) continue ;; esac
+  case $s in */kube-build.sh|*/kube-cel-build.sh|*/sglang-venv.sh) continue ;; esac
   timed "$s" setup "$s"
 done
 # The SGLang venv installs python3-venv itself when it is missing: then it runs now, alone.
@@ -47,6 +47,9 @@ fi
 if [ -x e2e/vm/build-image.sh ]; then
   bg vm-image $SUDO env GPUPLANE_E2E_CACHE="$GPUPLANE_E2E_CACHE" nice -n 5 bash e2e/vm/build-image.sh
 fi
+# The CEL lane's server (Kubernetes' CRD server from Debian sid's Go sources, e2e/tests/kube_cel.rs):
+# a Go build like the next one; in the background, niced, it fills what the other steps leave.
+bg kube-cel $SUDO env GPUPLANE_E2E_CACHE="$GPUPLANE_E2E_CACHE" nice -n 5 bash e2e/setup/kube-cel-build.sh
 timed e2e/setup/kube-build.sh setup e2e/setup/kube-build.sh
 timed "cargo fmt --check" cargo fmt --all -- --check
 timed "cargo clippy" cargo clippy --workspace --all-targets -q -- -D warnings

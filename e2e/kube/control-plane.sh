@@ -30,6 +30,17 @@
 #   KUBE_APISERVER_EXTRA_ARGS extra flags for kube-apiserver (word-split)
 #   KUBE_APISERVER, ETCD      binaries (default: $GPUPLANE_E2E_CACHE/kube/bin/kube-apiserver,
 #                             GPUPLANE_E2E_CACHE defaulting to /var/cache/gpuplane-e2e; etcd on PATH)
+#   CRD_SERVER=1              run Kubernetes' CRD server (apiextensions-apiserver, the newest
+#                             Debian sid ships, built by e2e/setup/kube-cel-build.sh; binaries from
+#                             $GPUPLANE_E2E_CACHE/kube-cel/bin) instead of kube-apiserver 1.20: CRDs,
+#                             their CEL rules and server-side apply only (no namespaces, RBAC,
+#                             leases, events or webhooks). Authentication by client certificate
+#                             (the admin's: group system:masters, which needs no authorizer); its
+#                             /readyz stays unready (it waits on a Service informer), so `start`
+#                             waits on the CRD endpoint instead. The server listens on
+#                             CRD_SERVER_PORT (default KUBE_APISERVER_PORT+2); KUBE_APISERVER_PORT
+#                             is its discovery front (e2e/kube/discovery-front), which serves the
+#                             /api and /apis discovery kubectl needs and passes the rest on.
 #
 # Files in RUN: kubeconfig (admin, group system:masters), agent.kubeconfig (AGENT_USER, no
 # permissions until a test binds some), ca.crt (trust anchor of the serving certificate, also
@@ -46,8 +57,17 @@ READY_TIMEOUT=${READY_TIMEOUT:-90}
 AGENT_USER=${AGENT_USER:-gpuplane-agent}
 AGENT_GROUPS=${AGENT_GROUPS:-gpuplane:agents}
 CACHE=${GPUPLANE_E2E_CACHE:-/var/cache/gpuplane-e2e}
-KUBE_APISERVER=${KUBE_APISERVER:-$CACHE/kube/bin/kube-apiserver}
-ETCD=${ETCD:-$(command -v etcd || echo /usr/bin/etcd)}
+CRD_SERVER=${CRD_SERVER:-0}
+FRONT=${DISCOVERY_FRONT:-$CACHE/kube-cel/bin/discovery-front}
+if [ "$CRD_SERVER" = 1 ]; then
+  KUBE_APISERVER=${KUBE_APISERVER:-$CACHE/kube-cel/bin/apiextensions-apiserver}
+  ETCD=${ETCD:-$CACHE/kube-cel/bin/etcd}
+  BUILD_SCRIPT=e2e/setup/kube-cel-build.sh
+else
+  KUBE_APISERVER=${KUBE_APISERVER:-$CACHE/kube/bin/kube-apiserver}
+  ETCD=${ETCD:-$(command -v etcd || echo /usr/bin/etcd)}
+  BUILD_SCRIPT=e2e/setup/kube-build.sh
+fi
 URL=https://127.0.0.1:$PORT
 
 log() { printf '[control-plane %s] %s\n' "$RUN" "$*" >&2; }
@@ -118,8 +138,8 @@ init_run() {
   cd "$RUN"
   [ -f ca.crt ] && [ -f tokens.csv ] && return 0
   # What later commands (restart-*, start-*) need to start the components the same way again.
-  printf 'PORT=%q\nEPORT=%q\nEPEER=%q\nKUBE_APISERVER_EXTRA_ARGS=%q\n' \
-    "$PORT" "$EPORT" "$EPEER" "${KUBE_APISERVER_EXTRA_ARGS:-}" >config
+  printf 'PORT=%q\nEPORT=%q\nEPEER=%q\nKUBE_APISERVER_EXTRA_ARGS=%q\nCRD_SERVER=%q\nCRD_SERVER_PORT=%q\n' \
+    "$PORT" "$EPORT" "$EPEER" "${KUBE_APISERVER_EXTRA_ARGS:-}" "$CRD_SERVER" "${CRD_SERVER_PORT:-$((PORT + 2))}" >config
   # A private CA and a serving certificate for 127.0.0.1/localhost and the in-cluster names.
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
     -keyout ca.key -out ca.crt -subj "/CN=gpuplane-e2e-ca" \
@@ -146,6 +166,7 @@ init_run() {
   local ca_data
   ca_data=$(base64 -w0 ca.crt)
   write_kubeconfig kubeconfig gpuplane-e2e-admin "$ADMIN_TOKEN" "$ca_data"
+  if [ "$CRD_SERVER" = 1 ]; then admin_certificate "$ca_data"; fi
   write_kubeconfig agent.kubeconfig "$AGENT_USER" "$AGENT_TOKEN" "$ca_data"
   cat >env <<EOF
 KUBE_APISERVER_URL=$URL
@@ -183,6 +204,41 @@ EOF
   chmod 600 "$1"
 }
 
+# The CRD server knows no tokens: the admin's kubeconfig carries a client certificate instead
+# (CN gpuplane-e2e-admin, O system:masters), signed by the CA the server trusts (--client-ca-file).
+admin_certificate() { # ca-data
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -keyout admin.key -out admin.csr -subj "/O=system:masters/CN=gpuplane-e2e-admin" 2>/dev/null
+  printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature" \
+    "extendedKeyUsage=clientAuth" >admin.ext
+  openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+    -extfile admin.ext -out admin.crt 2>/dev/null
+  rm -f admin.csr admin.ext ca.srl
+  chmod 600 admin.key
+  cat >kubeconfig <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: gpuplane-e2e
+  cluster:
+    server: $URL
+    certificate-authority-data: $1
+users:
+- name: gpuplane-e2e-admin
+  user:
+    client-certificate-data: $(base64 -w0 admin.crt)
+    client-key-data: $(base64 -w0 admin.key)
+contexts:
+- name: gpuplane-e2e
+  context:
+    cluster: gpuplane-e2e
+    user: gpuplane-e2e-admin
+    namespace: default
+current-context: gpuplane-e2e
+EOF
+  chmod 600 kubeconfig
+}
+
 admin_token() { sed -n 's/^ADMIN_TOKEN=//p' "$RUN/env"; }
 
 # --- etcd ------------------------------------------------------------------------------------------
@@ -213,6 +269,26 @@ start_apiserver() {
   local extra=()
   # shellcheck disable=SC2206
   [ -n "${KUBE_APISERVER_EXTRA_ARGS:-}" ] && extra=($KUBE_APISERVER_EXTRA_ARGS)
+  if [ "$CRD_SERVER" = 1 ]; then
+    local inner=${CRD_SERVER_PORT:-$((PORT + 2))}
+    port_busy "$inner" && die "port $inner (the CRD server behind its front) is in use; set CRD_SERVER_PORT"
+    spawn kube-apiserver "$KUBE_APISERVER" \
+      --etcd-servers "http://127.0.0.1:$EPORT" \
+      --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$inner" \
+      --tls-cert-file "$RUN/apiserver.crt" --tls-private-key-file "$RUN/apiserver.key" \
+      --client-ca-file "$RUN/ca.crt" --authentication-skip-lookup \
+      --authentication-kubeconfig "$RUN/kubeconfig" --authorization-kubeconfig "$RUN/kubeconfig" \
+      --kubeconfig "$RUN/kubeconfig" \
+      --disable-admission-plugins=NamespaceLifecycle,MutatingAdmissionPolicy,MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook \
+      --enable-priority-and-fairness=false --profiling=false \
+      "${extra[@]}"
+    [ -x "$FRONT" ] || die "$FRONT missing (run $BUILD_SCRIPT)"
+    spawn discovery-front "$FRONT" -listen "127.0.0.1:$PORT" -upstream "https://127.0.0.1:$inner" \
+      -tls-cert-file "$RUN/apiserver.crt" -tls-private-key-file "$RUN/apiserver.key" \
+      -client-ca-file "$RUN/ca.crt" -client-cert "$RUN/admin.crt" -client-key "$RUN/admin.key"
+    wait_crds
+    return
+  fi
   spawn kube-apiserver "$KUBE_APISERVER" \
     --etcd-servers "http://127.0.0.1:$EPORT" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$PORT" --insecure-port 0 \
@@ -238,6 +314,19 @@ wait_ready() {
   die "kube-apiserver not ready after ${READY_TIMEOUT}s (log: $RUN/kube-apiserver.log)"
 }
 
+# The CRD server's /readyz never turns ready (no Service API to sync): ready is its CRD list.
+wait_crds() {
+  local i
+  for i in $(seq 1 $((READY_TIMEOUT * 4))); do
+    [ "$(curl -s --cacert "$RUN/ca.crt" --cert "$RUN/admin.crt" --key "$RUN/admin.key" -o /dev/null \
+      -w '%{http_code}' "$URL/apis/apiextensions.k8s.io/v1/customresourcedefinitions" 2>/dev/null)" = 200 ] && return 0
+    pid_of kube-apiserver >/dev/null || { why_dead kube-apiserver; tail -30 "$RUN/kube-apiserver.log" >&2 || true; die "the CRD server exited (log: $RUN/kube-apiserver.log)"; }
+    pid_of discovery-front >/dev/null || { tail -30 "$RUN/discovery-front.log" >&2 || true; die "the discovery front exited (log: $RUN/discovery-front.log)"; }
+    sleep 0.25
+  done
+  die "the CRD server did not list CRDs after ${READY_TIMEOUT}s (log: $RUN/kube-apiserver.log)"
+}
+
 # --- commands --------------------------------------------------------------------------------------
 need_run() {
   [ -f "$RUN/env" ] && [ -f "$RUN/config" ] || die "no control plane in $RUN (run 'start' first)"
@@ -251,12 +340,12 @@ case "${1:-}" in
     if [ -d "$RUN" ] && { pid_of etcd >/dev/null || pid_of kube-apiserver >/dev/null; }; then
       die "a control plane already runs in $RUN (stop it first)"
     fi
-    [ -x "$KUBE_APISERVER" ] || die "$KUBE_APISERVER missing (run e2e/setup/kube-build.sh)"
-    [ -x "$ETCD" ] || die "etcd not found (run e2e/setup/kube-build.sh, which installs etcd-server)"
+    [ -x "$KUBE_APISERVER" ] || die "$KUBE_APISERVER missing (run $BUILD_SCRIPT)"
+    [ -x "$ETCD" ] || die "etcd not found at $ETCD (run $BUILD_SCRIPT)"
     init_run
     # Leave nothing running behind a failed start (RUN and its logs stay for inspection).
     started=0
-    trap '[ "$started" = 1 ] || { stop_component kube-apiserver; stop_component etcd; }' EXIT
+    trap '[ "$started" = 1 ] || { stop_component discovery-front; stop_component kube-apiserver; stop_component etcd; }' EXIT
     start_etcd
     start_apiserver
     started=1
@@ -265,14 +354,15 @@ case "${1:-}" in
     ;;
   stop)
     if [ -d "$RUN" ]; then
+      stop_component discovery-front
       stop_component kube-apiserver
       stop_component etcd
       rm -rf "$RUN"
     fi
     ;;
-  restart-apiserver) need_run; stop_component kube-apiserver; start_apiserver ;;
-  restart-all) need_run; stop_component kube-apiserver; stop_component etcd; start_etcd; start_apiserver ;;
-  stop-apiserver) need_run; stop_component kube-apiserver ;;
+  restart-apiserver) need_run; stop_component discovery-front; stop_component kube-apiserver; start_apiserver ;;
+  restart-all) need_run; stop_component discovery-front; stop_component kube-apiserver; stop_component etcd; start_etcd; start_apiserver ;;
+  stop-apiserver) need_run; stop_component discovery-front; stop_component kube-apiserver ;;
   start-apiserver) need_run; start_apiserver ;;
   stop-etcd) need_run; stop_component etcd ;;
   start-etcd) need_run; start_etcd ;;

@@ -73,8 +73,15 @@ fn install_crds(cp: &ControlPlane) -> Vec<serde_yaml::Value> {
         ],
         "the CRD file holds exactly gpuplane's three kinds"
     );
+    // --validate=false: kubectl 1.20 does not know `x-kubernetes-validations` (CEL, 1.23+) and
+    // refuses it client-side; the 1.20 server drops it (the rules run in kube_cel.rs, on 1.36).
     let applied = cp
-        .kubectl(&["apply", "-f", &repo_path("crds/gpuplane.dev_crds.yaml")])
+        .kubectl(&[
+            "apply",
+            "--validate=false",
+            "-f",
+            &repo_path("crds/gpuplane.dev_crds.yaml"),
+        ])
         .run();
     assert!(
         applied.success,

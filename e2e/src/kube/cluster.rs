@@ -120,7 +120,14 @@ impl Cluster {
     }
 
     fn install_crds_and_rbac(&self) {
-        self.apply("crds/gpuplane.dev_crds.yaml");
+        // 1.20 predates CEL in CRDs (`x-kubernetes-validations`, 1.23): its kubectl refuses the
+        // field client-side and its server drops it. The rules run on the 1.36 lane (kube_cel).
+        self.k(&[
+            "apply",
+            "--validate=false",
+            "-f",
+            &repo_path("crds/gpuplane.dev_crds.yaml"),
+        ]);
         self.k(&[
             "wait",
             "--for=condition=established",

@@ -63,6 +63,35 @@ impl KubeBinaries {
         );
         bins
     }
+
+    /// The CEL lane's binaries (`e2e/setup/kube-cel-build.sh`: Kubernetes' CRD server at the
+    /// version Debian sid ships, sid's etcd and kubectl); panics, naming the script, if missing.
+    pub fn require_crd_server() -> KubeBinaries {
+        let dir = cache_dir().join("kube-cel/bin");
+        let bins = KubeBinaries {
+            kube_apiserver: dir.join("apiextensions-apiserver"),
+            kubectl: dir.join("kubectl"),
+            etcd: dir.join("etcd"),
+        };
+        let missing: Vec<String> = [
+            &bins.kube_apiserver,
+            &bins.kubectl,
+            &bins.etcd,
+            &dir.join("discovery-front"),
+        ]
+        .iter()
+        .filter(|p| !p.is_file())
+        .map(|p| p.display().to_string())
+        .collect();
+        assert!(
+            missing.is_empty(),
+            "missing the CEL lane's binaries: {}\n\
+             Build them once (as root, about 7 minutes; needs a Debian mirror that carries sid) with:\n    {}/e2e/setup/kube-cel-build.sh",
+            missing.join(", "),
+            repo_root().display()
+        );
+        bins
+    }
 }
 
 /// A running etcd + kube-apiserver in its own RUN directory. Stopped (RUN removed) on drop, also when
@@ -75,6 +104,8 @@ pub struct ControlPlane {
     pub bins: KubeBinaries,
     /// KEY=value pairs of `$RUN/env` (KUBE_APISERVER_URL, ADMIN_TOKEN, AGENT_TOKEN, ...).
     pub env: HashMap<String, String>,
+    /// Kubernetes' CRD server (`CRD_SERVER=1` of control-plane.sh) instead of kube-apiserver.
+    crd_server: Option<u16>,
     stopped: bool,
 }
 
@@ -83,7 +114,18 @@ impl ControlPlane {
     /// ([`free_ports`]: reserved, outside the kernel's ephemeral range). Should a port still be
     /// taken by a program that binds fixed ports, it starts again on new ports (three tries).
     pub fn start(name: &str) -> ControlPlane {
-        let bins = KubeBinaries::require();
+        Self::start_with(name, KubeBinaries::require(), false)
+    }
+
+    /// The CEL lane: etcd and Kubernetes' CRD server at the newest version Debian sid ships
+    /// (`e2e/setup/kube-cel-build.sh`), behind its discovery front; the admin's kubeconfig
+    /// authenticates by client certificate. CRDs, CEL and server-side apply only: no
+    /// namespaces, RBAC, Leases, Events or webhooks (the 1.20 plane keeps those).
+    pub fn start_crd_server(name: &str) -> ControlPlane {
+        Self::start_with(name, KubeBinaries::require_crd_server(), true)
+    }
+
+    fn start_with(name: &str, bins: KubeBinaries, crd_server: bool) -> ControlPlane {
         let t = Instant::now();
         let mut attempt = 0;
         let mut cp = loop {
@@ -96,7 +138,7 @@ impl ControlPlane {
                 "gpuplane-e2e-{name}-{}-{nanos:x}",
                 std::process::id()
             ));
-            let ports = free_ports(3);
+            let ports = free_ports(4);
             let cp = ControlPlane {
                 run,
                 apiserver_port: ports[0],
@@ -104,6 +146,7 @@ impl ControlPlane {
                 etcd_peer_port: ports[2],
                 bins: bins.clone(),
                 env: HashMap::new(),
+                crd_server: crd_server.then_some(ports[3]),
                 stopped: false,
             };
             // The guard exists before `start`, so a half-started plane is cleaned up too.
@@ -150,6 +193,12 @@ impl ControlPlane {
             .env("ETCD_PEER_PORT", self.etcd_peer_port.to_string())
             .env("KUBE_APISERVER", &self.bins.kube_apiserver)
             .env("ETCD", &self.bins.etcd)
+            .envs(self.crd_server.iter().flat_map(|port| {
+                [
+                    ("CRD_SERVER", "1".to_string()),
+                    ("CRD_SERVER_PORT", port.to_string()),
+                ]
+            }))
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .output()
