@@ -252,3 +252,66 @@ fn the_algorithm_rule_lists_exactly_the_algorithms_the_agent_knows() {
         .message
         .contains(&gpuplane::sglang::speculative::ALGORITHMS.join(", ")));
 }
+
+mod support;
+
+/// Whether the documents pass the CRD schema, as `plan -f` reads them (YAML, then the schema
+/// of `gpuplane_crds::crds()`: the API server checks the same before any rule counts).
+fn schema_accepts(partition: &serde_yaml::Value, server: &serde_yaml::Value) -> bool {
+    let text = format!(
+        "{}---\n{}",
+        serde_yaml::to_string(partition).unwrap(),
+        serde_yaml::to_string(server).unwrap()
+    );
+    gpuplane::manifests::Manifests::default()
+        .add_text(&text, "mutated.yaml")
+        .is_ok()
+}
+
+/// Whether the agent's host-independent validation (the webhook's) refuses the documents.
+fn rust_refuses(partition: &serde_yaml::Value, server: &serde_yaml::Value) -> bool {
+    let (Ok(p), Ok(s)) = (
+        serde_yaml::from_value::<GpuPartition>(partition.clone()),
+        serde_yaml::from_value::<InferenceServer>(server.clone()),
+    ) else {
+        return true;
+    };
+    !offline::validate(&[p], &[s]).0.is_empty()
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(500),
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// The CEL rules never refuse what the agent accepts (a rule stricter than the agent would
+    /// make a valid spec unappliable): on every mutation of the reference split that a rule
+    /// refuses, the agent's validation refuses it too.
+    #[test]
+    fn no_rule_refuses_a_mutation_the_agent_accepts(
+        muts in proptest::collection::vec(support::mutations::mutation(), 1..4)
+    ) {
+        let mut partition: serde_yaml::Value = serde_yaml::to_value(base("partition")).unwrap();
+        let mut server: serde_yaml::Value = serde_yaml::to_value(base("server")).unwrap();
+        for m in &muts {
+            support::mutations::apply(m, &mut partition, &mut server);
+        }
+        // What the schema refuses never reaches a rule that matters: the server refuses it too.
+        if !schema_accepts(&partition, &server) {
+            return Ok(());
+        }
+        let mut failed = Vec::new();
+        for (kind, doc) in [("GpuPartition", &partition), ("InferenceServer", &server)] {
+            let obj = serde_json::to_value(doc).unwrap();
+            failed.extend(failures(kind, &obj, None).into_iter().map(|(r, _)| r.id));
+        }
+        if !failed.is_empty() {
+            proptest::prop_assert!(
+                rust_refuses(&partition, &server),
+                "CEL refused ({failed:?}) what the agent accepts: {muts:?}"
+            );
+        }
+    }
+}
