@@ -76,7 +76,7 @@ macro_rules! eagle_family {
 pub const RULES: &[Rule] = &[
     // --- GpuPartition -----------------------------------------------------------------------
     rule("partition-node-immutable", P, "spec.nodeName", "self == oldSelf",
-        "spec.nodeName is immutable: a partition's GPUs are one host's (its agent may hold them bound and handed to consumers); to give these slices to another host, create a partition for that host and delete this one"),
+        "is immutable: a partition's GPUs are one host's (its agent may hold them bound and handed to consumers); to give these slices to another host, create a partition for that host and delete this one"),
     rule("slice-names-unique", P, "spec.slices", "self.all(a, self.exists_one(b, b.name == a.name))",
         "slice names must be unique (InferenceServers name their slice by it): rename one of the two"),
     rule("numa-node-twice", P, "spec.slices",

@@ -235,7 +235,10 @@ fn the_crd_server_alone_refuses_what_cel_can_judge_and_applies_the_rest_server_s
     let mut moved = reference_split().remove(0);
     moved["spec"]["nodeName"] = "kpro7".into();
     let (ok, said) = apply(&cp, "kubectl", &yaml(&moved));
-    assert!(!ok && said.contains("spec.nodeName is immutable"), "{said}");
+    assert!(
+        !ok && said.contains("spec.nodeName") && said.contains("is immutable: a partition"),
+        "{said}"
+    );
 
     // examples/invalid: what the server refuses alone, and what it leaves to the webhook.
     let mut files: Vec<String> = std::fs::read_dir(repo_root().join("examples/invalid"))

@@ -85,6 +85,9 @@ fn decide(req: &Value, cluster: &Cluster) -> (bool, String, Vec<String>) {
         "GpuNodePool" => crate::resource_key::ResourceKey::pool(name),
         _ => crate::resource_key::ResourceKey::server(ns, name),
     };
+    if let Some(moved) = node_name_changed(kind, op, req) {
+        return (false, denial(&[format!("{resource}: {moved}")]), vec![]);
+    }
     let errors = schema::check(kind, obj);
     if !errors.is_empty() {
         let lines: Vec<String> = errors.iter().map(|e| format!("{resource}: {e}")).collect();
@@ -109,6 +112,23 @@ fn decide(req: &Value, cluster: &Cluster) -> (bool, String, Vec<String>) {
     } else {
         (false, denial(&mine), warnings)
     }
+}
+
+/// The one transition rule: a partition's `spec.nodeName` never changes (its GPUs are one
+/// host's, perhaps bound and handed out). The CRD says the same in CEL (`crds/src/cel.rs`,
+/// `partition-node-immutable`, same words); the webhook holds it for clusters without CEL.
+fn node_name_changed(kind: &str, op: &str, req: &Value) -> Option<String> {
+    let (new, old) = (
+        &req["object"]["spec"]["nodeName"],
+        &req["oldObject"]["spec"]["nodeName"],
+    );
+    (kind == "GpuPartition" && op == "UPDATE" && old.is_string() && new != old).then(|| {
+        let rule = gpuplane_crds::cel::RULES
+            .iter()
+            .find(|r| r.id == "partition-node-immutable")
+            .expect("the CEL table has the nodeName rule");
+        format!("spec.nodeName: {}", rule.message)
+    })
 }
 
 /// A pool's rules are its own: no other object is needed to judge it.

@@ -235,6 +235,30 @@ fn letting_go_of_an_object_admitted_while_the_webhook_was_down_is_allowed() {
     );
 }
 
+/// A partition's nodeName cannot change (the CRD's CEL transition rule, held here for clusters
+/// without CEL); its other fields can.
+#[test]
+fn a_partitions_node_name_is_immutable_at_the_door() {
+    let old = serde_json::to_value(&manifests().partitions[0]).unwrap();
+    let mut moved = old.clone();
+    moved["spec"]["nodeName"] = json!("kpro7");
+    let mut r = request("GpuPartition", "UPDATE", moved);
+    r["request"]["oldObject"] = old.clone();
+    let m = denied(&review(
+        &r,
+        &cluster(),
+        &Agents::default(),
+        &AgentNode::Unbound,
+    ));
+    assert!(m.contains("spec.nodeName: is immutable: "), "{m}");
+    let mut kept = old.clone();
+    kept["spec"]["deletionPolicy"] = json!("Restore");
+    let mut r = request("GpuPartition", "UPDATE", kept);
+    r["request"]["oldObject"] = old;
+    let r = review(&r, &cluster(), &Agents::default(), &AgentNode::Unbound);
+    assert_eq!(r["response"]["allowed"], true, "{r}");
+}
+
 /// A partition for a node no agent serves is admitted, with a warning that says so.
 #[test]
 fn a_partition_for_a_node_no_agent_serves_is_admitted_with_a_warning() {
