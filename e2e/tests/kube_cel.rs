@@ -142,6 +142,14 @@ fn the_crd_server_alone_refuses_what_cel_can_judge_and_applies_the_rest_server_s
     let cp = ControlPlane::start_crd_server("cel");
     let version = kubectl(&cp, &["version"], None).1;
     eprintln!("[kube_cel] {}", version.lines().last().unwrap_or_default());
+    // A server that runs CEL rules and transition rules by default (1.25+; GA 1.29).
+    let minor: u32 = version
+        .split("Server Version: v1.")
+        .nth(1)
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("no server version in {version}"));
+    assert!(minor >= 29, "the CEL lane's server is 1.{minor}");
     install_crds(&cp);
     eprintln!(
         "[kube_cel] CRDs with {} CEL rules accepted (within the cost budget) at {:.1}s",
