@@ -7,6 +7,7 @@
 
 pub mod cel;
 pub mod condition;
+pub mod docs;
 pub mod kstatus;
 pub mod partition;
 pub mod pool;

@@ -152,3 +152,72 @@ fn pool_names_are_dns_subdomains_a_label_can_hold() {
     }
     assert!(is_pool_name(&"a".repeat(63)));
 }
+
+/// The generated pages of `docs/` match the code: a new reason, field or rule cannot go
+/// undocumented (`cargo run -p gpuplane-crds --bin crdgen` writes them).
+#[test]
+fn the_generated_docs_pages_are_fresh_and_list_every_reason() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for (page, text) in [
+        (crate::docs::TROUBLESHOOTING, crate::docs::troubleshooting()),
+        (crate::docs::API_REFERENCE, crate::docs::api_reference()),
+    ] {
+        let committed = std::fs::read_to_string(root.join(page)).unwrap_or_default();
+        assert!(
+            committed == text,
+            "{page} is stale: run `cargo run -p gpuplane-crds --bin crdgen`"
+        );
+    }
+    // Each reason exactly once, and nothing that is not a reason.
+    let page = crate::docs::troubleshooting();
+    let listed: Vec<&str> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .collect();
+    let mut code: Vec<&str> = crate::reason::Reason::ALL
+        .iter()
+        .map(|r| r.as_str())
+        .collect();
+    let mut sorted = listed.clone();
+    sorted.sort();
+    code.sort();
+    assert_eq!(sorted, code);
+}
+
+/// Every CEL rule's message is in the API reference, at its field.
+#[test]
+fn the_api_reference_lists_every_field_and_rule() {
+    let page = crate::docs::api_reference();
+    for r in crate::cel::RULES {
+        assert!(
+            page.contains(&crate::docs::cell(r.message)),
+            "{} missing",
+            r.id
+        );
+    }
+    for field in [
+        "`spec.slices[].gpus.numaNode`",
+        "`spec.speculative.numDraftTokens`",
+        "`spec.maxUnavailable`",
+    ] {
+        assert!(page.contains(field), "{field} missing");
+    }
+}
+
+/// The corpus parses, and each case names a rule of its object's kind.
+#[test]
+fn every_cel_case_names_a_rule_of_its_kind() {
+    let cases = crate::cel::corpus::cases();
+    assert!(cases.len() >= 25);
+    for c in &cases {
+        let rule = crate::cel::RULES.iter().find(|r| r.id == c.rule);
+        assert!(
+            rule.is_some_and(|r| c.object["kind"] == r.kind),
+            "{}: rule {} is not one of {}",
+            c.name,
+            c.rule,
+            c.object["kind"]
+        );
+    }
+}
