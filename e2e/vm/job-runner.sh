@@ -35,8 +35,10 @@ fi
 blockdev --flushbufs $JOBDEV
 mkdir -p /job
 mountpoint -q /job || mount -t ext4 $JOBDEV /job || { echo "job-runner: cannot mount the job disk"; exit 2; }
-# A later boot of this disk (VM_REBOOT) mounts it with the local file systems, before any unit
-# that runs a job file (an agent's unit: /usr/local/bin/gpuplane) starts.
+# A later boot of this disk (VM_REBOOT) mounts it with the local file systems; `nofail` (a boot
+# without the disk goes on) also means local-fs.target does not wait for it (systemd.mount(5)),
+# so a unit that runs a job file on a later boot (an agent's unit: /usr/local/bin/gpuplane links
+# here) says RequiresMountsFor=/job, or it may start first and fail to exec.
 grep -q ' /job ' /etc/fstab || echo "$JOBDEV /job ext4 defaults,nofail 0 0" >>/etc/fstab
 # A fresh boot read the clock from the emulated RTC (the host's); a restored guest's clock is the
 # snapshot's until set.

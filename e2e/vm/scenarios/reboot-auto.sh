@@ -73,6 +73,9 @@ if [ ! -e $MARK ]; then
   cat > /etc/systemd/system/gpuplane-e2e.service <<UNIT
 [Unit]
 Description=gpuplane on manifest files (the e2e reboot story)
+# \$G links into the job disk, which a later boot mounts with nofail (not ordered before
+# local-fs.target): without this the agent could start before it and fail to exec, silently.
+RequiresMountsFor=/job
 [Service]
 Environment=GPUPLANE_LOG=info GPUPLANE_PROXMOX_BOOT_TOOL=$GPUPLANE_PROXMOX_BOOT_TOOL GPUPLANE_UPDATE_GRUB=$GPUPLANE_UPDATE_GRUB
 ExecStartPre=/bin/sh -c 'echo "=== boot \$\$(cat /proc/sys/kernel/random/boot_id)"'
@@ -105,6 +108,8 @@ if ! wait_for 600 "Ready True" "RebootRequired False KernelArgsBooted"; then
   # Why: the agent's unit and every line it wrote in this boot (the filtered log below shows
   # host writes and conditions only; a refusal or an error of observe is a warning).
   echo "AGENTUNIT $(systemctl is-active gpuplane-e2e.service) since $(systemctl show -p ActiveEnterTimestampMonotonic --value gpuplane-e2e.service)"
+  echo "AGENTEXIT $(systemctl show -p Result -p ExecMainCode -p ExecMainStatus gpuplane-e2e.service | tr '\n' ' ')"
+  journalctl -b -u gpuplane-e2e.service --no-pager 2>/dev/null | tail -n 8 | sed 's/^/JOURNAL /'
   sed 's/\x1b\[[0-9;]*m//g' $LOG | sed -n '/^=== boot '"$(cat /proc/sys/kernel/random/boot_id)"'/,$p' | tail -n 60 | sed 's/^/AGENTRAW /'
   systemctl list-jobs --no-pager | sed 's/^/JOBS /'
 fi
