@@ -165,9 +165,9 @@ init_run() {
   chmod 600 tokens.csv ca.key apiserver.key sa.key
   local ca_data
   ca_data=$(base64 -w0 ca.crt)
-  write_kubeconfig kubeconfig gpuplane-e2e-admin "$ADMIN_TOKEN" "$ca_data"
+  write_kubeconfig kubeconfig gpuplane-e2e-admin "    token: $ADMIN_TOKEN" "$ca_data"
   if [ "$CRD_SERVER" = 1 ]; then admin_certificate "$ca_data"; fi
-  write_kubeconfig agent.kubeconfig "$AGENT_USER" "$AGENT_TOKEN" "$ca_data"
+  write_kubeconfig agent.kubeconfig "$AGENT_USER" "    token: $AGENT_TOKEN" "$ca_data"
   cat >env <<EOF
 KUBE_APISERVER_URL=$URL
 ADMIN_TOKEN=$ADMIN_TOKEN
@@ -180,7 +180,7 @@ ETCD_URL=http://127.0.0.1:$EPORT
 EOF
 }
 
-write_kubeconfig() { # file user token ca-data
+write_kubeconfig() { # file user credentials ca-data (credentials: the user's YAML lines, indented 4)
   cat >"$1" <<EOF
 apiVersion: v1
 kind: Config
@@ -192,7 +192,7 @@ clusters:
 users:
 - name: $2
   user:
-    token: $3
+$3
 contexts:
 - name: gpuplane-e2e
   context:
@@ -215,28 +215,8 @@ admin_certificate() { # ca-data
     -extfile admin.ext -out admin.crt 2>/dev/null
   rm -f admin.csr admin.ext ca.srl
   chmod 600 admin.key
-  cat >kubeconfig <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: gpuplane-e2e
-  cluster:
-    server: $URL
-    certificate-authority-data: $1
-users:
-- name: gpuplane-e2e-admin
-  user:
-    client-certificate-data: $(base64 -w0 admin.crt)
-    client-key-data: $(base64 -w0 admin.key)
-contexts:
-- name: gpuplane-e2e
-  context:
-    cluster: gpuplane-e2e
-    user: gpuplane-e2e-admin
-    namespace: default
-current-context: gpuplane-e2e
-EOF
-  chmod 600 kubeconfig
+  write_kubeconfig kubeconfig gpuplane-e2e-admin "    client-certificate-data: $(base64 -w0 admin.crt)
+    client-key-data: $(base64 -w0 admin.key)" "$1"
 }
 
 admin_token() { sed -n 's/^ADMIN_TOKEN=//p' "$RUN/env"; }

@@ -20,3 +20,20 @@ pub fn repo_yaml_docs(rel: &str) -> Vec<Yaml> {
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     yaml_docs(&text)
 }
+
+/// The names of `examples/invalid/*.yaml` (without `.yaml`), sorted: the realistic mistakes
+/// every door is tested on.
+pub fn invalid_examples() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(repo_root().join("examples/invalid"))
+        .expect("examples/invalid")
+        .map(|e| {
+            e.expect("a directory entry")
+                .file_name()
+                .to_string_lossy()
+                .trim_end_matches(".yaml")
+                .to_string()
+        })
+        .collect();
+    v.sort();
+    v
+}

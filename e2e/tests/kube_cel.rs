@@ -27,6 +27,7 @@ use gpuplane_crds::cel::corpus::cases;
 use gpuplane_crds::cel::RULES;
 use gpuplane_crds::{GpuNodePool, GpuPartition, InferenceServer};
 use gpuplane_e2e::kube::control_plane::ControlPlane;
+use gpuplane_e2e::manifests::invalid_examples;
 use gpuplane_e2e::paths::repo_root;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::Value as Json;
@@ -249,17 +250,7 @@ fn the_crd_server_alone_refuses_what_cel_can_judge_and_applies_the_rest_server_s
     );
 
     // examples/invalid: what the server refuses alone, and what it leaves to the webhook.
-    let mut files: Vec<String> = std::fs::read_dir(repo_root().join("examples/invalid"))
-        .unwrap()
-        .map(|e| {
-            e.unwrap()
-                .file_name()
-                .to_string_lossy()
-                .trim_end_matches(".yaml")
-                .to_string()
-        })
-        .collect();
-    files.sort();
+    let files = invalid_examples();
     let mut by_server = Vec::new();
     for name in &files {
         let text =

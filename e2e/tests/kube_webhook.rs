@@ -7,6 +7,7 @@
 //! 127.0.0.1; the API server calls it by URL with that certificate as its caBundle.
 
 use gpuplane_e2e::kube::Cluster;
+use gpuplane_e2e::manifests::invalid_examples;
 use gpuplane_e2e::net::free_ports;
 use gpuplane_e2e::paths::{gpuplane_bin, repo_path, repo_root};
 use gpuplane_e2e::scenario::report_duration;
@@ -196,21 +197,6 @@ fn cli_problems(example: &str) -> Vec<String> {
         .collect()
 }
 
-fn examples() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(repo_root().join("examples/invalid"))
-        .unwrap()
-        .map(|e| {
-            e.unwrap()
-                .file_name()
-                .to_string_lossy()
-                .trim_end_matches(".yaml")
-                .to_string()
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 /// The agent's own credentials (user gpuplane-agent, whose RBAC may patch the objects) change
 /// finalizers, never a spec: a stolen agent token cannot rewrite what the admin declared.
 fn agent_may_change_only_finalizers(c: &Cluster) {
@@ -262,7 +248,7 @@ fn kubectl_apply_of_a_wrong_spec_fails_at_once_with_the_clis_message() {
         },
     );
     let (mut by_webhook, mut by_schema, mut admitted) = (0, 0, 0);
-    for name in examples() {
+    for name in invalid_examples() {
         let file = format!("examples/invalid/{name}.yaml");
         let t = Instant::now();
         let o = c.cp.kubectl(&["apply", "-f", &repo_path(&file)]).run();

@@ -48,11 +48,7 @@ impl KubeBinaries {
             kubectl: from_env("KUBECTL", kube_cache_dir().join("bin/kubectl")),
             etcd: from_env("ETCD", etcd_default),
         };
-        let missing: Vec<String> = [&bins.kube_apiserver, &bins.kubectl, &bins.etcd]
-            .iter()
-            .filter(|p| !p.is_file())
-            .map(|p| p.display().to_string())
-            .collect();
+        let missing = missing(&[&bins.kube_apiserver, &bins.kubectl, &bins.etcd]);
         assert!(
             missing.is_empty(),
             "missing Kubernetes test binaries: {}\n\
@@ -73,16 +69,12 @@ impl KubeBinaries {
             kubectl: dir.join("kubectl"),
             etcd: dir.join("etcd"),
         };
-        let missing: Vec<String> = [
+        let missing = missing(&[
             &bins.kube_apiserver,
             &bins.kubectl,
             &bins.etcd,
             &dir.join("discovery-front"),
-        ]
-        .iter()
-        .filter(|p| !p.is_file())
-        .map(|p| p.display().to_string())
-        .collect();
+        ]);
         assert!(
             missing.is_empty(),
             "missing the CEL lane's binaries: {}\n\
@@ -92,6 +84,15 @@ impl KubeBinaries {
         );
         bins
     }
+}
+
+/// The paths of `files` that are not files, for the message that names the set-up script.
+fn missing(files: &[&PathBuf]) -> Vec<String> {
+    files
+        .iter()
+        .filter(|p| !p.is_file())
+        .map(|p| p.display().to_string())
+        .collect()
 }
 
 /// A running etcd + kube-apiserver in its own RUN directory. Stopped (RUN removed) on drop, also when
