@@ -119,8 +119,7 @@ fn rust_problems(obj: &Json) -> Vec<(String, String)> {
             offline::validate(&[p], &[]).0
         }
         "InferenceServer" => {
-            let p: GpuPartition =
-                serde_json::from_value(example("examples/kpro6/partition.yaml")).unwrap();
+            let p: GpuPartition = serde_json::from_value(base("partition")).unwrap();
             let s: InferenceServer = serde_json::from_value(obj.clone()).unwrap();
             offline::validate(&[p], &[s]).0
         }
@@ -212,7 +211,7 @@ fn the_reference_and_gitops_examples_pass_every_rule() {
 /// `spec.nodeName` cannot change (a transition rule: the server compares with the stored object).
 #[test]
 fn a_partitions_node_name_is_immutable_but_the_rest_of_its_spec_is_not() {
-    let old = example("examples/kpro6/partition.yaml");
+    let old = base("partition");
     let mut moved = old.clone();
     moved["spec"]["nodeName"] = "kpro7".into();
     let failed = failures("GpuPartition", &moved, Some(&old));

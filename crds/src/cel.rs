@@ -72,11 +72,14 @@ macro_rules! eagle_family {
     };
 }
 
+/// The one transition rule's message: the webhook says the same for clusters without CEL
+/// (`controller/src/webhook/review.rs`).
+pub const NODE_NAME_IMMUTABLE: &str = "is immutable: a partition's GPUs are one host's (its agent may hold them bound and handed to consumers); to give these slices to another host, create a partition for that host and delete this one";
+
 /// Every rule, in the order the server evaluates a kind's schema (root first).
 pub const RULES: &[Rule] = &[
     // --- GpuPartition -----------------------------------------------------------------------
-    rule("partition-node-immutable", P, "spec.nodeName", "self == oldSelf",
-        "is immutable: a partition's GPUs are one host's (its agent may hold them bound and handed to consumers); to give these slices to another host, create a partition for that host and delete this one"),
+    rule("partition-node-immutable", P, "spec.nodeName", "self == oldSelf", NODE_NAME_IMMUTABLE),
     rule("slice-names-unique", P, "spec.slices", "self.all(a, self.exists_one(b, b.name == a.name))",
         "slice names must be unique (InferenceServers name their slice by it): rename one of the two"),
     rule("numa-node-twice", P, "spec.slices",

@@ -23,7 +23,7 @@
 //! It publishes no OpenAPI for CRDs either: kubectl runs with `--validate=false` here (the
 //! server's CEL and schema still judge every object; unknown fields are the 1.20 lane's).
 
-use gpuplane_crds::cel::corpus::cases;
+use gpuplane_crds::cel::corpus::{base, cases};
 use gpuplane_crds::cel::RULES;
 use gpuplane_crds::{GpuNodePool, GpuPartition, InferenceServer};
 use gpuplane_e2e::kube::control_plane::ControlPlane;
@@ -128,13 +128,7 @@ fn as_written(obj: &Json) -> Json {
 }
 
 fn reference_split() -> Vec<Json> {
-    [
-        "examples/kpro6/partition.yaml",
-        "examples/kpro6/server.yaml",
-    ]
-    .iter()
-    .map(|f| serde_yaml::from_str(&std::fs::read_to_string(repo_root().join(f)).unwrap()).unwrap())
-    .collect()
+    vec![base("partition"), base("server")]
 }
 
 #[test]

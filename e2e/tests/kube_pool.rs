@@ -694,41 +694,54 @@ fn disruptive(kind: &str, text: &str) -> bool {
     ) || (kind == "startUnit" && text.starts_with("restart"))
 }
 
+/// One agent's slot grants and releases (in its log's order: `true` a grant) and its
+/// disruptive host writes, between `from` and `to`, from its own log (exact timestamps).
+struct SlotLog {
+    slot: Vec<(f64, bool)>,
+    writes: Vec<f64>,
+}
+
+fn slot_log(a: &Agent, from: f64, to: f64) -> SlotLog {
+    let mut log = SlotLog {
+        slot: vec![],
+        writes: vec![],
+    };
+    for l in a.log_text().lines() {
+        let Some(t) = log_time(l).filter(|t| (from..=to).contains(t)) else {
+            continue;
+        };
+        if l.contains("pool slot released") {
+            log.slot.push((t, false));
+        } else if l.contains("pool slot granted") {
+            log.slot.push((t, true));
+        } else if let Some(rest) = l.split_once("host write: ").map(|x| x.1) {
+            let (text, kind) = rest.rsplit_once(" kind=").unwrap_or((rest, ""));
+            if disruptive(kind.trim_matches('"'), text.trim()) {
+                log.writes.push(t);
+            }
+        }
+    }
+    log
+}
+
 /// Prints how long a given-back slot took to reach the next member's first disruptive host
 /// write, from the agents' own logs (exact timestamps) between `from` and `to`: for each slot
 /// granted after another member released one, the time from that release to the granted
 /// member's first disruptive write. A figure, not an assertion.
 fn say_handoffs(what: &str, agents: &[Agent], from: f64, to: f64, budget: usize) {
-    let mut releases = vec![];
-    let mut per_agent = vec![];
-    for a in agents {
-        let mut grants = vec![];
-        let mut writes = vec![];
-        for l in a.log_text().lines() {
-            let Some(t) = log_time(l).filter(|t| (from..=to).contains(t)) else {
-                continue;
-            };
-            if l.contains("pool slot released") {
-                releases.push(t);
-            } else if l.contains("pool slot granted") {
-                grants.push(t);
-            } else if let Some(rest) = l.split_once("host write: ").map(|x| x.1) {
-                let (text, kind) = rest.rsplit_once(" kind=").unwrap_or((rest, ""));
-                if disruptive(kind.trim_matches('"'), text.trim()) {
-                    writes.push(t);
-                }
-            }
-        }
-        per_agent.push((grants, writes));
-    }
+    let logs: Vec<SlotLog> = agents.iter().map(|a| slot_log(a, from, to)).collect();
+    let mut releases: Vec<f64> = logs
+        .iter()
+        .flat_map(|l| l.slot.iter().filter(|e| !e.1).map(|e| e.0))
+        .collect();
     releases.sort_by(f64::total_cmp);
     let mut took: Vec<f64> = vec![];
-    for (grants, writes) in &per_agent {
-        for g in grants {
-            let Some(r) = releases.iter().rev().find(|r| *r <= g) else {
+    for log in &logs {
+        for g in log.slot.iter().filter(|e| e.1).map(|e| e.0) {
+            let Some(r) = releases.iter().rev().find(|r| **r <= g) else {
                 continue;
             };
-            if let Some(w) = writes.iter().find(|w| *w >= g) {
+            if let Some(w) = log.writes.iter().find(|w| **w >= g) {
                 took.push(w - r);
             }
         }
@@ -745,25 +758,22 @@ fn say_handoffs(what: &str, agents: &[Agent], from: f64, to: f64, budget: usize)
         q(0.99),
         q(1.0)
     );
-    say_rollout_ratio(what, agents, from, to, budget);
+    say_rollout_ratio(what, &logs, from, budget);
 }
 
 /// Prints the whole change's time against the ideal for the budget, from the agents' logs:
 /// one member's own restart is the median time it held a slot (granted → released, every
 /// member of this run), the ideal is ⌈members ÷ budget⌉ of them back to back, and the whole
 /// change runs from `from` (the apply) to the last slot released. A figure, not an assertion.
-fn say_rollout_ratio(what: &str, agents: &[Agent], from: f64, to: f64, budget: usize) {
+fn say_rollout_ratio(what: &str, logs: &[SlotLog], from: f64, budget: usize) {
     let mut held: Vec<f64> = vec![];
     let mut last_release = None::<f64>;
-    for a in agents {
+    for log in logs {
         let mut granted = None;
-        for l in a.log_text().lines() {
-            let Some(t) = log_time(l).filter(|t| (from..=to).contains(t)) else {
-                continue;
-            };
-            if l.contains("pool slot granted") {
+        for &(t, grant) in &log.slot {
+            if grant {
                 granted = Some(t);
-            } else if l.contains("pool slot released") {
+            } else {
                 if let Some(g) = granted.take() {
                     held.push(t - g);
                 }
@@ -776,11 +786,11 @@ fn say_rollout_ratio(what: &str, agents: &[Agent], from: f64, to: f64, budget: u
         eprintln!("[kube_pool] {what}: no slot was held and given back: no rollout figure");
         return;
     };
-    let waves = agents.len().div_ceil(budget.max(1));
+    let waves = logs.len().div_ceil(budget.max(1));
     let whole = end - from;
     eprintln!(
         "[kube_pool] {what}: whole change {whole:.1} s for {} members; one member's restart (median slot held, {} holds) {one:.2} s; ideal {waves} × {one:.2} = {:.1} s; ratio {:.2}",
-        agents.len(),
+        logs.len(),
         held.len(),
         waves as f64 * one,
         whole / (waves as f64 * one)

@@ -122,13 +122,8 @@ fn node_name_changed(kind: &str, op: &str, req: &Value) -> Option<String> {
         &req["object"]["spec"]["nodeName"],
         &req["oldObject"]["spec"]["nodeName"],
     );
-    (kind == "GpuPartition" && op == "UPDATE" && old.is_string() && new != old).then(|| {
-        let rule = gpuplane_crds::cel::RULES
-            .iter()
-            .find(|r| r.id == "partition-node-immutable")
-            .expect("the CEL table has the nodeName rule");
-        format!("spec.nodeName: {}", rule.message)
-    })
+    (kind == "GpuPartition" && op == "UPDATE" && old.is_string() && new != old)
+        .then(|| format!("spec.nodeName: {}", gpuplane_crds::cel::NODE_NAME_IMMUTABLE))
 }
 
 /// A pool's rules are its own: no other object is needed to judge it.
