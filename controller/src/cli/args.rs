@@ -136,6 +136,27 @@ pub enum Command {
         #[arg(long, hide = true)]
         now: Option<jiff::Timestamp>,
     },
+    /// Wait until every resource has a condition (`Ready` by default), like `kubectl wait`:
+    /// from the standalone agent's status directory, or with --kubeconfig the cluster. Exits 0
+    /// when met; 1 at once when a resource is Stalled or the manifests were refused, or when
+    /// --timeout passes (each names who was not there).
+    Wait {
+        /// The standalone agent's status directory.
+        #[arg(long, default_value = DEFAULT_STATUS_DIR)]
+        status_dir: PathBuf,
+        /// Read the cluster's GpuPartitions and InferenceServers instead.
+        #[arg(long, conflicts_with_all = ["status_dir", "file"])]
+        kubeconfig: Option<PathBuf>,
+        /// The manifests the agent runs: each of their resources must have a status.
+        #[arg(short = 'f', long = "filename")]
+        file: Option<PathBuf>,
+        /// The condition, as `condition=Ready` (kubectl's spelling) or `Ready`.
+        #[arg(long = "for", default_value = "condition=Ready")]
+        condition: String,
+        /// Seconds to wait at most.
+        #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86400))]
+        timeout: u64,
+    },
     /// Apply the plan step by step until converged, then print the status.
     Converge {
         #[command(flatten)]

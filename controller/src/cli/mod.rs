@@ -20,6 +20,7 @@ mod failure;
 mod input;
 mod output;
 mod status_cmd;
+mod wait_cmd;
 
 pub use args::{Cli, Command, Format, HostArgs, InputArgs, ObserveFormat, RunArgs, StatusFormat};
 pub use failure::Failure;
@@ -86,15 +87,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             count,
             now,
         } => {
-            let source = match kubeconfig {
-                Some(k) => crate::status_view::Source::Cluster(
-                    crate::status_view::kube::Cluster::connect(&k).map_err(Failure::Failed)?,
-                ),
-                None => crate::status_view::Source::Dir {
-                    dir: status_dir,
-                    manifests: file,
-                },
-            };
+            let source = status_source(status_dir, kubeconfig, file)?;
             let format = match output {
                 None => crate::status_view::Format::Table,
                 Some(StatusFormat::Wide) => crate::status_view::Format::Wide,
@@ -102,6 +95,16 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             };
             let watch = watch.then_some(std::time::Duration::from_secs(interval));
             status_cmd::status(&source, format, watch, count, now)
+        }
+        Command::Wait {
+            status_dir,
+            kubeconfig,
+            file,
+            condition,
+            timeout,
+        } => {
+            let source = status_source(status_dir, kubeconfig, file)?;
+            wait_cmd::wait(&source, &condition, std::time::Duration::from_secs(timeout))
         }
         Command::Converge {
             input,
@@ -180,4 +183,22 @@ fn run_agent(args: RunArgs) -> Result<i32, Failure> {
         sd_token,
     };
     commands::run_agent(&host, opts, sim_speed)
+}
+
+/// Where `status` and `wait` read: the cluster with a kubeconfig, else the status directory
+/// (with the manifests, when given, for the consumers and the resources to expect).
+fn status_source(
+    status_dir: std::path::PathBuf,
+    kubeconfig: Option<std::path::PathBuf>,
+    manifests: Option<std::path::PathBuf>,
+) -> Result<crate::status_view::Source, Failure> {
+    Ok(match kubeconfig {
+        Some(k) => crate::status_view::Source::Cluster(
+            crate::status_view::kube::Cluster::connect(&k).map_err(Failure::Failed)?,
+        ),
+        None => crate::status_view::Source::Dir {
+            dir: status_dir,
+            manifests,
+        },
+    })
 }

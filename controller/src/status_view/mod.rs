@@ -11,12 +11,14 @@
 //! | `render.rs` | the tables (GPUs per host, conditions per resource) and `-o yaml`; pure |
 //! | `table.rs`  | kubectl's column alignment and ages; colour after padding              |
 //! | `watch.rs`  | `-w`: only what changed since the last read                            |
+//! | `wait.rs`   | `gpuplane wait`: is every resource there yet; pure                    |
 
 pub mod files;
 pub mod kube;
 pub mod model;
 pub mod render;
 pub mod table;
+pub mod wait;
 pub mod watch;
 
 use model::{Doc, Specs};
@@ -76,6 +78,29 @@ impl Source {
                 Ok((docs, specs, notes))
             }
         }
+    }
+
+    /// The resources the manifests at hand name (`GpuPartition/NAME`,
+    /// `InferenceServer/NAMESPACE/NAME`, as the status documents name them): a wait needs each
+    /// one's status. None for the cluster, whose objects are the list.
+    pub fn expected(&self) -> Result<Vec<String>, String> {
+        let Source::Dir {
+            manifests: Some(m), ..
+        } = self
+        else {
+            return Ok(vec![]);
+        };
+        let m = crate::manifests::Manifests::load(m).map_err(|e| e.to_string())?;
+        let name = |n: &Option<String>| n.clone().unwrap_or_default();
+        let partitions = m
+            .partitions
+            .iter()
+            .map(|p| format!("GpuPartition/{}", name(&p.metadata.name)));
+        let servers = m.servers.iter().map(|s| {
+            let ns = s.metadata.namespace.as_deref().unwrap_or("default");
+            format!("InferenceServer/{ns}/{}", name(&s.metadata.name))
+        });
+        Ok(partitions.chain(servers).collect())
     }
 
     /// One read as a frame of `format` at `now`, and its notes.
