@@ -53,7 +53,7 @@ pub fn api_reference() -> String {
          The fields of each kind as the API server gets them (`crds/gpuplane.dev_crds.yaml`,\n\
          `charts/gpuplane/crds/`): type, default, bounds and pattern, what the field is for, and\n\
          the rules the cluster itself checks (CEL, Kubernetes ≥ 1.25; the webhook and the agent\n\
-         check these and more: README, Install).\n"
+         check these and more: docs/install.md).\n"
     );
     for crd in crate::crds() {
         let names = &crd.spec.names;

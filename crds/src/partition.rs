@@ -442,7 +442,7 @@ pub struct KernelArgs {
     )]
     pub absent: Vec<String>,
     /// Keys beyond the ones the agent manages by itself (the IOMMU, VFIO passthrough, AMD SEV,
-    /// keeping other drivers off the GPUs: the README lists them and their values) that
+    /// keeping other drivers off the GPUs: docs/partition.md lists them and their values) that
     /// `present` and `absent` may use, with any value, e.g. `[console]`: the admin takes
     /// responsibility for them. A managed key listed here takes any value too (`iommu` for
     /// `iommu=off`). Keys that choose what the host boots, open a shell, run a program or set

@@ -15,6 +15,7 @@
 //! - [`vm`]: the emulated GPU host (qemu) and its scenarios.
 
 pub mod agent;
+pub mod docs;
 pub mod fleet;
 pub mod kpro6;
 pub mod kube;

@@ -1,6 +1,6 @@
 //! The admission webhook on the real kube-apiserver 1.20.2: `kubectl apply` of a wrong spec
 //! fails at once with the message the CLI prints, the valid examples apply, and with the
-//! webhook stopped what happens is what the README says (`failurePolicy: Ignore` admits; the
+//! webhook stopped what happens is what docs/validate.md says (`failurePolicy: Ignore` admits; the
 //! agent judges later).
 //!
 //! The webhook runs as a process on loopback with a certificate made by openssl for

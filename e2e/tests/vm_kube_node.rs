@@ -25,7 +25,7 @@ const ENABLE: &str = "GPUPLANE_E2E_REAL_NODE";
 fn the_chart_runs_the_agent_on_a_real_kubelet_node() {
     if std::env::var(ENABLE).as_deref() != Ok("1") {
         eprintln!(
-            "vm_kube_node: not run; set {ENABLE}=1 (needs e2e/vm/build-kube-image.sh, see README)"
+            "vm_kube_node: not run; set {ENABLE}=1 (needs e2e/vm/build-kube-image.sh, see docs/develop.md)"
         );
         return;
     }

@@ -310,7 +310,7 @@ pub fn check(a: &str, side: Side, allow_keys: &[String]) -> Result<(), String> {
     let key_shown = sanitize(key, 64);
     let Some(m) = managed(key) else {
         return Err(format!(
-            "kernel argument {shown:?}: {key_shown} is not among the keys the agent manages (the IOMMU, VFIO passthrough, AMD SEV, keeping other drivers off the GPUs: the README lists them); set it on the host by hand, or list {key_shown} in spec.host.kernelArgs.allowKeys to take responsibility for it"
+            "kernel argument {shown:?}: {key_shown} is not among the keys the agent manages (the IOMMU, VFIO passthrough, AMD SEV, keeping other drivers off the GPUs: docs/partition.md lists them); set it on the host by hand, or list {key_shown} in spec.host.kernelArgs.allowKeys to take responsibility for it"
         ));
     };
     if side == Side::Absent {

@@ -21,7 +21,7 @@
 //! modification times. [`Watch::read_stable`] then reads again when the directory changed
 //! during the read itself.
 //!
-//! Safe ways to write the manifests (README, "Agent on manifest files"): write a file and close
+//! Safe ways to write the manifests (docs/install.md, "On a Proxmox host without Kubernetes"): write a file and close
 //! it (`cat >`, an editor's save, `cp`), rename a finished file into place, `git pull`/`git
 //! checkout`, or swap a symlinked directory in one rename (git-sync): the agent reads a file
 //! only once its writer closed it. Caveat: a writer that keeps the file open and never writes
