@@ -12,6 +12,9 @@
 //! | `sh kube` | against the test API server (etcd + kube-apiserver, the CRDs and RBAC installed, an agent running for node kpro6 on the twin), `KUBECONFIG` set |
 //! | `sh real-host: REASON` or `sh not-run: REASON` | not run; the reason is required |
 //!
+//! `exit=N` after `sh`, `sh in-repo` or `sh kube` says the block must end with exit status N (a
+//! documented refusal: `sh exit=2`); it then runs in a subshell, so its variables stay there.
+//!
 //! An indented code block, or a fence without a language, is refused: it could hide a command.
 
 use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
@@ -33,6 +36,8 @@ pub struct Block {
     /// 1-based line of its opening fence.
     pub line: usize,
     pub at: Where,
+    /// The exit status it must end with (0 unless `exit=N`).
+    pub exit: i32,
     pub code: String,
 }
 
@@ -43,7 +48,7 @@ const SHELLS: [&str; 4] = ["sh", "bash", "shell", "console"];
 pub fn blocks(text: &str) -> Result<Vec<Block>, String> {
     let line_of = |offset: usize| text[..offset].matches('\n').count() + 1;
     let mut out = vec![];
-    let mut open: Option<(usize, Option<Where>)> = None;
+    let mut open: Option<(usize, Option<(Where, i32)>)> = None;
     let mut code = String::new();
     let mut errors = vec![];
     for (event, range) in Parser::new(text).into_offset_iter() {
@@ -63,10 +68,11 @@ pub fn blocks(text: &str) -> Result<Vec<Block>, String> {
             }
             Event::Text(t) if open.is_some() => code.push_str(&t),
             Event::End(TagEnd::CodeBlock) => {
-                if let Some((line, Some(at))) = open.take() {
+                if let Some((line, Some((at, exit)))) = open.take() {
                     out.push(Block {
                         line,
                         at,
+                        exit,
                         code: std::mem::take(&mut code),
                     });
                 }
@@ -81,8 +87,9 @@ pub fn blocks(text: &str) -> Result<Vec<Block>, String> {
     }
 }
 
-/// `None` for a block that is not a command block.
-fn classify(info: &str) -> Result<Option<Where>, String> {
+/// `None` for a block that is not a command block; else where it runs and the exit status it
+/// must end with.
+fn classify(info: &str) -> Result<Option<(Where, i32)>, String> {
     if info.trim().is_empty() {
         return Err("a fence without a language: name it (```sh, ```yaml, ```text)".into());
     }
@@ -94,30 +101,34 @@ fn classify(info: &str) -> Result<Option<Where>, String> {
         return Ok(None);
     }
     let rest = rest.trim();
-    let reason = |r: &str| {
-        let r = r.trim();
-        if r.len() < 10 {
+    if let Some(r) = rest
+        .strip_prefix("real-host:")
+        .or_else(|| rest.strip_prefix("not-run:"))
+    {
+        return if r.trim().len() < 10 {
             Err(format!(
                 "{info:?}: say why it is not run (at least a few words)"
             ))
         } else {
-            Ok(Some(Where::NotRun(r.to_string())))
-        }
-    };
-    match rest {
-        "" => Ok(Some(Where::Twin)),
-        "in-repo" => Ok(Some(Where::InRepo)),
-        "kube" => Ok(Some(Where::Kube)),
-        _ => match rest
-            .strip_prefix("real-host:")
-            .or_else(|| rest.strip_prefix("not-run:"))
-        {
-            Some(r) => reason(r),
-            None => Err(format!(
-                "{info:?}: after the language, nothing, in-repo, kube, real-host: REASON or not-run: REASON"
-            )),
-        },
+            Ok(Some((Where::NotRun(r.trim().to_string()), 0)))
+        };
     }
+    let (mut at, mut exit) = (Where::Twin, 0);
+    for word in rest.split_whitespace() {
+        match word {
+            "in-repo" if at == Where::Twin => at = Where::InRepo,
+            "kube" if at == Where::Twin => at = Where::Kube,
+            w => match w.strip_prefix("exit=").and_then(|n| n.parse().ok()) {
+                Some(n) if exit == 0 => exit = n,
+                _ => {
+                    return Err(format!(
+                        "{info:?}: after the language: in-repo or kube, exit=N, or real-host: REASON / not-run: REASON"
+                    ))
+                }
+            },
+        }
+    }
+    Ok(Some((at, exit)))
 }
 
 /// The pages whose command blocks are tested: the README, `docs/*.md`, the architecture map and
@@ -146,8 +157,18 @@ pub fn script(page: &str, blocks: &[&Block], repo: &Path) -> String {
         String::from("set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n");
     for b in blocks {
         s.push_str(&format!("echo '### {page}:{}'\n", b.line));
-        if b.at == Where::InRepo {
-            s.push_str(&format!("(cd '{}'\n{}\n)\n", repo.display(), b.code));
+        let cd = match b.at {
+            Where::InRepo => format!("cd '{}'\n", repo.display()),
+            _ => String::new(),
+        };
+        if b.exit != 0 {
+            s.push_str(&format!(
+                "set +e\n(\n{cd}{}\n)\nrc=$?\nset -e\n[ \"$rc\" -eq {n} ] || {{ echo \"### expected exit status {n}, got $rc\"; exit 1; }}\n",
+                b.code,
+                n = b.exit
+            ));
+        } else if !cd.is_empty() {
+            s.push_str(&format!("(\n{cd}{}\n)\n", b.code));
         } else {
             s.push_str(&b.code);
             s.push('\n');
@@ -169,6 +190,7 @@ mod tests {
             (b[0].line, &b[0].at, b[0].code.as_str()),
             (3, &Where::Twin, "echo a\n")
         );
+        assert_eq!(b[0].exit, 0);
         assert_eq!(
             (b[1].at.clone(), b[1].code.as_str()),
             (Where::Kube, "kubectl get x\n")
@@ -182,9 +204,32 @@ mod tests {
             .unwrap_err()
             .contains("line 1"));
         assert!(blocks("```sh real-host:\nx\n```\n").is_err());
+        assert!(blocks("```sh kube kube\nx\n```\n").is_err());
+        assert!(blocks("```sh exit=two\nx\n```\n").is_err());
         assert!(blocks("```\nx\n```\n").unwrap_err().contains("language"));
         assert!(blocks("text\n\n    kubectl patch x\n")
             .unwrap_err()
             .contains("indented"));
+    }
+
+    #[test]
+    fn a_block_may_have_to_fail_with_a_given_status() {
+        let b = blocks("```sh kube exit=2\nfalse\n```\n").unwrap();
+        assert_eq!((&b[0].at, b[0].exit), (&Where::Kube, 2));
+        for (code, ok) in [("exit 2", true), ("true", false), ("exit 1", false)] {
+            let block = Block {
+                line: 1,
+                at: Where::Twin,
+                exit: 2,
+                code: code.into(),
+            };
+            let s = script("p.md", &[&block], Path::new("/"));
+            let st = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(&s)
+                .output()
+                .unwrap();
+            assert_eq!(st.status.success(), ok, "{code}: {s}");
+        }
     }
 }

@@ -11,6 +11,7 @@
 //!   server has no kubelet to run pods (`vm_kube_node` installs the chart on a real node), and
 //!   no webhook is registered (the CRDs' schema still applies).
 //! - `real-host:` / `not-run:` blocks are counted with their reasons, never run.
+//! - A block marked `exit=N` (a documented refusal) must end with that status.
 //!
 //! Prints each page's output (the quick starts' included) and the counts:
 //!
