@@ -568,8 +568,9 @@ impl LocalHost {
         }
     }
 
-    /// After a binding step, re-reads only the device it wrote to: `driver_override`, unbind,
-    /// `drivers_probe` of one address change that device and nothing else. Its holders are kept
+    /// After a binding step, re-reads only the device it wrote to, and of it only what a binding
+    /// changes (`pci::reread_binding`): `driver_override`, unbind, `drivers_probe` of one
+    /// address change that device's driver, override and minor, and nothing else. Its holders are kept
     /// while its driver is the same (the unbind step scans them again right before it writes)
     /// and cleared when the driver changed (the old device nodes are gone). Anything else, a
     /// `modprobe` included (it may bind devices waiting on an override), asks for a full
@@ -590,10 +591,10 @@ impl LocalHost {
             | Step::ReturnToHostDriver { address } => address,
             _ => return None,
         };
-        let mut d = pci::read_device(&self.root, address)?;
         let old = st.pci_devices.get(address)?;
-        if old.driver == d.driver {
-            d.holders = old.holders.clone();
+        let mut d = pci::reread_binding(&self.root, address, old)?;
+        if old.driver != d.driver {
+            d.holders.clear();
         }
         let mut st = st.clone();
         st.pci_devices.insert(address.clone(), d);
@@ -703,9 +704,10 @@ impl LocalHost {
 
     /// Unbinds a GPU from `driver`, unless a process holds it (checked right before the write).
     fn unbind(&self, address: &str, driver: &str) -> Result<(), LocalError> {
-        let dev = pci::read_device(&self.root, address).ok_or_else(|| LocalError::NoDevice {
-            address: address.to_string(),
-        })?;
+        let dev =
+            pci::read_for_binding(&self.root, address).ok_or_else(|| LocalError::NoDevice {
+                address: address.to_string(),
+            })?;
         if dev.driver.as_deref() != Some(driver) {
             return Ok(());
         }
@@ -728,9 +730,10 @@ impl LocalHost {
     /// `drivers_probe` for a device, then checks that it landed on its `driver_override`.
     fn probe(&self, address: &str) -> Result<(), LocalError> {
         self.sysfs("/sys/bus/pci/drivers_probe", address)?;
-        let dev = pci::read_device(&self.root, address).ok_or_else(|| LocalError::NoDevice {
-            address: address.to_string(),
-        })?;
+        let dev =
+            pci::read_for_binding(&self.root, address).ok_or_else(|| LocalError::NoDevice {
+                address: address.to_string(),
+            })?;
         // drivers_probe reports success even when no driver took the device.
         if let Some(want) = &dev.driver_override {
             if dev.driver.as_deref() != Some(want.as_str()) {

@@ -22,11 +22,6 @@ fn link_name(root: &Root, path: &str) -> Option<String> {
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
 }
 
-/// Reads one device.
-pub fn read_device(root: &Root, addr: &str) -> Option<PciDevice> {
-    read_device_in(root, addr, &slots(root))
-}
-
 /// Whether the device at `addr` is one the filter selects, from its vendor and class alone:
 /// the scan reads the rest (config space, AER counters, slots) only for those and their
 /// group members. Reading all of it for every device of the host made an observation in the
@@ -54,14 +49,11 @@ fn read_device_in(root: &Root, addr: &str, slots: &[(String, String)]) -> Option
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(-1);
     let iommu_group = link_name(root, &format!("{base}/iommu_group")).and_then(|g| g.parse().ok());
-    let driver = link_name(root, &format!("{base}/driver"));
-    let driver_override = root
-        .read(&format!("{base}/driver_override"))
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty() && s != "(null)");
-    let nvidia_minor = root
-        .read(&format!("/proc/driver/nvidia/gpus/{addr}/information"))
-        .and_then(|t| parse_minor(&t));
+    let Binding {
+        driver,
+        driver_override,
+        nvidia_minor,
+    } = read_binding(root, addr);
     // Config space: 4096 bytes for root, 256 otherwise; never more is read.
     let config = root.read_head(&format!("{base}/config"), 4096);
     // UUID and serial come from nvidia-smi, for all GPUs at once (`LocalHost::nvml_ids`).
@@ -89,6 +81,61 @@ fn read_device_in(root: &Root, addr: &str, slots: &[(String, String)]) -> Option
         holders: vec![],
         identity,
         health: super::health::read(root, addr, config.as_deref()),
+    })
+}
+
+/// What a binding write (`driver_override`, unbind, `drivers_probe`) can change of a device.
+struct Binding {
+    driver: Option<String>,
+    driver_override: Option<String>,
+    nvidia_minor: Option<u32>,
+}
+
+fn read_binding(root: &Root, addr: &str) -> Binding {
+    let base = format!("/sys/bus/pci/devices/{addr}");
+    Binding {
+        driver: link_name(root, &format!("{base}/driver")),
+        driver_override: root
+            .read(&format!("{base}/driver_override"))
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty() && s != "(null)"),
+        nvidia_minor: root
+            .read(&format!("/proc/driver/nvidia/gpus/{addr}/information"))
+            .and_then(|t| parse_minor(&t)),
+    }
+}
+
+/// `old`, the device at `addr` as observed, after a binding write to it: its driver, override
+/// and NVIDIA minor read again, the rest kept — none of it changes with a binding, and config
+/// space, the AER counters and the slots are the slow reads (each binding write re-read them
+/// all: about a third of a move of two GPUs in the qemu host). `None` when the device is gone;
+/// the caller then observes in full, as it does at the end of every converge.
+pub fn reread_binding(root: &Root, addr: &str, old: &PciDevice) -> Option<PciDevice> {
+    read_hex(root, addr, "vendor")?;
+    let b = read_binding(root, addr);
+    Some(PciDevice {
+        driver: b.driver,
+        driver_override: b.driver_override,
+        nvidia_minor: b.nvidia_minor,
+        ..old.clone()
+    })
+}
+
+/// What a binding write needs to know of the device at `addr` right before it writes: the
+/// device's driver, override and minor, and its IOMMU group (whose device nodes a holder of a
+/// `vfio-pci` device opens) — the rest left empty, not read. `None` when there is no device.
+pub fn read_for_binding(root: &Root, addr: &str) -> Option<PciDevice> {
+    let vendor = read_hex(root, addr, "vendor")?;
+    let b = read_binding(root, addr);
+    Some(PciDevice {
+        address: addr.to_string(),
+        vendor,
+        iommu_group: link_name(root, &format!("/sys/bus/pci/devices/{addr}/iommu_group"))
+            .and_then(|g| g.parse().ok()),
+        driver: b.driver,
+        driver_override: b.driver_override,
+        nvidia_minor: b.nvidia_minor,
+        ..PciDevice::default()
     })
 }
 

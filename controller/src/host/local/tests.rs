@@ -233,6 +233,57 @@ fn override_and_a_probe_that_binds_nothing() {
     );
 }
 
+/// After each binding write the backend re-reads only what such a write changes (driver,
+/// override, minor): the state it hands the planner equals a full observation's, the GPU's
+/// holders cleared with its driver (its old device node is gone).
+#[test]
+fn the_state_after_a_binding_write_equals_a_full_observation() {
+    let t = fake_root();
+    let mut h = host(&t);
+    let a = "0000:01:00.0";
+    let dev = t.path().join(format!("sys/bus/pci/devices/{a}"));
+    let mut st = h.observe().unwrap();
+    let override_step = Step::SetDriverOverride {
+        address: a.into(),
+        driver: Some("vfio-pci".into()),
+    };
+    h.apply(&override_step).unwrap();
+    st = h
+        .refresh(&override_step, &st)
+        .unwrap()
+        .expect("a binding step refreshes");
+    assert_eq!(st.pci_devices, h.observe().unwrap().pci_devices);
+    assert_eq!(
+        st.pci_devices[a].driver_override.as_deref(),
+        Some("vfio-pci")
+    );
+
+    // The kernel's part of the unbind and the probe (the fake root has no kernel): the device
+    // moves to vfio-pci and leaves the NVIDIA driver's list.
+    std::fs::remove_file(dev.join("driver")).unwrap();
+    symlink("../../../../bus/pci/drivers/vfio-pci", dev.join("driver")).unwrap();
+    std::fs::remove_dir_all(t.path().join(format!("proc/driver/nvidia/gpus/{a}"))).unwrap();
+    let probe = Step::Probe { address: a.into() };
+    st = h
+        .refresh(&probe, &st)
+        .unwrap()
+        .expect("a binding step refreshes");
+    let full = h.observe().unwrap();
+    assert_eq!(st.pci_devices, full.pci_devices);
+    let d = &st.pci_devices[a];
+    assert_eq!(
+        (d.driver.as_deref(), d.nvidia_minor),
+        (Some("vfio-pci"), None)
+    );
+    // What a binding does not change was kept from the observation, not re-read as empty.
+    assert_eq!((d.numa_node, d.iommu_group), (0, Some(10)));
+    assert_eq!(d.class, "030200");
+
+    // A device gone from the bus is no refresh: the caller observes in full.
+    std::fs::remove_file(dev.join("vendor")).unwrap();
+    assert!(h.refresh(&probe, &st).unwrap().is_none());
+}
+
 /// The fake root's second GPU as this node's entry of the VM's PCI mapping.
 fn vm_mapping_entries() -> Vec<crate::proxmox::pci_cfg::MapEntry> {
     vec![crate::proxmox::pci_cfg::MapEntry {

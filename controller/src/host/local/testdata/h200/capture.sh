@@ -63,7 +63,7 @@ link() {
 }
 dir() { echo "$1" >>"$top/dirs.txt"; }
 
-# attrs DEV_REAL_PATH: the attributes read_device() reads, at the device's real path.
+# attrs DEV_REAL_PATH: the attributes read_device_in() reads, at the device's real path.
 attrs() {
   local d=$1
   mkdir -p "$root$d"
