@@ -216,32 +216,35 @@ fn field_path(pointer: &str) -> String {
     }
 }
 
-/// One validator per kind, built once.
+/// One validator per kind, built once, from the committed CRDs (`gpuplane_crds::CRDS_YAML`).
 fn validators() -> &'static Vec<(String, jsonschema::Validator)> {
     static V: OnceLock<Vec<(String, jsonschema::Validator)>> = OnceLock::new();
     V.get_or_init(|| {
-        gpuplane_crds::crds()
+        crd_schemas(gpuplane_crds::CRDS_YAML)
             .into_iter()
-            .filter_map(|crd| {
-                let kind = crd.spec.names.kind.clone();
-                let schema = crd
-                    .spec
-                    .versions
-                    .first()?
-                    .schema
-                    .as_ref()?
-                    .open_api_v3_schema
-                    .as_ref()?;
-                let schema = manifest_schema(serde_json::to_value(schema).ok()?);
+            .filter_map(|(kind, schema)| {
                 let v = jsonschema::options()
                     .with_draft(jsonschema::Draft::Draft4)
-                    .build(&schema)
+                    .build(&manifest_schema(schema))
                     .map_err(|e| tracing::error!("the {kind} schema does not compile: {e}"))
                     .ok()?;
                 Some((kind, v))
             })
             .collect()
     })
+}
+
+/// Each kind's `openAPIV3Schema` in a multi-document CRD YAML, read as plain values (the typed
+/// CRD is not needed to validate against it).
+fn crd_schemas(yaml: &str) -> Vec<(String, Value)> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .filter_map(|doc| {
+            let crd: Value = serde::Deserialize::deserialize(doc).ok()?;
+            let kind = crd.pointer("/spec/names/kind")?.as_str()?.to_string();
+            let schema = crd.pointer("/spec/versions/0/schema/openAPIV3Schema")?.clone();
+            Some((kind, schema))
+        })
+        .collect()
 }
 
 /// The CRD's schema as a JSON schema for a manifest (see the module doc).

@@ -207,3 +207,23 @@ fn echoed_values_are_capped() {
         assert!(e.message.len() < 600, "{}: {}", e.field, e.message);
     }
 }
+
+/// The validators read the committed CRD text instead of generating the schemas in every
+/// process: that text must be exactly what the types generate.
+#[test]
+fn the_committed_crds_carry_the_generated_schemas() {
+    let committed = crd_schemas(gpuplane_crds::CRDS_YAML);
+    let generated: Vec<(String, Value)> = gpuplane_crds::crds()
+        .into_iter()
+        .map(|crd| {
+            let schema = crd.spec.versions[0].schema.as_ref().unwrap();
+            let schema = serde_json::to_value(schema.open_api_v3_schema.as_ref().unwrap());
+            (crd.spec.names.kind.clone(), schema.unwrap())
+        })
+        .collect();
+    assert_eq!(committed.len(), 3);
+    assert_eq!(
+        committed, generated,
+        "crds/gpuplane.dev_crds.yaml is stale: cargo run -p gpuplane-crds --bin crdgen"
+    );
+}
