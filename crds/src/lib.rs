@@ -60,10 +60,11 @@ pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
 /// Path of the committed CRD YAML, relative to the crate root.
 pub const CRDS_FILE: &str = "gpuplane.dev_crds.yaml";
 
-/// The committed CRD YAML, as `crdgen` wrote it (a test holds it equal to [`crds_yaml`]): a
-/// process that only needs the schemas parses this text instead of generating them again,
-/// which was a third of a one-shot `gpuplane plan`.
-pub const CRDS_YAML: &str = include_str!("../gpuplane.dev_crds.yaml");
+/// Each kind's `openAPIV3Schema` of the committed CRDs (`gpuplane.dev_crds.yaml`, as `crdgen`
+/// wrote it; a test holds it equal to [`crds`]) as one JSON object, kind → schema, made by
+/// `build.rs`: a process that only validates against the schemas parses this instead of
+/// generating the CRDs again (a third of a one-shot `gpuplane plan`).
+pub const CRD_SCHEMAS_JSON: &str = include_str!(concat!(env!("OUT_DIR"), "/crd_schemas.json"));
 
 #[cfg(test)]
 mod tests;

@@ -216,11 +216,12 @@ fn field_path(pointer: &str) -> String {
     }
 }
 
-/// One validator per kind, built once, from the committed CRDs (`gpuplane_crds::CRDS_YAML`).
+/// One validator per kind, built once, from the committed CRDs' schemas
+/// (`gpuplane_crds::CRD_SCHEMAS_JSON`).
 fn validators() -> &'static Vec<(String, jsonschema::Validator)> {
     static V: OnceLock<Vec<(String, jsonschema::Validator)>> = OnceLock::new();
     V.get_or_init(|| {
-        crd_schemas(gpuplane_crds::CRDS_YAML)
+        crd_schemas()
             .into_iter()
             .filter_map(|(kind, schema)| {
                 let v = jsonschema::options()
@@ -234,17 +235,15 @@ fn validators() -> &'static Vec<(String, jsonschema::Validator)> {
     })
 }
 
-/// Each kind's `openAPIV3Schema` in a multi-document CRD YAML, read as plain values (the typed
-/// CRD is not needed to validate against it).
-fn crd_schemas(yaml: &str) -> Vec<(String, Value)> {
-    serde_yaml::Deserializer::from_str(yaml)
-        .filter_map(|doc| {
-            let crd: Value = serde::Deserialize::deserialize(doc).ok()?;
-            let kind = crd.pointer("/spec/names/kind")?.as_str()?.to_string();
-            let schema = crd.pointer("/spec/versions/0/schema/openAPIV3Schema")?.clone();
-            Some((kind, schema))
-        })
-        .collect()
+/// Kind → its CRD's `openAPIV3Schema`, as committed.
+fn crd_schemas() -> Vec<(String, Value)> {
+    match serde_json::from_str(gpuplane_crds::CRD_SCHEMAS_JSON) {
+        Ok(Value::Object(m)) => m.into_iter().collect(),
+        _ => {
+            tracing::error!("the embedded CRD schemas do not parse");
+            vec![]
+        }
+    }
 }
 
 /// The CRD's schema as a JSON schema for a manifest (see the module doc).
