@@ -6,6 +6,8 @@
 # medians, spreads and ratios. Not part of CI (figures, not assertions); docs/BENCHMARKS.md.
 #
 #   e2e/bench/binding.sh [ROUNDS]        (default 7; needs e2e/test-all.sh's VM set-up)
+# OTHER_BIN=FILE: another gpuplane build timed the same way in the same boot, alternated with the
+# rest ("other": e.g. the previous main's release binary), and the per-round ratios printed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${1:-7}
@@ -21,15 +23,21 @@ echo "ROUNDS=$ROUNDS" >"$W/bench.env"
 # AGENT_LOG=gpuplane=debug: print the agent's log of the last move (its timeline)
 [ -n "${AGENT_LOG:-}" ] && echo "AGENT_LOG=$AGENT_LOG" >>"$W/bench.env"
 cp target/release/gpuplane "$W/gpuplane"
+OTHER_FILE=()
+if [ -n "${OTHER_BIN:-}" ]; then
+  cp "$OTHER_BIN" "$W/gpuplane-other"; OTHER_FILE=("$W/gpuplane-other")
+  echo "OTHER=/usr/local/bin/gpuplane-other" >>"$W/bench.env"
+fi
 VM_TIMEOUT=${VM_TIMEOUT:-1500} e2e/vm/run.sh e2e/vm/scenarios/bench-binding.sh "$W/gpuplane" \
-  e2e/vm/scenario-lib.sh "$CACHE"/debs/driverctl_*.deb "$W/bench.env" | tee "$W/out.txt"
+  e2e/vm/scenario-lib.sh "$CACHE"/debs/driverctl_*.deb "$W/bench.env" "${OTHER_FILE[@]}" | tee "$W/out.txt"
 python3 - "$W/out.txt" <<'PY'
 import statistics, sys
-t, parts = {}, {}
+t, parts, rounds = {}, {}, {}
 for line in open(sys.argv[1]):
     w = line.split()
     if w[:1] == ["TIME"]:
         t.setdefault(w[1], []).append(int(w[3]))
+        rounds.setdefault(w[1], {})[w[2]] = int(w[3])
     if w[:1] == ["PART"]:
         parts.setdefault(w[1], []).append(int(w[3]))
 def show(name, v):
@@ -39,9 +47,14 @@ for k, v in t.items():
     print(show(k, v))
 if "bare" in t:
     b = statistics.median(t["bare"])
-    for k in ("driverctl", "gpuplane", "agent"):
+    for k in ("driverctl", "gpuplane", "agent", "other"):
         if k in t:
             print(f"{k} / bare: {statistics.median(t[k]) / b:.2f}x")
+# Per round (the ways alternate within a round): the median of each round's ratio.
+for a, b in (("gpuplane", "driverctl"), ("other", "driverctl"), ("gpuplane", "other"), ("agent", "bare")):
+    if a in rounds and b in rounds:
+        r = [rounds[a][k] / rounds[b][k] for k in rounds[a] if k in rounds[b] and rounds[b][k] > 0]
+        print(f"{a} / {b}, per round: median {statistics.median(r):.2f}x  ({', '.join(f'{x:.2f}' for x in r)})")
 print("\n== gpuplane's parts (one process each)")
 for k, v in parts.items():
     print(show(k, v))
