@@ -503,10 +503,13 @@ fn writers_that_torture_the_manifests_never_get_a_half_written_file_read() {
                             f.write_all(body.as_bytes()).unwrap();
                         }
                         1 => {
-                            let tmp =
-                                server.with_file_name(format!(".server.yaml.{}", rand(1 << 20)));
+                            // A rename within one directory, as a tool holding it does: the
+                            // link resolved once (the fourth writer may swap it in between;
+                            // through the link, the rename's source would then be gone).
+                            let dir = std::fs::canonicalize(server.parent().unwrap()).unwrap();
+                            let tmp = dir.join(format!(".server.yaml.{}", rand(1 << 20)));
                             std::fs::write(&tmp, &body).unwrap();
-                            std::fs::rename(&tmp, server).unwrap();
+                            std::fs::rename(&tmp, dir.join("server.yaml")).unwrap();
                         }
                         2 => {
                             let _ = std::fs::remove_file(server);
