@@ -110,16 +110,8 @@ pub enum Command {
     /// resource's conditions, like `kubectl get`: from the standalone agent's status directory,
     /// or with --kubeconfig from the cluster. Reads only what the agents published.
     Status {
-        /// The standalone agent's status directory (`run --manifests DIR --status-dir D`).
-        #[arg(long, default_value = DEFAULT_STATUS_DIR)]
-        status_dir: PathBuf,
-        /// Read the cluster's GpuPartitions and InferenceServers instead.
-        #[arg(long, conflicts_with_all = ["status_dir", "file"])]
-        kubeconfig: Option<PathBuf>,
-        /// The manifests the standalone agent runs (file or directory): the GPU table's
-        /// CONSUMER column and the node come from them (`-` without).
-        #[arg(short = 'f', long = "filename")]
-        file: Option<PathBuf>,
+        #[command(flatten)]
+        source: StatusSourceArgs,
         /// `wide` (also path, UUID, serial and condition messages) or `yaml` (the documents).
         #[arg(short = 'o', long = "output", value_enum)]
         output: Option<StatusFormat>,
@@ -141,15 +133,8 @@ pub enum Command {
     /// when met; 1 at once when a resource is Stalled or the manifests were refused, or when
     /// --timeout passes (each names who was not there).
     Wait {
-        /// The standalone agent's status directory.
-        #[arg(long, default_value = DEFAULT_STATUS_DIR)]
-        status_dir: PathBuf,
-        /// Read the cluster's GpuPartitions and InferenceServers instead.
-        #[arg(long, conflicts_with_all = ["status_dir", "file"])]
-        kubeconfig: Option<PathBuf>,
-        /// The manifests the agent runs: each of their resources must have a status.
-        #[arg(short = 'f', long = "filename")]
-        file: Option<PathBuf>,
+        #[command(flatten)]
+        source: StatusSourceArgs,
         /// The condition, as `condition=Ready` (kubectl's spelling) or `Ready`.
         #[arg(long = "for", default_value = "condition=Ready")]
         condition: String,
@@ -171,6 +156,22 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+}
+
+/// Where `status` and `wait` read what the agents published.
+#[derive(clap::Args, Debug)]
+pub struct StatusSourceArgs {
+    /// The standalone agent's status directory (`run --manifests DIR --status-dir D`).
+    #[arg(long, default_value = DEFAULT_STATUS_DIR)]
+    pub status_dir: PathBuf,
+    /// Read the cluster's GpuPartitions and InferenceServers instead.
+    #[arg(long, conflicts_with_all = ["status_dir", "file"])]
+    pub kubeconfig: Option<PathBuf>,
+    /// The manifests the standalone agent runs (file or directory): `status` takes the GPU
+    /// table's node and CONSUMER column from them (`-` without), `wait` the resources that
+    /// must have a status.
+    #[arg(short = 'f', long = "filename")]
+    pub file: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]

@@ -78,16 +78,14 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             trusted_peers,
         }),
         Command::Status {
-            status_dir,
-            kubeconfig,
-            file,
+            source,
             output,
             watch,
             interval,
             count,
             now,
         } => {
-            let source = status_source(status_dir, kubeconfig, file)?;
+            let source = status_source(source)?;
             let format = match output {
                 None => crate::status_view::Format::Table,
                 Some(StatusFormat::Wide) => crate::status_view::Format::Wide,
@@ -97,13 +95,11 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
             status_cmd::status(&source, format, watch, count, now)
         }
         Command::Wait {
-            status_dir,
-            kubeconfig,
-            file,
+            source,
             condition,
             timeout,
         } => {
-            let source = status_source(status_dir, kubeconfig, file)?;
+            let source = status_source(source)?;
             wait_cmd::wait(&source, &condition, std::time::Duration::from_secs(timeout))
         }
         Command::Converge {
@@ -187,18 +183,14 @@ fn run_agent(args: RunArgs) -> Result<i32, Failure> {
 
 /// Where `status` and `wait` read: the cluster with a kubeconfig, else the status directory
 /// (with the manifests, when given, for the consumers and the resources to expect).
-fn status_source(
-    status_dir: std::path::PathBuf,
-    kubeconfig: Option<std::path::PathBuf>,
-    manifests: Option<std::path::PathBuf>,
-) -> Result<crate::status_view::Source, Failure> {
-    Ok(match kubeconfig {
+fn status_source(a: args::StatusSourceArgs) -> Result<crate::status_view::Source, Failure> {
+    Ok(match a.kubeconfig {
         Some(k) => crate::status_view::Source::Cluster(
             crate::status_view::kube::Cluster::connect(&k).map_err(Failure::Failed)?,
         ),
         None => crate::status_view::Source::Dir {
-            dir: status_dir,
-            manifests,
+            dir: a.status_dir,
+            manifests: a.file,
         },
     })
 }
