@@ -560,25 +560,32 @@ impl HostState {
 
     /// The cache key for a P2P probe over `gpus`: their drivers plus the IOMMU mode and group types.
     pub fn p2p_key(&self, gpus: &[String]) -> String {
-        let mut parts = vec![format!("iommu={:?}", self.iommu.mode())];
+        use std::fmt::Write as _;
+        let mut key = format!("iommu={:?}", self.iommu.mode());
         for g in gpus {
             let d = self.pci_devices.get(g);
-            let driver = d.and_then(|d| d.driver.clone()).unwrap_or_default();
+            let driver = d.and_then(|d| d.driver.as_deref()).unwrap_or_default();
             let group = d
                 .and_then(|d| d.iommu_group)
-                .and_then(|n| self.iommu.group_types.get(&n).cloned())
-                .unwrap_or_default();
-            parts.push(format!("{g}={driver}/{group}"));
+                .and_then(|n| self.iommu.group_types.get(&n))
+                .map_or("", String::as_str);
+            // Writing to a String cannot fail.
+            let _ = write!(key, ";{g}={driver}/{group}");
         }
-        parts.join(";")
+        key
     }
 
-    /// The cached probe result valid for `gpus` now, for a server at `location`, if any.
+    /// The cached probe result valid for `gpus` now, for a server at `location`, if any. The
+    /// key is made only when a probe of these GPUs there is cached (the planner asks every plan).
     pub fn p2p_probe(&self, gpus: &[String], location: Location) -> Option<&P2pProbe> {
-        let key = self.p2p_key(gpus);
-        self.p2p_probes
+        let mut probes = self
+            .p2p_probes
             .iter()
-            .find(|p| p.is_for(gpus, Some(location)) && p.key == key)
+            .filter(|p| p.is_for(gpus, Some(location)))
+            .peekable();
+        probes.peek()?;
+        let key = self.p2p_key(gpus);
+        probes.find(|p| p.key == key)
     }
 }
 

@@ -29,18 +29,15 @@ pub fn describe(id: &GpuIdentity) -> Option<String> {
         ("dsn", &id.dsn),
         ("slot", &id.slot),
     ];
-    let parts: Vec<String> = fields
-        .iter()
-        .filter_map(|(k, v)| {
-            v.as_deref()
-                .filter(|v| is_token(v))
-                .map(|v| format!("{k}={v}"))
-        })
-        .collect();
-    if parts.is_empty() {
-        return None;
+    // Built in one buffer: the planner describes every GPU of a VM slice in every plan.
+    let mut out = String::with_capacity(96);
+    out.push_str(PREFIX);
+    for (k, v) in fields {
+        if let Some(v) = v.as_deref().filter(|v| is_token(v)) {
+            out.extend([" ", k, "=", v]);
+        }
     }
-    Some(format!("{PREFIX} {}", parts.join(" ")))
+    (out.len() > PREFIX.len()).then_some(out)
 }
 
 /// The identity a description names: `None` for a description the agent did not write.

@@ -188,16 +188,28 @@ pub fn known_identities(
     ledger: Option<&Ledger>,
     observed: &[&PciDevice],
 ) -> BTreeMap<String, GpuIdentity> {
+    let m = ledger.map(|l| match_gpus(l, observed));
+    known_from(ledger.zip(m.as_ref()), observed)
+}
+
+/// [`known_identities`] with the ledger already matched to `observed` (the layout guard
+/// matches once for both).
+pub fn known_from(
+    matched: Option<(&Ledger, &Matching)>,
+    observed: &[&PciDevice],
+) -> BTreeMap<String, GpuIdentity> {
     let mut out: BTreeMap<String, GpuIdentity> = observed
         .iter()
         .map(|d| (d.address.clone(), d.identity.clone()))
         .collect();
-    let Some(l) = ledger else {
+    let Some((l, m)) = matched else {
         return out;
     };
-    for (li, addr) in match_gpus(l, observed).same {
+    for (li, addr) in &m.same {
+        let li = *li;
+        let addr = addr.as_str();
         let old = &l.gpus[li].identity;
-        if let Some(id) = out.get_mut(&addr) {
+        if let Some(id) = out.get_mut(addr) {
             if id.uuid.is_none() {
                 id.uuid = old.uuid.clone();
             }

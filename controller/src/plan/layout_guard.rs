@@ -21,7 +21,7 @@
 use crate::desired::DesiredPartition;
 use crate::host::ledger::{Ledger, LedgerGpu};
 use crate::host::model::{GpuIdentity, HostState, PciDevice};
-use crate::layout::matching::{known_identities, match_gpus, Matching};
+use crate::layout::matching::{known_from, match_gpus, Matching};
 use crate::layout::{layout_hash, Terms, ACCEPT_ANNOTATION, UNVERIFIED_ANNOTATION};
 use gpuplane_crds::reason::Reason;
 use gpuplane_crds::GpuDriver;
@@ -86,17 +86,17 @@ pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
         .collect();
     let owner_of = |a: &str| owner_now.get(a).map(|s| s.to_string());
     let ledger = host.gpu_ledger.as_ref().filter(|l| l.partition == d.name);
-    let known = known_identities(ledger, &observed);
+    let matched = ledger.map(|l| match_gpus(l, &observed));
+    let known = known_from(ledger.zip(matched.as_ref()), &observed);
     let mut fresh: Vec<LedgerGpu> = observed
         .iter()
         .map(|o| ledger_entry(o, known[&o.address].clone(), owner_of(&o.address)))
         .collect();
-    let Some(l) = ledger else {
+    let (Some(l), Some(m)) = (ledger, matched) else {
         let mut v = first_ledger(d, t, fresh);
         v.known = Some(known);
         return v;
     };
-    let m = match_gpus(l, &observed);
     let same_spec = l.spec_hash == t.spec_hash;
     // The layout hash is read only where a message or an acknowledgement needs it.
     let hash_cell = std::cell::OnceCell::new();

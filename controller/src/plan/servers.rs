@@ -278,8 +278,6 @@ struct ChosenUnit {
     content: String,
     /// The unit the spec renders to.
     spec_content: String,
-    /// SHA-256 of `spec_content`.
-    spec_hash: String,
     /// The spec's unit is recorded as failed.
     spec_failed: bool,
     /// The last unit that reached Ready, when rollback is Auto and it differs from the spec's.
@@ -290,8 +288,11 @@ struct ChosenUnit {
 /// reached Ready runs instead; a new spec (another unit) is tried.
 fn choose_unit(p: &mut Planner<'_>, s: &DesiredServer, content: String) -> ChosenUnit {
     let observed = p.h.unit(&s.unit);
-    let spec_hash = unit_hash(&content);
-    let spec_failed = observed.and_then(|u| u.failed_hash.as_deref()) == Some(spec_hash.as_str());
+    // Hashed only when a failure was recorded: a SHA-256 of the unit was a sixth of a
+    // converged reconcile's plan.
+    let spec_failed = observed
+        .and_then(|u| u.failed_hash.as_deref())
+        .is_some_and(|failed| failed == unit_hash(&content));
     let rollback_to = (s.spec.rollback == gpuplane_crds::RollbackPolicy::Auto)
         .then(|| observed.and_then(|u| u.last_ready.clone()))
         .flatten()
@@ -311,7 +312,6 @@ fn choose_unit(p: &mut Planner<'_>, s: &DesiredServer, content: String) -> Chose
     ChosenUnit {
         content,
         spec_content,
-        spec_hash,
         spec_failed,
         rollback_to,
     }
@@ -346,7 +346,6 @@ fn plan_unit(p: &mut Planner<'_>, ctx: &AfterPartition<'_>, s: &DesiredServer, c
     let ChosenUnit {
         content,
         spec_content,
-        spec_hash,
         spec_failed,
         rollback_to,
     } = chosen;
@@ -372,7 +371,7 @@ fn plan_unit(p: &mut Planner<'_>, ctx: &AfterPartition<'_>, s: &DesiredServer, c
         reload_start_wait(p, s, why, active, start_why, wait, wait_why);
     } else if failed && content == spec_content && rollback_to.is_some() && !spec_failed {
         p.push(
-            Step::MarkUnitFailed { unit: s.unit.clone(), hash: spec_hash },
+            Step::MarkUnitFailed { unit: s.unit.clone(), hash: unit_hash(&spec_content) },
             "the new unit failed to start and rollback is Auto: remember it failed, then go back to the last unit that reached Ready",
         );
     } else if failed {

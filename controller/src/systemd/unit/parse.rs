@@ -105,6 +105,9 @@ fn bytes_to_string(bytes: Vec<u8>, line: usize) -> Result<String, UnitError> {
 /// systemd does, every other specifier is an error because its value depends
 /// on the host and the renderer never writes one.
 fn resolve_specifiers(s: &str, line: usize) -> Result<String, UnitError> {
+    if !s.contains('%') {
+        return Ok(s.to_string());
+    }
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars();
     while let Some(c) = chars.next() {
@@ -130,6 +133,9 @@ fn substitute_variables(word: &str, line: usize) -> Result<String, UnitError> {
         line,
         word: word.to_string(),
     };
+    if !word.contains('$') {
+        return Ok(word.to_string());
+    }
     let b = word.as_bytes();
     if b.first() == Some(&b'$') && !matches!(b.get(1), Some(b'{') | Some(b'$')) {
         return Err(refuse());

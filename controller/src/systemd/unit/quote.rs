@@ -152,6 +152,20 @@ pub(super) fn extract_word(
     let mut out = Vec::new();
     let mut quote: Option<u8> = None;
     loop {
+        // A run of bytes that stand for themselves is copied at once (the byte-by-byte
+        // branches below would push each of them unchanged).
+        let run = s[*pos..]
+            .iter()
+            .position(|&b| {
+                b == b'\\'
+                    || match quote {
+                        Some(q) => b == q,
+                        None => b == b'\'' || b == b'"' || WS.contains(&b),
+                    }
+            })
+            .unwrap_or(s.len() - *pos);
+        out.extend_from_slice(&s[*pos..*pos + run]);
+        *pos += run;
         let Some(&c) = s.get(*pos) else {
             return match quote {
                 Some(_) => Err("unbalanced quotes"),
