@@ -318,7 +318,8 @@ impl<'a> Startup<'a> {
 
     /// A log line of the scheduler at clock `t`.
     fn line(&self, t: u64, msg: &str) -> String {
-        format!("{}{}] {msg}", &ts(t)[..ts(t).len() - 1], self.tprefix)
+        let stamp = ts(t);
+        format!("{}{}] {msg}", &stamp[..stamp.len() - 1], self.tprefix)
     }
 
     /// `m` MiB on each GPU.

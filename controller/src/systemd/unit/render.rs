@@ -11,7 +11,9 @@ use super::{
 };
 use crate::systemd::name::validate_unit_name;
 
-fn check_nul(field: &str, value: &str) -> Result<(), UnitError> {
+/// `field` is named only on the error (`format_args!` for a numbered one): the planner renders
+/// every server's unit in every plan, and naming each argument cost more than checking it.
+fn check_nul(field: impl std::fmt::Display, value: &str) -> Result<(), UnitError> {
     if value.contains('\0') {
         return Err(UnitError::Nul {
             field: field.to_string(),
@@ -59,7 +61,7 @@ fn render_executable(path: &str) -> Result<String, UnitError> {
 
 /// A value that systemd takes verbatim apart from specifiers and stripping of
 /// surrounding whitespace (`Description=`, `WorkingDirectory=`).
-fn render_plain(field: &str, value: &str) -> Result<String, UnitError> {
+fn render_plain(field: impl std::fmt::Display + Copy, value: &str) -> Result<String, UnitError> {
     check_nul(field, value)?;
     let invalid = |reason: &str| UnitError::InvalidValue {
         field: field.to_string(),
@@ -222,7 +224,7 @@ pub fn render(spec: &UnitSpec) -> Result<String, UnitError> {
                 reason: "a setting name is ASCII letters only".into(),
             });
         }
-        let v = render_plain(&format!("sandbox[{key}]"), value)?;
+        let v = render_plain(format_args!("sandbox[{key}]"), value)?;
         push_line(&mut out, key, &v)?;
     }
 
@@ -238,8 +240,8 @@ pub fn render(spec: &UnitSpec) -> Result<String, UnitError> {
 fn push_environment(out: &mut String, environment: &[(String, String)]) -> Result<(), UnitError> {
     let mut seen: Vec<&str> = Vec::with_capacity(environment.len());
     for (i, (name, value)) in environment.iter().enumerate() {
-        check_nul(&format!("environment[{i}] name"), name)?;
-        check_nul(&format!("environment[{name}]"), value)?;
+        check_nul(format_args!("environment[{i}] name"), name)?;
+        check_nul(format_args!("environment[{name}]"), value)?;
         if !valid_env_name(name) {
             return Err(UnitError::InvalidEnvName { name: name.clone() });
         }
@@ -258,7 +260,7 @@ fn render_exec_start(argv: &[String]) -> Result<String, UnitError> {
     let (exe, args) = argv.split_first().ok_or(UnitError::EmptyExecStart)?;
     let mut cmd = render_executable(exe)?;
     for (i, arg) in args.iter().enumerate() {
-        check_nul(&format!("exec_start[{}]", i + 1), arg)?;
+        check_nul(format_args!("exec_start[{}]", i + 1), arg)?;
         cmd.push(' ');
         cmd.push_str(&quote_word(arg, WordContext::Exec));
     }
