@@ -206,10 +206,8 @@ pub fn known_from(
         return out;
     };
     for (li, addr) in &m.same {
-        let li = *li;
-        let addr = addr.as_str();
-        let old = &l.gpus[li].identity;
-        if let Some(id) = out.get_mut(addr) {
+        let old = &l.gpus[*li].identity;
+        if let Some(id) = out.get_mut(addr.as_str()) {
             if id.uuid.is_none() {
                 id.uuid = old.uuid.clone();
             }
