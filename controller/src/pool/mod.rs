@@ -162,6 +162,35 @@ pub fn decide(
     (st, answer)
 }
 
+/// Whether a change of `pool` (as written) can help member `who`, which waits for a slot: the
+/// pool grants slots now, and `who` is among the first waiters (in name order, the order the
+/// status lists its members) for the slots free by the status's own counts. A member the status
+/// does not list as waiting is always woken (its wait was not recorded yet).
+///
+/// Only a wake-up hint, so that a slot given back wakes the member that takes it rather than
+/// every waiter at once (each then reconciling and asking, on a busy API server): the slot is
+/// still decided by [`decide`] on a fresh read, and every waiter still asks again after its
+/// poll interval, so a first waiter whose agent is gone delays the others by at most that.
+pub fn may_help(pool: &GpuNodePool, who: &str) -> bool {
+    let Some(st) = pool.status.as_ref() else {
+        return true;
+    };
+    let mut waiting = st.members.iter().filter(|m| m.state == "Waiting");
+    let Some(rank) = waiting.position(|m| m.name == who) else {
+        return true;
+    };
+    if pool.spec.paused || st.failure.is_some() {
+        return false;
+    }
+    let budget = pool
+        .spec
+        .max_unavailable()
+        .slots(st.member_count as usize)
+        .unwrap_or(0);
+    let free = budget.saturating_sub(st.unavailable_member_count as usize);
+    rank < free
+}
+
 /// Records member `who`'s report `state` (`mine`: the slot it holds): a whole host or one
 /// leaving gives its slot back; a failure while holding one pauses the pool, once per slot.
 fn record(

@@ -310,3 +310,42 @@ fn an_invalid_max_unavailable_freezes_the_pool_and_its_status_says_why() {
         assert_eq!(cond(&p, types::READY).status, "False");
     }
 }
+
+/// A slot given back wakes the waiters next in line for the free slots, not every waiter; a
+/// paused pool wakes none; a member the status does not list as waiting is always woken.
+#[test]
+fn a_slot_given_back_helps_the_waiters_next_in_line_only() {
+    let ms = members(6);
+    let mut p = pool(MaxUnavailable::Count(2));
+    let whole = Ask::Report(State::Whole);
+    assert_eq!(ask(&mut p, &ms, "m00", slot("restart")), Answer::Granted);
+    assert_eq!(ask(&mut p, &ms, "m01", slot("restart")), Answer::Granted);
+    for w in ["m02", "m03", "m04"] {
+        assert!(matches!(
+            ask(&mut p, &ms, w, slot("restart")),
+            Answer::Denied(_)
+        ));
+    }
+    // Both slots held: no waiter can be helped.
+    let helped = |p: &GpuNodePool| {
+        ["m02", "m03", "m04"]
+            .into_iter()
+            .filter(|w| may_help(p, w))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(helped(&p), Vec::<&str>::new());
+    // One given back: the first waiter only.
+    assert_eq!(ask(&mut p, &ms, "m00", whole.clone()), Answer::Recorded);
+    assert_eq!(helped(&p), ["m02"]);
+    // Both given back: the first two.
+    assert_eq!(ask(&mut p, &ms, "m01", whole.clone()), Answer::Recorded);
+    assert_eq!(helped(&p), ["m02", "m03"]);
+    // m02 takes one (it waits no more): m03 is next for the one left.
+    assert_eq!(ask(&mut p, &ms, "m02", slot("restart")), Answer::Granted);
+    assert!(may_help(&p, "m03") && !may_help(&p, "m04"));
+    // A waiter the status does not list (its wait not recorded yet) is woken.
+    assert!(may_help(&p, "m05"));
+    // A paused pool helps no listed waiter, though a slot is free.
+    p.spec.paused = true;
+    assert!(!may_help(&p, "m03") && !may_help(&p, "m04"));
+}

@@ -173,9 +173,11 @@ async fn members(ctx: &Ctx, pool: &str, now: jiff::Timestamp) -> Result<Vec<Memb
 }
 
 /// This agent's partitions (`partitions`: its watch's cache) that wait for a slot of `pool`
-/// (their `Ready` says `WaitingForDisruptionBudget`): a change of the pool (a slot given back,
+/// (their `Ready` says `WaitingForDisruptionBudget`) and that the pool's change can help
+/// ([`crate::pool::may_help`]: a slot free for them): a change of the pool (a slot given back,
 /// its budget raised) reconciles them at once, instead of after the poll interval. Members not
-/// waiting are left alone: a rollout's status writes wake only the members they can help.
+/// waiting, and waiters behind the free slots, are left alone: a slot given back wakes the
+/// member next in line, not the whole pool.
 pub fn waiting_members(
     partitions: &[std::sync::Arc<GpuPartition>],
     pool: &gpuplane_crds::GpuNodePool,
@@ -192,6 +194,7 @@ pub fn waiting_members(
                 })
             })
         })
+        .filter(|p| crate::pool::may_help(pool, &p.name_any()))
         .map(|p| kube::runtime::reflector::ObjectRef::from_obj(p.as_ref()))
         .collect()
 }
