@@ -22,6 +22,7 @@ pub mod http;
 pub mod kubeapi;
 pub mod layout;
 pub mod manifests;
+pub mod memo;
 pub mod metrics;
 pub mod modelfiles;
 pub mod p2p;

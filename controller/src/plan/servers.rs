@@ -3,9 +3,11 @@
 use super::{Note, Planner, Reason, Step};
 use crate::desired::DesiredServer;
 use crate::host::model::{HostState, HttpState, Location};
+use crate::memo::Recent;
 use crate::p2p::{decide_p2p, P2p};
 use crate::sglang::command;
 use crate::systemd::unit::{self, UnitError, UnitSpec};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the partition part of the plan leaves behind, as the server part needs it.
@@ -71,7 +73,7 @@ pub fn server_unit(
 ) -> Result<ServerUnit, UnitError> {
     let indices = cuda_indices(s, h, targets, host_driver, container_minors);
     let spec = command::unit_spec(&s.id, &s.spec, &s.runtime, &indices, p2p_disabled);
-    let file = unit::render(&spec)?;
+    let file = render_unit(&spec)?;
     Ok(ServerUnit { spec, file })
 }
 
@@ -156,8 +158,42 @@ fn root_in_privileged_container(s: &DesiredServer, h: &HostState) -> Option<Stri
 
 /// What a unit file the agent did not write runs, when it is not an SGLang launch
 /// (`<python> -m sglang.launch_server ...`); `None` when it is one. A file that does not parse
-/// is not one.
+/// is not one. Remembered per text ([`JUDGED`]).
 fn not_an_sglang_launch(file: &str) -> Option<String> {
+    if file.len() > MEMO_TEXT_MAX {
+        return judge_launch(file);
+    }
+    JUDGED
+        .with_borrow_mut(|m| m.get(file, |f| Some(judge_launch(f))))
+        .flatten()
+}
+
+/// The longest unit text the planner's memos keep (a longer one is computed every time): with
+/// their `max`, a bound on what a host's unit files can make the agent hold.
+const MEMO_TEXT_MAX: usize = 64 * 1024;
+
+thread_local! {
+    /// [`judge_launch`]'s verdicts on the last unit texts: a plan judges an adopted unit on
+    /// every pass and, within a converge, after every step, while the file rarely changes;
+    /// parsing it was a quarter of a plan's time.
+    static JUDGED: RefCell<Recent<String, Option<String>>> = const { RefCell::new(Recent::new(8)) };
+    /// [`unit::render`]'s units by their spec: a converged reconcile renders every server's
+    /// unit to compare it with the file, a converge again after every step; a sixth of a
+    /// converged reconcile's time.
+    static RENDERED: RefCell<Recent<UnitSpec, String>> = const { RefCell::new(Recent::new(8)) };
+}
+
+/// [`unit::render`], remembered per spec ([`RENDERED`]; a spec is a validated server's, its
+/// size bounded by the CRD's limits); an error is rendered again to say it (rare).
+fn render_unit(spec: &UnitSpec) -> Result<String, UnitError> {
+    match RENDERED.with_borrow_mut(|m| m.get(spec, |s| unit::render(s).ok())) {
+        Some(file) => Ok(file),
+        None => unit::render(spec),
+    }
+}
+
+/// [`not_an_sglang_launch`], computed.
+fn judge_launch(file: &str) -> Option<String> {
     let argv = match unit::parse(file) {
         Ok(u) => u.exec_start,
         Err(e) => return Some(format!("a unit file that does not parse ({e})")),

@@ -724,9 +724,31 @@ fn an_adopted_unit_that_is_not_an_sglang_server_is_left_alone() {
     let d = desired(&mut h, &manifests());
     let mut st = h.observe().unwrap();
     let unit = d.servers[0].unit.clone();
+    let mut sglang = st.clone();
+    sglang
+        .units
+        .get_mut(&unit.key())
+        .expect("the twin's unit")
+        .file = Some(
+        "[Service]\nExecStart=/opt/venv/bin/python3 -m sglang.launch_server --model-path /m\n"
+            .into(),
+    );
+    let not_blocked = |st: &HostState| {
+        !plan(&d, st)
+            .blockers
+            .iter()
+            .any(|b| b.reason == "UnitNotSGLang")
+    };
+    assert!(
+        not_blocked(&sglang),
+        "an adopted SGLang launch is not blocked"
+    );
     let u = st.units.get_mut(&unit.key()).expect("the twin's unit");
     u.file = Some("[Unit]\nDescription=The Proxmox VE cluster filesystem\n[Service]\nExecStart=/usr/bin/pmxcfs --foreground\n".into());
     let p = plan(&d, &st);
+    // The verdict is the text's own, though the planner remembers its verdicts: judged again
+    // when the file changes back.
+    assert!(not_blocked(&sglang), "judged again after the file changed");
     let b = p
         .blockers
         .iter()
