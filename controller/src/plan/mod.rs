@@ -61,7 +61,7 @@ struct GpuTarget {
 /// `nvidia`), and only in a plan nothing else blocks.
 pub fn plan(desired: &Desired, host: &HostState) -> Plan {
     let mut verdict = layout_guard::check(&desired.partition, host);
-    let q = health_decision(desired, host, verdict.next.take());
+    let mut q = health_decision(desired, host, verdict.next.take());
     let narrowing = stalled_containers::narrow(&desired.partition, host, &verdict);
     let view = layout_view(desired, &verdict);
     let d = view.as_ref().unwrap_or(desired);
@@ -88,7 +88,7 @@ pub fn plan(desired: &Desired, host: &HostState) -> Plan {
         Some(r) if clear || verdict.write.is_none() => first.push(r),
         Some(_) => {}
         None => {
-            if let Some(w) = ledger_write(host, verdict.write, &q, clear) {
+            if let Some(w) = ledger_write(host, verdict.write, &mut q, clear) {
                 first.insert(0, w);
             }
         }
@@ -153,20 +153,23 @@ fn in_running_vm(desired: &Desired, host: &HostState, a: &str) -> bool {
 
 /// The ledger write this plan makes first, if any: the guard's (only in a plan nothing else
 /// blocks, `clear`) with the quarantine's records, or the records alone when they are all that
-/// changed (a quarantine is recorded whatever else waits).
+/// changed (a quarantine is recorded whatever else waits). The step takes `q`'s ledger (nothing
+/// after it reads that ledger: no reset is planned when this is asked, and `quarantine::reboot`
+/// reads the host's ledger and `q.out`).
 fn ledger_write(
     host: &HostState,
     guard: Option<String>,
-    q: &crate::health::quarantine::Decision,
+    q: &mut crate::health::quarantine::Decision,
     clear: bool,
 ) -> Option<PlannedStep> {
     let records = q.changes.join("; ");
-    let (ledger, why) = match (guard, &q.ledger) {
-        (Some(why), Some(l)) if clear => (l.clone(), join(why, &records)),
+    let why = match (guard, &q.ledger) {
+        (Some(why), Some(_)) if clear => join(why, &records),
         (Some(_), _) => return None,
-        (None, Some(l)) if !q.changes.is_empty() => (l.clone(), format!("GPU health: {records}")),
+        (None, Some(_)) if !q.changes.is_empty() => format!("GPU health: {records}"),
         _ => return None,
     };
+    let ledger = q.ledger.take()?;
     let same = host
         .gpu_ledger
         .as_ref()
