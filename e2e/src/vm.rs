@@ -257,6 +257,13 @@ impl Report {
             .unwrap_or_else(|| panic!("no {tag} {name} line"))
     }
 
+    /// The rests of the `TAG name` lines; none when there are none.
+    pub fn lines(&self, tag: &str, name: &str) -> &[String] {
+        self.0
+            .get(&(tag.to_string(), name.to_string()))
+            .map_or(&[][..], Vec::as_slice)
+    }
+
     /// The `JSON name` line (the converge's `--output json`), parsed.
     pub fn json(&self, name: &str) -> Value {
         serde_json::from_str(&self.get("JSON", name)[0])

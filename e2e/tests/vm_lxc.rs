@@ -270,7 +270,16 @@ fn a_server_runs_inside_the_container_and_survives_its_restart() {
     let r = boot();
     const S: &str = "InferenceServer/default/ct";
     for p in ["srv-split", "srv-back"] {
-        assert_eq!(r.rc(p), 0, "{p}: {:?}", r.get("STDERR", p));
+        for retry in r.lines("RETRY", p) {
+            eprintln!("--- {p}: {retry}");
+        }
+        assert_eq!(
+            r.rc(p),
+            0,
+            "{p}: {:?} {:?}",
+            r.lines("STDERR", p),
+            r.json(p)["remaining"]["blockers"]
+        );
         let (status, reason, message) = ready(&r.json(p), S);
         eprintln!("--- {p}: {S} Ready={status} {reason}: {message}");
         assert_eq!(status, "True", "{p}: {reason}: {message}");

@@ -203,11 +203,11 @@ except Exception as e: print(type(e).__name__)')"
   echo "SRVHOLD $1 $($G observe $GP --output json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps([d["pciDevices"][a].get("holders", []) for a in ("0000:41:00.0", "0000:42:00.0")], separators=(",",":")))')"
 }
 ctserver srv-split mount-split /dev/nvidia0,/dev/nvidia1
-converge srv-split; srv srv-split; inside srv-split
-mkdir -p $M/srv-again && cp $M/srv-split/*.yaml $M/srv-again/; converge srv-again
+converge_budget srv-split; srv srv-split; inside srv-split
+mkdir -p $M/srv-again && cp $M/srv-split/*.yaml $M/srv-again/; converge_budget srv-again
 echo "== server: back to all five GPUs while the server runs: its unit stops first, the container restarts, the server starts again"
 ctserver srv-back mount-all /dev/nvidia0,/dev/nvidia1
-converge srv-back; srv srv-back; inside srv-back; show srv-back
+converge_budget srv-back; srv srv-back; inside srv-back; show srv-back
 pct exec 129 -- journalctl -u sglang-ct.service -o cat --no-pager 2>/dev/null | grep -E '^(Stopped|Started|Stopping)' | sed 's/^/JOURNAL srv-back /'
 
 pct stop 129
