@@ -10,19 +10,23 @@ job_arg() { tr ' ' '\n' </job/args | sed -n "s/^$1=//p" | head -1; }
 # json: stdin's JSON on one line ({} when it is not JSON)
 json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps(d, separators=(",",":")))' 2>/dev/null || echo '{}'; }
 # converge DIR: gpuplane converge -f $M/DIR; prints "RC DIR n", "JSON DIR {...}", "STDERR DIR ..."
-converge() { $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; echo "RC $1 $?"; json < /tmp/out.json | sed "s/^/JSON $1 /"; sed "s/^/STDERR $1 /" /tmp/err | head -5; }
+converge() { converge_run $1; converge_say $1 $?; }
+# converge_run DIR: the converge alone, its output left in /tmp/out.json and /tmp/err
+converge_run() { $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; }
+# converge_say DIR RC: the lines `converge` prints, from the last converge_run's output
+converge_say() { echo "RC $1 $2"; json < /tmp/out.json | sed "s/^/JSON $1 /"; sed "s/^/STDERR $1 /" /tmp/err | head -5; }
 # converge_budget DIR: converge, and once more when the first try's preflight ran out of its
 # 30 s budget (reads through `pct exec` in a TCG guest on two loaded cores: RELIABILITY.md, runs
 # 18 and 37): the agent tries again at its next pass, a one-shot converge does not. The retry
 # is said ("RETRY DIR ..."); the lines printed are the last try's. A preflight that fails for
 # any other reason is not retried.
 converge_budget() {
-  $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; rc=$?
+  converge_run $1; rc=$?
   if [ $rc -ne 0 ] && grep -q 'PreflightFailed' /tmp/out.json && grep -q 'past its budget\|did not finish within' /tmp/out.json; then
     echo "RETRY $1 the preflight ran out of its budget; converging again"
-    $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; rc=$?
+    converge_run $1; rc=$?
   fi
-  echo "RC $1 $rc"; json < /tmp/out.json | sed "s/^/JSON $1 /"; sed "s/^/STDERR $1 /" /tmp/err | head -5
+  converge_say $1 $rc
 }
 # install_standin: the SGLang stand-in (standin.tar) as /opt/sglang-venv/bin/python3 -m sglang.launch_server
 install_standin() { mkdir -p /opt/standin-src && tar xf /usr/local/bin/standin.tar -C /opt/standin-src && sh /opt/standin-src/standin/install.sh /opt/sglang-venv >/dev/null; }
