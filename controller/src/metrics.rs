@@ -132,7 +132,8 @@ pub struct Metrics {
     server_sd: Arc<Mutex<Arc<str>>>,
     /// The bearer token `/sd/servers` requires (`--sd-token-file`); `None`: none.
     sd_token: Arc<Mutex<Option<Arc<str>>>>,
-    /// Disruption-slot answers by pool: `granted`, `denied` (a wait).
+    /// Disruption-slot answers by pool: `granted`, `denied` (a wait), `handed_on` (a slot this
+    /// agent gave back and handed to the next member in line in the same write).
     pub pool_slots: IntCounterVec,
     /// Pool status writes that lost a race (409) and were decided again.
     pub pool_write_conflicts: IntCounter,
@@ -202,7 +203,7 @@ impl Metrics {
             )?,
             pool_slots: counter(
                 "pool_slot_requests_total",
-                "Disruption-slot answers to this agent by pool and answer (granted, denied: a wait)",
+                "Disruption-slot answers to this agent by pool and answer (granted, denied: a wait; handed_on: a slot given back went to the next member in line)",
                 &["pool", "answer"],
             )?,
             pool_write_conflicts: IntCounter::new(

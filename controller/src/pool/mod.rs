@@ -103,7 +103,8 @@ pub enum Answer {
 }
 
 /// The pool's next status after `who` (member `who`, on `node`) asks `ask`; `members` are
-/// the partitions labelled for the pool, `now` the caller's clock.
+/// the partitions labelled for the pool, `now` the caller's clock. A slot given back is handed
+/// on in the same write ([`hand_on`]).
 pub fn decide(
     pool: &GpuNodePool,
     members: &[Member],
@@ -111,6 +112,20 @@ pub fn decide(
     node: &str,
     ask: &Ask,
     now: &Time,
+) -> (GpuNodePoolStatus, Answer) {
+    decide_with(pool, members, who, node, ask, now, true)
+}
+
+/// [`decide`], handing a slot given back on to the next waiter only when `hand_on` (the
+/// caller's fallback when the API server refused a write that handed one on).
+pub fn decide_with(
+    pool: &GpuNodePool,
+    members: &[Member],
+    who: &str,
+    node: &str,
+    ask: &Ask,
+    now: &Time,
+    hand_on: bool,
 ) -> (GpuNodePoolStatus, Answer) {
     let old = pool.status.clone().unwrap_or_default();
     let mut st = old.clone();
@@ -158,14 +173,67 @@ pub fn decide(
     if matches!(ask, Ask::Report(State::Leaving)) {
         st.members.retain(|m| m.name != who);
     }
+    let held = |s: &GpuNodePoolStatus| s.slots.iter().any(|h| h.member == who);
+    if hand_on && held(&old) && !held(&st) {
+        if let Some(m) = next_in_line(&st, pool, members, who) {
+            hand_to(&mut st, m, who, &since);
+        }
+    }
     summarize(&mut st, pool, members, now);
     (st, answer)
 }
 
+/// The member a slot given back by `who` is handed on to ([`decide`]), if any: the first the
+/// status lists as `Waiting` (name order, the order [`may_help`] wakes them in) that is still
+/// listed on the node its entry names, not `Stalled`, whose agent is alive, and that [`refusal`]
+/// would grant a slot now (the pool not paused, the budget not spent).
+///
+/// So a freed slot reaches the next member in the write that frees it: that member's agent,
+/// woken by the pool's change, finds its slot held and starts its first disruptive step
+/// without a write of its own, and no other waiter's poll can take the slot first. The
+/// webhook admits exactly this hand-on (`webhook/agent/pool.rs`), nothing wider.
+pub fn next_in_line<'m>(
+    st: &GpuNodePoolStatus,
+    pool: &GpuNodePool,
+    members: &'m [Member],
+    who: &str,
+) -> Option<&'m Member> {
+    st.members
+        .iter()
+        .filter(|e| e.state == WAITING && e.name != who)
+        .filter_map(|e| {
+            members
+                .iter()
+                .find(|m| m.name == e.name && m.node == e.node)
+        })
+        .filter(|m| !m.stalled && !m.agent_gone)
+        .find(|m| !st.slots.iter().any(|s| s.member == m.name))
+        .filter(|m| refusal(pool, st, members, &m.name).is_none())
+}
+
+/// Gives member `m` the slot `who` gave back, taken at `since`.
+fn hand_to(st: &mut GpuNodePoolStatus, m: &Member, who: &str, since: &str) {
+    st.slots.push(SlotHolder {
+        member: m.name.clone(),
+        node: m.node.clone(),
+        reason: format!("{HANDED_MARK}{}", safe(who)),
+        since: since.to_string(),
+    });
+    set_member(st, &m.name, &m.node, UPDATING, "its host to be whole again");
+}
+
+/// The reason of a slot handed on (followed by the member that gave it back).
+pub const HANDED_MARK: &str = "handed on by ";
+
+/// A member's entry while it waits for a slot, and while it holds one.
+pub const WAITING: &str = "Waiting";
+pub const UPDATING: &str = "Updating";
+
 /// Whether a change of `pool` (as written) can help member `who`, which waits for a slot: the
 /// pool grants slots now, and `who` is among the first waiters (in name order, the order the
 /// status lists its members) for the slots free by the status's own counts. A member the status
-/// does not list as waiting is always woken (its wait was not recorded yet).
+/// does not list as waiting is always woken (its wait was not recorded yet), and so is one that
+/// holds a slot (handed on to it, [`next_in_line`]).
 ///
 /// Only a wake-up hint, so that a slot given back wakes the member that takes it rather than
 /// every waiter at once (each then reconciling and asking, on a busy API server): the slot is
@@ -175,6 +243,9 @@ pub fn may_help(pool: &GpuNodePool, who: &str) -> bool {
     let Some(st) = pool.status.as_ref() else {
         return true;
     };
+    if st.slots.iter().any(|s| s.member == who) {
+        return true;
+    }
     let mut waiting = st.members.iter().filter(|m| m.state == "Waiting");
     let Some(rank) = waiting.position(|m| m.name == who) else {
         return true;

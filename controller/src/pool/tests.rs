@@ -36,10 +36,25 @@ fn slot(reason: &str) -> Ask {
 
 /// `who` asks; the status is stored as if the write succeeded.
 fn ask(p: &mut GpuNodePool, ms: &[Member], who: &str, a: Ask) -> Answer {
+    ask_with(p, ms, who, a, true)
+}
+
+/// [`ask`], handing a slot given back on only when `hand_on`.
+fn ask_with(p: &mut GpuNodePool, ms: &[Member], who: &str, a: Ask, hand_on: bool) -> Answer {
     let node = who.replace('m', "n");
-    let (st, answer) = decide(p, ms, who, &node, &a, &now());
+    let (st, answer) = decide_with(p, ms, who, &node, &a, &now(), hand_on);
     p.status = Some(st);
     answer
+}
+
+fn holders(p: &GpuNodePool) -> Vec<&str> {
+    let st = p.status.as_ref().unwrap();
+    st.slots.iter().map(|s| s.member.as_str()).collect()
+}
+
+fn state<'a>(p: &'a GpuNodePool, who: &str) -> &'a str {
+    let st = p.status.as_ref().unwrap();
+    &st.members.iter().find(|m| m.name == who).unwrap().state
 }
 
 fn cond<'a>(p: &'a GpuNodePool, t: &str) -> &'a Condition {
@@ -74,12 +89,13 @@ fn at_most_max_unavailable_slots_and_the_refusal_names_the_holders() {
     assert_eq!(cond(&p, types::STALLED).status, "False");
     let m02 = st.members.iter().find(|m| m.name == "m02").unwrap();
     assert_eq!(m02.state, "Waiting");
-    // A holder whole again gives its slot back; the waiting member then gets it.
+    // A holder whole again gives its slot back, to the waiting member in the same write.
     assert_eq!(
         ask(&mut p, &ms, "m00", Ask::Report(State::Whole)),
         Answer::Recorded
     );
-    assert_eq!(ask(&mut p, &ms, "m02", slot("restart")), Answer::Granted);
+    assert_eq!(holders(&p), ["m01", "m02"]);
+    assert_eq!(ask(&mut p, &ms, "m02", slot("restart")), Answer::Held);
 }
 
 #[test]
@@ -243,7 +259,7 @@ fn a_slot_kept_for_starting_servers_is_given_back_at_the_bound() {
     p.status.as_mut().unwrap().slots[0].since = since.to_string();
     ask(&mut p, &ms, "m00", pending);
     let st = p.status.clone().unwrap();
-    assert!(st.slots.is_empty(), "{st:?}");
+    assert!(st.slots.iter().all(|s| s.member != "m00"), "{st:?}");
     assert!(st.failure.is_none());
     let m00 = st.members.iter().find(|m| m.name == "m00").unwrap();
     assert_eq!(m00.state, "Updating");
@@ -251,7 +267,9 @@ fn a_slot_kept_for_starting_servers_is_given_back_at_the_bound() {
         m00.waiting_for.contains("given back after 600 s"),
         "{m00:?}"
     );
-    assert_eq!(ask(&mut p, &ms, "m01", slot("restart")), Answer::Granted);
+    // Handed on to the member that waited.
+    assert_eq!(holders(&p), ["m01"]);
+    assert_eq!(ask(&mut p, &ms, "m01", slot("restart")), Answer::Held);
 }
 
 /// Issue 37: `"0%"` granted one slot while `0` froze the pool; Kubernetes reads 0% as none. Both
@@ -318,6 +336,9 @@ fn a_slot_given_back_helps_the_waiters_next_in_line_only() {
     let ms = members(6);
     let mut p = pool(MaxUnavailable::Count(2));
     let whole = Ask::Report(State::Whole);
+    // Slots given back and not handed on (as when the hand-on was refused).
+    let ask =
+        |p: &mut GpuNodePool, ms: &[Member], who: &str, a: Ask| ask_with(p, ms, who, a, false);
     assert_eq!(ask(&mut p, &ms, "m00", slot("restart")), Answer::Granted);
     assert_eq!(ask(&mut p, &ms, "m01", slot("restart")), Answer::Granted);
     for w in ["m02", "m03", "m04"] {
@@ -348,4 +369,69 @@ fn a_slot_given_back_helps_the_waiters_next_in_line_only() {
     // A paused pool helps no listed waiter, though a slot is free.
     p.spec.paused = true;
     assert!(!may_help(&p, "m03") && !may_help(&p, "m04"));
+}
+
+/// A slot given back goes, in the same write, to the first member the status lists as waiting
+/// that may take one now: not one whose agent is gone, not past the budget, not while paused,
+/// not when the caller asks without hand-on. Its agent then finds it held and writes nothing.
+#[test]
+fn a_slot_given_back_is_handed_to_the_next_waiter_in_the_same_write() {
+    let mut ms = members(6);
+    let mut p = pool(MaxUnavailable::Count(2));
+    let whole = || Ask::Report(State::Whole);
+    for m in ["m00", "m01"] {
+        assert_eq!(ask(&mut p, &ms, m, slot("restart")), Answer::Granted);
+    }
+    for w in ["m02", "m03", "m04", "m05"] {
+        assert!(matches!(
+            ask(&mut p, &ms, w, slot("restart")),
+            Answer::Denied(_)
+        ));
+    }
+    ask(&mut p, &ms, "m00", whole());
+    assert_eq!(holders(&p), ["m01", "m02"]);
+    let st = p.status.clone().unwrap();
+    assert_eq!(st.slots[1].reason, "handed on by m00");
+    assert_eq!(
+        (state(&p, "m00"), state(&p, "m02")),
+        ("Updated", "Updating")
+    );
+    assert!(may_help(&p, "m02"), "the member handed a slot is woken");
+    // Its own ask finds the slot held and changes nothing: no write of its own.
+    assert_eq!(ask(&mut p, &ms, "m02", slot("restart")), Answer::Held);
+    assert_eq!(p.status.as_ref(), Some(&st));
+    // m03's agent is gone (unavailable itself): the budget is spent, nothing handed on.
+    ms[3].agent_gone = true;
+    ask(&mut p, &ms, "m01", whole());
+    assert_eq!(holders(&p), ["m02"]);
+    // With room, the next live waiter (m04) gets the slot, not m03.
+    p.spec.max_unavailable = Some(MaxUnavailable::Count(3));
+    ask(&mut p, &ms, "m02", whole());
+    assert_eq!(holders(&p), ["m04"]);
+    assert_eq!(state(&p, "m03"), "Waiting");
+    // Paused: given back, not handed on; nor when the caller asks without it.
+    p.spec.paused = true;
+    ask(&mut p, &ms, "m04", whole());
+    assert!(holders(&p).is_empty());
+    p.spec.paused = false;
+    assert_eq!(ask(&mut p, &ms, "m05", slot("restart")), Answer::Granted);
+    ask_with(&mut p, &ms, "m05", whole(), false);
+    assert!(holders(&p).is_empty());
+    assert_eq!(state(&p, "m03"), "Waiting");
+}
+
+/// A member that leaves the pool while it holds a slot hands it on as well.
+#[test]
+fn a_holder_leaving_the_pool_hands_its_slot_on() {
+    let ms = members(3);
+    let mut p = pool(MaxUnavailable::Count(1));
+    assert_eq!(ask(&mut p, &ms, "m00", slot("restart")), Answer::Granted);
+    assert!(matches!(
+        ask(&mut p, &ms, "m02", slot("restart")),
+        Answer::Denied(_)
+    ));
+    ask(&mut p, &ms, "m00", Ask::Report(State::Leaving));
+    assert_eq!(holders(&p), ["m02"]);
+    let st = p.status.as_ref().unwrap();
+    assert!(st.members.iter().all(|m| m.name != "m00"));
 }

@@ -8,6 +8,11 @@
 //! on a fresh read, so no two agents both take the last slot. Anything else that fails (the API
 //! server unreachable, a refusal) is an error: the caller then starts no disruption.
 //!
+//! A slot given back is handed on in the same write to the next member in line
+//! ([`crate::pool::next_in_line`]); should the API server refuse that write (a webhook that
+//! judges by an older rule, a member it does not know yet), the write is decided again without
+//! the hand-on: giving a slot back never waits on handing it on.
+//!
 //! Reusable: any host change that needs a slot (a reboot for kernel arguments) asks the same
 //! way, with its own reason.
 
@@ -16,7 +21,7 @@ pub mod wait;
 
 use super::{Ctx, Error};
 use crate::kubeapi::lease::{is_live_claim, lease_name};
-use crate::pool::{decide, Answer, Ask, Member};
+use crate::pool::{decide_with, Answer, Ask, Member};
 use gpuplane_crds::condition::{types, ConditionStatus, Time};
 use gpuplane_crds::{GpuNodePool, GpuPartition, NODE_LABEL, POOL_LABEL};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -45,6 +50,7 @@ pub async fn ask(
     let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
     let who = p.name_any();
     let node = p.spec.node_name.clone();
+    let mut hand_on = true;
     for attempt in 0..ATTEMPTS {
         let Some(current) = pools.get_opt(pool).await? else {
             return Ok(Answer::Denied(format!(
@@ -52,7 +58,8 @@ pub async fn ask(
             )));
         };
         let members = members(ctx, pool, now).await?;
-        let (st, answer) = decide(&current, &members, &who, &node, &ask, &Time(now));
+        let (st, answer) = decide_with(&current, &members, &who, &node, &ask, &Time(now), hand_on);
+        let handed = handed_to(current.status.as_ref(), &st, &who);
         let held = |s: Option<&gpuplane_crds::GpuNodePoolStatus>| {
             s.is_some_and(|s| s.slots.iter().any(|h| h.member == who))
         };
@@ -86,8 +93,19 @@ pub async fn ask(
                 if let Some(c) = change {
                     said(c);
                 }
+                for to in &handed {
+                    tracing::info!(pool, member = %who, to = %to, "pool slot handed on");
+                    ctx.metrics
+                        .pool_slots
+                        .with_label_values(&[pool, "handed_on"])
+                        .inc();
+                }
                 record(ctx, pool, &answer);
                 return Ok(answer);
+            }
+            Err(e) if !handed.is_empty() => {
+                tracing::warn!(pool, member = %who, error = %e, "handing the slot on was refused; giving it back only");
+                hand_on = false;
             }
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 ctx.metrics.pool_write_conflicts.inc();
@@ -101,6 +119,21 @@ pub async fn ask(
     Ok(Answer::Denied(format!(
         "the pool's status changed under this agent {ATTEMPTS} times in a row; asking again shortly"
     )))
+}
+
+/// The members other than `who` that hold a slot in `new` and held none in `old`: the slot
+/// `who` gave back, handed on.
+fn handed_to(
+    old: Option<&gpuplane_crds::GpuNodePoolStatus>,
+    new: &gpuplane_crds::GpuNodePoolStatus,
+    who: &str,
+) -> Vec<String> {
+    let before = |m: &str| old.is_some_and(|o| o.slots.iter().any(|s| s.member == m));
+    new.slots
+        .iter()
+        .filter(|s| s.member != who && !before(&s.member))
+        .map(|s| s.member.clone())
+        .collect()
 }
 
 /// `gpuplane_pool_members{pool,state}` from a status.

@@ -6,18 +6,25 @@
 //! The rules, each on the status as stored (`oldObject`) and as asked (`object`):
 //! - `status.failure`: unchanged, or set (none before) naming the agent's own node. Only a
 //!   person clears or changes it.
-//! - `status.slots`: a slot of another node is never added or changed, and removed only when
+//! - `status.slots`: a slot of another node is never added (but handed on, below) or changed, and removed only when
 //!   its member has left the pool (its partition gone or no longer labelled for it: what every
 //!   writer does, `pool::decide`); a slot of the agent's own node only for a member of the pool
 //!   on that node; no new slot while the pool is paused, nor beyond `maxUnavailable`.
+//! - A hand-on (`pool::next_in_line`): in the write that gives back its own member's slot, an
+//!   agent may give that slot to another node's member that the stored status lists as
+//!   `Waiting` on that node and that is in the pool there — at most one per slot it gives
+//!   back, within the budget and not while paused, and that member's entry may then change
+//!   from `Waiting` to `Updating` and nothing else. So a stolen node token can hand on only a
+//!   slot it holds, to a member that asked for one: no more disruption than the budget.
 //! - `status.members`: another node's entry is unchanged, but for one added as `Pending` (a
-//!   member not reported yet) or removed because its member left the pool.
+//!   member not reported yet), removed because its member left the pool, or handed a slot.
 //! - The counts and conditions are recomputed by every writer from the members; they are not
 //!   judged here (they decide nothing: the slots and the failure do).
 //!
 //! Anything that cannot be judged (the cluster's partitions unknown) is refused.
 
-use gpuplane_crds::{GpuNodePool, GpuNodePoolStatus};
+use crate::pool;
+use gpuplane_crds::{GpuNodePool, GpuNodePoolStatus, MemberStatus, SlotHolder};
 use serde_json::Value;
 
 /// The pool's members as the webhook knows them: `(partition name, node)`; `None`: unknown.
@@ -115,7 +122,19 @@ fn slots(pool: &GpuNodePool, c: Change<'_>) -> Option<String> {
         .iter()
         .filter(|s| !old.slots.contains(s))
         .collect();
-    for s in &added {
+    let handed: Vec<_> = added.iter().filter(|s| hands_on(c, s)).collect();
+    let given_back = old
+        .slots
+        .iter()
+        .filter(|s| s.node == mine && !new.slots.iter().any(|n| n.member == s.member))
+        .count();
+    if handed.len() > given_back {
+        return Some(format!(
+            "{who}; it may hand on only the slots it gives back ({given_back}), not {}",
+            handed.len()
+        ));
+    }
+    for s in added.iter().filter(|s| !hands_on(c, s)) {
         if s.node != mine {
             return Some(format!(
                 "{who}; it may not give node {}'s member {} a slot",
@@ -153,13 +172,38 @@ fn slots(pool: &GpuNodePool, c: Change<'_>) -> Option<String> {
     }
 }
 
-/// The member entries: another node's unchanged, added as `Pending`, or removed when its member
-/// left.
+/// Whether slot `s` (new in this write) hands on a slot to another node's member: one the stored
+/// status lists as waiting on that node, in the pool there now. (That one was given back in the
+/// same write is checked by the caller.)
+fn hands_on(c: Change<'_>, s: &SlotHolder) -> bool {
+    s.node != c.mine
+        && !c.old.slots.iter().any(|o| o.member == s.member)
+        && c.old
+            .members
+            .iter()
+            .any(|e| e.name == s.member && e.node == s.node && e.state == pool::WAITING)
+        && member_node(c.members, &s.member) == Some(Some(s.node.as_str()))
+}
+
+/// Whether another node's entry `e` became `n` by a hand-on of this write: `Waiting` to
+/// `Updating` on the same node, with the slot handed to it.
+fn handed_entry(c: Change<'_>, e: &MemberStatus, n: &MemberStatus) -> bool {
+    e.state == pool::WAITING
+        && n.state == pool::UPDATING
+        && n.node == e.node
+        && c.new
+            .slots
+            .iter()
+            .any(|s| s.member == e.name && s.node == e.node && hands_on(c, s))
+}
+
+/// The member entries: another node's unchanged, added as `Pending`, removed when its member
+/// left, or handed a slot.
 fn entries(c: Change<'_>) -> Option<String> {
     let (old, new, who, mine, members) = (c.old, c.new, c.who, c.mine, c.members);
     for e in old.members.iter().filter(|e| e.node != mine) {
         match new.members.iter().find(|n| n.name == e.name) {
-            Some(n) if n == e => {}
+            Some(n) if n == e || handed_entry(c, e, n) => {}
             Some(_) => {
                 return Some(format!(
                     "{who}; it may not change node {}'s member entry ({})",

@@ -170,3 +170,65 @@ fn another_nodes_member_entry_is_kept_and_unknown_members_refuse() {
     r["subResource"] = json!("");
     assert!(refuse(AGENT, "UPDATE", &r, "n1", &members()).is_some());
 }
+
+/// The hand-on (`pool::next_in_line`): the agent that gives its slot back may give it, in the
+/// same write, to a member the stored status lists as waiting; nothing wider.
+#[test]
+fn a_slot_handed_on_to_a_waiting_member_is_admitted_and_nothing_wider() {
+    let p0 = after(&pool(), 0, Ask::Report(State::Whole));
+    let held = after(&p0, 0, slot());
+    let waits = after(&held, 1, slot());
+    let both_wait = after(&waits, 2, slot());
+    let handed = after(&waits, 0, Ask::Report(State::Whole));
+    let st = handed.status.as_ref().unwrap();
+    assert_eq!(st.slots.len(), 1);
+    assert_eq!(st.slots[0].member, "m1");
+    assert_eq!(judge("n0", &waits, &handed), None);
+    // Another node (holding no slot) hands m1 a slot: it gives back none.
+    let mut stolen = waits.clone();
+    let s = stolen.status.as_mut().unwrap();
+    s.slots.push(held_by(1));
+    s.members.iter_mut().find(|m| m.name == "m1").unwrap().state = "Updating".into();
+    let why = judge("n2", &waits, &stolen).expect("refused");
+    assert!(
+        why.contains("may hand on only the slots it gives back (0)"),
+        "{why}"
+    );
+    // A slot handed to a member that never asked for one.
+    let mut unasked = handed.clone();
+    let s = unasked.status.as_mut().unwrap();
+    s.slots[0].member = "m2".into();
+    s.slots[0].node = "n2".into();
+    let why = judge("n0", &waits, &unasked).expect("refused");
+    assert!(
+        why.contains("may not give node n2's member m2 a slot"),
+        "{why}"
+    );
+    // Two slots handed on for the one given back (both m1 and m2 wait).
+    let mut two = after(&both_wait, 0, Ask::Report(State::Whole));
+    let s = two.status.as_mut().unwrap();
+    let mut m2 = held_by(2);
+    m2.reason = "handed on by m0".into();
+    s.slots.push(m2);
+    let why = judge("n0", &both_wait, &two).expect("refused");
+    assert!(
+        why.contains("may hand on only the slots it gives back (1), not 2"),
+        "{why}"
+    );
+    // The waiter's entry changed to anything but Updating.
+    let mut entry = handed.clone();
+    let s = entry.status.as_mut().unwrap();
+    s.members.iter_mut().find(|m| m.name == "m1").unwrap().state = "Updated".into();
+    let why = judge("n0", &waits, &entry).expect("refused");
+    assert!(
+        why.contains("may not change node n1's member entry"),
+        "{why}"
+    );
+    // Handed on while the pool is paused.
+    let mut paused_old = waits.clone();
+    paused_old.spec.paused = true;
+    let mut paused_new = handed.clone();
+    paused_new.spec.paused = true;
+    let why = judge("n0", &paused_old, &paused_new).expect("refused");
+    assert!(why.contains("paused"), "{why}");
+}
