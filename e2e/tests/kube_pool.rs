@@ -694,34 +694,63 @@ fn disruptive(kind: &str, text: &str) -> bool {
     ) || (kind == "startUnit" && text.starts_with("restart"))
 }
 
-/// One agent's slot grants and releases (in its log's order: `true` a grant) and its
-/// disruptive host writes, between `from` and `to`, from its own log (exact timestamps).
+/// One agent's slot grants and releases (in time order: `true` a grant) and its disruptive host
+/// writes, between `from` and `to`, from the agents' own logs (exact timestamps). A slot handed
+/// on (`pool slot handed on ... to=<member>`, said by the agent that gave it back, in the same
+/// write) is a grant of the member it names, whose partition and node share a name here.
 struct SlotLog {
     slot: Vec<(f64, bool)>,
     writes: Vec<f64>,
+    /// Of the grants, those handed on by the member that gave the slot back.
+    handed: usize,
 }
 
-fn slot_log(a: &Agent, from: f64, to: f64) -> SlotLog {
-    let mut log = SlotLog {
-        slot: vec![],
-        writes: vec![],
-    };
-    for l in a.log_text().lines() {
-        let Some(t) = log_time(l).filter(|t| (from..=to).contains(t)) else {
-            continue;
-        };
-        if l.contains("pool slot released") {
-            log.slot.push((t, false));
-        } else if l.contains("pool slot granted") {
-            log.slot.push((t, true));
-        } else if let Some(rest) = l.split_once("host write: ").map(|x| x.1) {
-            let (text, kind) = rest.rsplit_once(" kind=").unwrap_or((rest, ""));
-            if disruptive(kind.trim_matches('"'), text.trim()) {
-                log.writes.push(t);
+fn slot_logs(agents: &[Agent], from: f64, to: f64) -> Vec<SlotLog> {
+    let texts: Vec<String> = agents.iter().map(|a| a.log_text()).collect();
+    let within = |l: &str| log_time(l).filter(|t| (from..=to).contains(t));
+    let handed: Vec<(f64, String)> = texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .filter(|l| l.contains("pool slot handed on"))
+        .filter_map(|l| {
+            let to = l.split_whitespace().find_map(|w| w.strip_prefix("to="))?;
+            Some((within(l)?, to.trim_matches('"').to_string()))
+        })
+        .collect();
+    agents
+        .iter()
+        .zip(&texts)
+        .map(|(a, text)| {
+            let node = a.id.strip_prefix("pool-").unwrap_or(&a.id);
+            let mut log = SlotLog {
+                slot: handed
+                    .iter()
+                    .filter(|(_, m)| m == node)
+                    .map(|(t, _)| (*t, true))
+                    .collect(),
+                writes: vec![],
+                handed: 0,
+            };
+            log.handed = log.slot.len();
+            for l in text.lines() {
+                let Some(t) = within(l) else {
+                    continue;
+                };
+                if l.contains("pool slot released") {
+                    log.slot.push((t, false));
+                } else if l.contains("pool slot granted") {
+                    log.slot.push((t, true));
+                } else if let Some(rest) = l.split_once("host write: ").map(|x| x.1) {
+                    let (text, kind) = rest.rsplit_once(" kind=").unwrap_or((rest, ""));
+                    if disruptive(kind.trim_matches('"'), text.trim()) {
+                        log.writes.push(t);
+                    }
+                }
             }
-        }
-    }
-    log
+            log.slot.sort_by(|a, b| a.0.total_cmp(&b.0));
+            log
+        })
+        .collect()
 }
 
 /// Prints how long a given-back slot took to reach the next member's first disruptive host
@@ -729,7 +758,7 @@ fn slot_log(a: &Agent, from: f64, to: f64) -> SlotLog {
 /// granted after another member released one, the time from that release to the granted
 /// member's first disruptive write. A figure, not an assertion.
 fn say_handoffs(what: &str, agents: &[Agent], from: f64, to: f64, budget: usize) {
-    let logs: Vec<SlotLog> = agents.iter().map(|a| slot_log(a, from, to)).collect();
+    let logs = slot_logs(agents, from, to);
     let mut releases: Vec<f64> = logs
         .iter()
         .flat_map(|l| l.slot.iter().filter(|e| !e.1).map(|e| e.0))
@@ -751,8 +780,9 @@ fn say_handoffs(what: &str, agents: &[Agent], from: f64, to: f64, budget: usize)
         took.get(((took.len() as f64 - 1.0) * p).round() as usize)
             .map_or("n/a".to_string(), |v| format!("{:.0} ms", v * 1000.0))
     };
+    let handed: usize = logs.iter().map(|l| l.handed).sum();
     eprintln!(
-        "[kube_pool] {what}: slot given back → next member's first disruptive host write (agents' logs): {} handoffs, p50 {}, p99 {}, max {}",
+        "[kube_pool] {what}: slot given back → next member's first disruptive host write (agents' logs): {} handoffs ({handed} handed on in the write that gave the slot back), p50 {}, p99 {}, max {}",
         took.len(),
         q(0.5),
         q(0.99),
