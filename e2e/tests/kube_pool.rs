@@ -701,6 +701,9 @@ fn disruptive(kind: &str, text: &str) -> bool {
 struct SlotLog {
     slot: Vec<(f64, bool)>,
     writes: Vec<f64>,
+    /// When the member began to wait for a slot (`pool slot waited for`: its entry became
+    /// `Waiting`).
+    waits: Vec<f64>,
     /// Of the grants, those handed on by the member that gave the slot back.
     handed: usize,
 }
@@ -729,6 +732,7 @@ fn slot_logs(agents: &[Agent], from: f64, to: f64) -> Vec<SlotLog> {
                     .map(|(t, _)| (*t, true))
                     .collect(),
                 writes: vec![],
+                waits: vec![],
                 handed: 0,
             };
             log.handed = log.slot.len();
@@ -738,6 +742,8 @@ fn slot_logs(agents: &[Agent], from: f64, to: f64) -> Vec<SlotLog> {
                 };
                 if l.contains("pool slot released") {
                     log.slot.push((t, false));
+                } else if l.contains("pool slot waited for") {
+                    log.waits.push(t);
                 } else if l.contains("pool slot granted") {
                     log.slot.push((t, true));
                 } else if let Some(rest) = l.split_once("host write: ").map(|x| x.1) {
@@ -755,8 +761,10 @@ fn slot_logs(agents: &[Agent], from: f64, to: f64) -> Vec<SlotLog> {
 
 /// Prints how long a given-back slot took to reach the next member's first disruptive host
 /// write, from the agents' own logs (exact timestamps) between `from` and `to`: for each slot
-/// granted after another member released one, the time from that release to the granted
-/// member's first disruptive write. A figure, not an assertion.
+/// granted after another member released one, the time from that release — or, for a member
+/// that began to wait only after it (it needed no slot yet when the slot was freed), from the
+/// start of its wait or its grant — to the granted member's first disruptive write. A figure,
+/// not an assertion.
 fn say_handoffs(what: &str, agents: &[Agent], from: f64, to: f64, budget: usize) {
     let logs = slot_logs(agents, from, to);
     let mut releases: Vec<f64> = logs
@@ -765,30 +773,47 @@ fn say_handoffs(what: &str, agents: &[Agent], from: f64, to: f64, budget: usize)
         .collect();
     releases.sort_by(f64::total_cmp);
     let mut took: Vec<f64> = vec![];
+    let mut from_release: Vec<f64> = vec![];
+    let mut late = 0;
     for log in &logs {
+        let mut since = from;
         for g in log.slot.iter().filter(|e| e.1).map(|e| e.0) {
             let Some(r) = releases.iter().rev().find(|r| **r <= g) else {
                 continue;
             };
+            // The wait that this grant ended: the member's last since its previous grant.
+            let wait = log.waits.iter().rev().find(|w| (since..=g).contains(*w));
+            let start = match wait {
+                Some(w) if *w <= *r => *r,
+                Some(w) => *w,
+                None => g,
+            };
+            late += usize::from(start > *r);
+            since = g;
             if let Some(w) = log.writes.iter().find(|w| **w >= g) {
-                took.push(w - r);
+                took.push(w - start);
+                from_release.push(w - r);
             }
         }
     }
-    took.sort_by(f64::total_cmp);
-    let q = |p: f64| {
-        took.get(((took.len() as f64 - 1.0) * p).round() as usize)
-            .map_or("n/a".to_string(), |v| format!("{:.0} ms", v * 1000.0))
-    };
     let handed: usize = logs.iter().map(|l| l.handed).sum();
     eprintln!(
-        "[kube_pool] {what}: slot given back → next member's first disruptive host write (agents' logs): {} handoffs ({handed} handed on in the write that gave the slot back), p50 {}, p99 {}, max {}",
+        "[kube_pool] {what}: slot given back → next member's first disruptive host write (agents' logs): {} handoffs ({handed} handed on in the write that gave the slot back; {late} to a member that began to wait only after the slot was free, timed from its wait): {}; timed from the release alone: {}",
         took.len(),
-        q(0.5),
-        q(0.99),
-        q(1.0)
+        quantiles(&mut took),
+        quantiles(&mut from_release),
     );
     say_rollout_ratio(what, &logs, from, budget);
+}
+
+/// `p50 …, p99 …, max …` of `v` (seconds), in milliseconds.
+fn quantiles(v: &mut [f64]) -> String {
+    v.sort_by(f64::total_cmp);
+    let q = |p: f64| {
+        v.get(((v.len() as f64 - 1.0) * p).round() as usize)
+            .map_or("n/a".to_string(), |x| format!("{:.0} ms", x * 1000.0))
+    };
+    format!("p50 {}, p99 {}, max {}", q(0.5), q(0.99), q(1.0))
 }
 
 /// Prints the whole change's time against the ideal for the budget, from the agents' logs:

@@ -145,12 +145,12 @@ pub fn decide_with(
     let answer = match ask {
         Ask::Slot { reason } => match mine {
             Some(_) => {
-                set_member(&mut st, who, node, "Updating", "its host to be whole again");
+                set_member(&mut st, who, node, UPDATING, "its host to be whole again");
                 Answer::Held
             }
             None => match refusal(pool, &st, members, who) {
                 Some(why) => {
-                    set_member(&mut st, who, node, "Waiting", "a disruption slot");
+                    set_member(&mut st, who, node, WAITING, "a disruption slot");
                     Answer::Denied(why)
                 }
                 None => {
@@ -160,7 +160,7 @@ pub fn decide_with(
                         reason: safe(reason),
                         since: since.clone(),
                     });
-                    set_member(&mut st, who, node, "Updating", "its host to be whole again");
+                    set_member(&mut st, who, node, UPDATING, "its host to be whole again");
                     Answer::Granted
                 }
             },
@@ -246,7 +246,7 @@ pub fn may_help(pool: &GpuNodePool, who: &str) -> bool {
     if st.slots.iter().any(|s| s.member == who) {
         return true;
     }
-    let mut waiting = st.members.iter().filter(|m| m.state == "Waiting");
+    let mut waiting = st.members.iter().filter(|m| m.state == WAITING);
     let Some(rank) = waiting.position(|m| m.name == who) else {
         return true;
     };
@@ -278,7 +278,7 @@ fn record(
             set_member(st, who, node, "Updated", "");
         }
         State::Working => {
-            set_member(st, who, node, "Updating", "its host to be whole again");
+            set_member(st, who, node, UPDATING, "its host to be whole again");
         }
         State::ServersPending { bound_secs } => {
             servers_pending(st, mine, who, node, *bound_secs, now);
@@ -332,13 +332,13 @@ fn servers_pending(
         (Some(_), Some(h)) if h >= bound_secs => {
             st.slots.retain(|s| s.member != who);
             let why = format!("its servers to be ready (the slot was given back after {bound_secs} s: a server's own start does not hold the pool)");
-            set_member(st, who, node, "Updating", &why);
+            set_member(st, who, node, UPDATING, &why);
         }
         (Some(_), _) => {
             let why = format!("its servers to be ready (the slot is given back at the latest {bound_secs} s after it was taken)");
-            set_member(st, who, node, "Updating", &why);
+            set_member(st, who, node, UPDATING, &why);
         }
-        (None, _) => set_member(st, who, node, "Updating", "its servers to be ready"),
+        (None, _) => set_member(st, who, node, UPDATING, "its servers to be ready"),
     }
 }
 
@@ -477,7 +477,7 @@ fn summarize(st: &mut GpuNodePoolStatus, pool: &GpuNodePool, members: &[Member],
         "no member failed".to_string()
     };
     cond(st, types::DEGRADED, degraded, d_reason, d_msg);
-    let waiting = st.members.iter().filter(|e| e.state == "Waiting").count();
+    let waiting = st.members.iter().filter(|e| e.state == WAITING).count();
     let updating = st.slots.len() + waiting;
     let counts = format!(
         "{} of {} members updated, {} hold slots, {} wait for one",

@@ -63,9 +63,17 @@ pub async fn ask(
         let held = |s: Option<&gpuplane_crds::GpuNodePoolStatus>| {
             s.is_some_and(|s| s.slots.iter().any(|h| h.member == who))
         };
+        let waits = |s: Option<&gpuplane_crds::GpuNodePoolStatus>| {
+            s.is_some_and(|s| {
+                s.members
+                    .iter()
+                    .any(|e| e.name == who && e.state == crate::pool::WAITING)
+            })
+        };
         let change = match (held(current.status.as_ref()), held(Some(&st))) {
             (false, true) => Some("granted"),
             (true, false) => Some("released"),
+            _ if !waits(current.status.as_ref()) && waits(Some(&st)) => Some("waited for"),
             _ => None,
         };
         show_members(ctx, pool, &st);
