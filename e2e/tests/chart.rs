@@ -644,6 +644,41 @@ fn check_admission_policy() {
             .iter()
             .any(|m| m.contains("own node's failure"))
     );
+    // A hand-on (issue 41): the slot n1 gives back goes to n2, waiting for one, in one write.
+    let waiting = |mut p: serde_json::Value, node: &str| {
+        p["status"]["members"] =
+            serde_json::json!([{"name": node, "node": node, "state": "Waiting"}]);
+        p
+    };
+    assert_eq!(
+        status(
+            "n1",
+            pool(vec![slot("n2")], None),
+            waiting(pool(vec![slot("n1")], None), "n2")
+        ),
+        Vec::<String>::new(),
+        "the slot given back, handed to a waiting member"
+    );
+    assert!(
+        status(
+            "n1",
+            pool(vec![slot("n1"), slot("n2")], None),
+            waiting(pool(vec![slot("n1")], None), "n2")
+        )
+        .iter()
+        .any(|m| m.contains("only the slots it gives back")),
+        "a slot handed on while n1 keeps its own"
+    );
+    assert!(
+        status(
+            "n1",
+            pool(vec![slot("n2")], None),
+            waiting(pool(vec![slot("n1")], None), "n3")
+        )
+        .iter()
+        .any(|m| m.contains("only for its own node")),
+        "a slot handed to a member that does not wait for one"
+    );
 }
 
 /// RBAC: the chart's rules are exactly the ones the e2e tests run the agent under.
