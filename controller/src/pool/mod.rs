@@ -14,7 +14,8 @@
 //! - A slot is given back only by its holder reporting its host whole ([`State::Whole`]), its
 //!   servers failed on their own ([`State::ServersFailed`]), or its servers still starting past
 //!   the bound ([`State::ServersPending`]); by the holder leaving the pool (its partition gone
-//!   or unlabelled), or by a person.
+//!   or unlabelled), or by a person. A slot given back is handed on in the same write to the
+//!   next member in line ([`next_in_line`]) when that member may have one by the rules above.
 //! - A failed holder (its partition `Stalled`: what the partition itself does) keeps its slot
 //!   and pauses the pool once per slot: a person who clears the failure (accepting it) is not
 //!   overruled by the same failure again. A tenant's server that fails never pauses the pool
@@ -145,7 +146,7 @@ pub fn decide_with(
     let answer = match ask {
         Ask::Slot { reason } => match mine {
             Some(_) => {
-                set_member(&mut st, who, node, UPDATING, "its host to be whole again");
+                set_member(&mut st, who, node, UPDATING, WHOLE_AGAIN);
                 Answer::Held
             }
             None => match refusal(pool, &st, members, who) {
@@ -160,7 +161,7 @@ pub fn decide_with(
                         reason: safe(reason),
                         since: since.clone(),
                     });
-                    set_member(&mut st, who, node, UPDATING, "its host to be whole again");
+                    set_member(&mut st, who, node, UPDATING, WHOLE_AGAIN);
                     Answer::Granted
                 }
             },
@@ -182,6 +183,25 @@ pub fn decide_with(
     summarize(&mut st, pool, members, now);
     (st, answer)
 }
+
+/// Whether asking `pool` (as read) for a slot for `who` on `node` answers [`Answer::Held`] and
+/// changes nothing of `who`'s: it holds a slot there and its entry already says so (as a grant
+/// or a hand-on left it). Then [`decide`] would change at most the counts, which are every
+/// writer's to recompute, so the caller needs neither the member list nor a write: the slot's
+/// holder starts its step at once (the common case of a member handed a slot, and of a holder
+/// asking again on each reconcile of its change).
+pub fn already_held(pool: &GpuNodePool, who: &str, node: &str) -> bool {
+    let Some(st) = pool.status.as_ref() else {
+        return false;
+    };
+    st.slots.iter().any(|s| s.member == who && s.node == node)
+        && st.members.iter().any(|e| {
+            e.name == who && e.node == node && e.state == UPDATING && e.waiting_for == WHOLE_AGAIN
+        })
+}
+
+/// What a slot's holder waits for: its entry's `waitingFor`.
+const WHOLE_AGAIN: &str = "its host to be whole again";
 
 /// The member a slot given back by `who` is handed on to ([`decide`]), if any: the first the
 /// status lists as `Waiting` (name order, the order [`may_help`] wakes them in) that is still
@@ -219,7 +239,7 @@ fn hand_to(st: &mut GpuNodePoolStatus, m: &Member, who: &str, since: &str) {
         reason: format!("{HANDED_MARK}{}", safe(who)),
         since: since.to_string(),
     });
-    set_member(st, &m.name, &m.node, UPDATING, "its host to be whole again");
+    set_member(st, &m.name, &m.node, UPDATING, WHOLE_AGAIN);
 }
 
 /// The reason of a slot handed on (followed by the member that gave it back).
@@ -278,7 +298,7 @@ fn record(
             set_member(st, who, node, "Updated", "");
         }
         State::Working => {
-            set_member(st, who, node, UPDATING, "its host to be whole again");
+            set_member(st, who, node, UPDATING, WHOLE_AGAIN);
         }
         State::ServersPending { bound_secs } => {
             servers_pending(st, mine, who, node, *bound_secs, now);

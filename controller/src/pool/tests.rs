@@ -397,7 +397,9 @@ fn a_slot_given_back_is_handed_to_the_next_waiter_in_the_same_write() {
         ("Updated", "Updating")
     );
     assert!(may_help(&p, "m02"), "the member handed a slot is woken");
-    // Its own ask finds the slot held and changes nothing: no write of its own.
+    // Its own ask finds the slot held and changes nothing: no write of its own, and its agent
+    // may say so from the pool alone.
+    assert!(already_held(&p, "m02", "n02"));
     assert_eq!(ask(&mut p, &ms, "m02", slot("restart")), Answer::Held);
     assert_eq!(p.status.as_ref(), Some(&st));
     // m03's agent is gone (unavailable itself): the budget is spent, nothing handed on.
@@ -434,4 +436,38 @@ fn a_holder_leaving_the_pool_hands_its_slot_on() {
     assert_eq!(holders(&p), ["m02"]);
     let st = p.status.as_ref().unwrap();
     assert!(st.members.iter().all(|m| m.name != "m00"));
+}
+
+/// `already_held` says Held exactly where `decide` would answer Held and change no entry of the
+/// asker's: never for a waiter, another node's holder of that name, or a pool without a status.
+#[test]
+fn a_slot_is_already_held_only_where_deciding_would_change_nothing_of_the_holders() {
+    let ms = members(3);
+    let mut p = pool(MaxUnavailable::Count(1));
+    assert!(!already_held(&p, "m00", "n00"), "no status yet");
+    assert_eq!(ask(&mut p, &ms, "m00", slot("restart")), Answer::Granted);
+    assert!(already_held(&p, "m00", "n00"));
+    let before = p.status.clone();
+    assert_eq!(ask(&mut p, &ms, "m00", slot("restart")), Answer::Held);
+    assert_eq!(p.status, before, "held: deciding changes nothing");
+    assert!(
+        !already_held(&p, "m00", "n01"),
+        "the same name on another node"
+    );
+    assert!(matches!(
+        ask(&mut p, &ms, "m01", slot("restart")),
+        Answer::Denied(_)
+    ));
+    assert!(!already_held(&p, "m01", "n01"), "a waiter");
+    // A slot whose entry says otherwise (a person's edit, an older writer) is decided in full.
+    let st = p.status.as_mut().unwrap();
+    st.members
+        .iter_mut()
+        .find(|e| e.name == "m00")
+        .unwrap()
+        .state = "Updated".into();
+    assert!(!already_held(&p, "m00", "n00"));
+    assert_eq!(ask(&mut p, &ms, "m00", slot("restart")), Answer::Held);
+    assert_eq!(state(&p, "m00"), "Updating");
+    assert!(already_held(&p, "m00", "n00"));
 }

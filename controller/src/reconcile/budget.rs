@@ -57,6 +57,12 @@ pub async fn ask(
                 "the GpuNodePool {pool} named by the label {POOL_LABEL} does not exist"
             )));
         };
+        // A slot this member holds, as its entry says (granted or handed on): held, on this
+        // fresh read, without listing the members or writing (`pool::already_held`).
+        if matches!(ask, Ask::Slot { .. }) && crate::pool::already_held(&current, &who, &node) {
+            record(ctx, pool, &Answer::Held);
+            return Ok(Answer::Held);
+        }
         let members = members(ctx, pool, now).await?;
         let (st, answer) = decide_with(&current, &members, &who, &node, &ask, &Time(now), hand_on);
         let handed = handed_to(current.status.as_ref(), &st, &who);
