@@ -106,7 +106,7 @@ struct Check<'a> {
     /// GPU address → the slice that has it.
     claimed: BTreeMap<String, String>,
     /// Each GPU's identity as far as known (observed, and what the ledger remembers).
-    known: BTreeMap<String, crate::host::model::GpuIdentity>,
+    known: crate::layout::matching::Known<'a>,
     /// The ledger, when its owners were decided under this very spec: a GPU it gives a slice
     /// that is not on the bus now is the layout guard's to report (`GpuMissing`, that slice
     /// only), not a spec error that would stop every slice.
@@ -502,7 +502,7 @@ impl<'a> Check<'a> {
                 .known
                 .iter()
                 .find(|(_, id)| get(id) == Some(w.as_str()))
-                .map(|(a, _)| a.clone());
+                .map(|(a, _)| a.to_string());
             match hit {
                 Some(a) if v.contains(&a) => {
                     self.problems.add(at, format!("{w:?} is listed twice"))

@@ -124,6 +124,14 @@ impl PciDevice {
     pub fn is_display(&self) -> bool {
         self.class.starts_with("03")
     }
+
+    /// `vendor:device` (`10de:2bb1`), as Proxmox's mappings and the GPU ledger name a model.
+    /// Built in one allocation: the planner makes one per GPU and plan.
+    pub fn model_id(&self) -> String {
+        // One allocation of the exact size (`format!` grows its buffer through the
+        // formatting machinery: several times the cost, for a name made every plan).
+        [self.vendor.as_str(), ":", &self.device].concat()
+    }
 }
 
 /// A process that holds a device open.
@@ -392,8 +400,15 @@ impl UnitRef {
     /// Map key: `host/<name>` or `lxc-<vmid>/<name>`.
     pub fn key(&self) -> String {
         match self.location {
-            Location::Host => format!("host/{}", self.name),
-            Location::Container(v) => format!("lxc-{v}/{}", self.name),
+            Location::Host => ["host/", self.name.as_str()].concat(),
+            Location::Container(v) => {
+                use std::fmt::Write as _;
+                let mut k = String::with_capacity(15 + self.name.len());
+                // Writing to a String cannot fail.
+                let _ = write!(k, "lxc-{v}/");
+                k.push_str(&self.name);
+                k
+            }
         }
     }
 }
@@ -547,7 +562,10 @@ impl HostState {
     }
 
     /// Devices the GPU filter selects (display class, given vendor), by address.
-    pub fn gpus<'a>(&'a self, vendor: &'a str) -> impl Iterator<Item = &'a PciDevice> + 'a {
+    pub fn gpus<'a, 'v>(
+        &'a self,
+        vendor: &'v str,
+    ) -> impl Iterator<Item = &'a PciDevice> + use<'a, 'v> {
         self.pci_devices
             .values()
             .filter(move |d| d.is_display() && d.vendor == vendor)

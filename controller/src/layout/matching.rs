@@ -9,7 +9,8 @@
 
 use crate::host::ledger::Ledger;
 use crate::host::model::{GpuIdentity, PciDevice};
-use std::collections::{BTreeMap, BTreeSet};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 /// The ledger's GPUs against the GPUs on the bus.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -134,23 +135,29 @@ impl<'o> Index<'o> {
 }
 
 /// Matches `ledger` against `observed` (the host's GPUs).
+///
+/// Which GPUs are taken and what each ledger entry found are kept by index (the planner
+/// matches every plan): an address is copied once, into the answer.
 pub fn match_gpus(ledger: &Ledger, observed: &[&PciDevice]) -> Matching {
     let mut m = Matching::default();
-    let mut taken: BTreeSet<usize> = BTreeSet::new();
-    let mut found: BTreeMap<usize, String> = BTreeMap::new();
+    let mut taken = vec![false; observed.len()];
+    // Ledger index → the observed index of the same GPU.
+    let mut found: Vec<Option<usize>> = vec![None; ledger.gpus.len()];
     let ix = Index::of(observed);
     // By identity.
     for (li, l) in ledger.gpus.iter().enumerate() {
-        if let Some(oi) = ix.by_identity(&l.identity).into_iter().find(|oi| {
-            !taken.contains(oi) && agree(&l.identity, &observed[*oi].identity) == Some(true)
-        }) {
-            taken.insert(oi);
-            found.insert(li, observed[oi].address.clone());
+        if let Some(oi) = ix
+            .by_identity(&l.identity)
+            .into_iter()
+            .find(|oi| !taken[*oi] && agree(&l.identity, &observed[*oi].identity) == Some(true))
+        {
+            taken[oi] = true;
+            found[li] = Some(oi);
         }
     }
     // By place, for what identity did not find.
     for (li, l) in ledger.gpus.iter().enumerate() {
-        if found.contains_key(&li) {
+        if found[li].is_some() {
             continue;
         }
         let at = ix
@@ -158,60 +165,73 @@ pub fn match_gpus(ledger: &Ledger, observed: &[&PciDevice]) -> Matching {
             .into_iter()
             .map(|oi| (oi, observed[oi]))
             .find(|(oi, o)| {
-                !taken.contains(oi) && same_place(&l.identity, &l.address, &o.identity, &o.address)
+                !taken[*oi] && same_place(&l.identity, &l.address, &o.identity, &o.address)
             });
         match at {
             Some((oi, o)) if agree(&l.identity, &o.identity) == Some(false) => {
-                taken.insert(oi);
+                taken[oi] = true;
                 m.replaced.push((li, o.address.clone()));
             }
-            Some((oi, o)) => {
-                taken.insert(oi);
-                found.insert(li, o.address.clone());
+            Some((oi, _)) => {
+                taken[oi] = true;
+                found[li] = Some(oi);
             }
             None => m.missing.push(li),
         }
     }
-    m.same = found.into_iter().collect();
-    m.added = observed
+    m.same = found
         .iter()
         .enumerate()
-        .filter(|(oi, _)| !taken.contains(oi))
-        .map(|(_, o)| o.address.clone())
+        .filter_map(|(li, oi)| oi.map(|oi| (li, observed[oi].address.clone())))
+        .collect();
+    m.added = observed
+        .iter()
+        .zip(&taken)
+        .filter(|(_, t)| !**t)
+        .map(|(o, _)| o.address.clone())
         .collect();
     m
 }
 
+/// Each GPU's identity as far as it is known, by address: borrowed from the bus's view where
+/// that is all there is to know, owned where the ledger adds what cannot be read now (a GPU on
+/// `vfio-pci`: its UUID and serial). Built every plan (the layout guard's, the mappings'
+/// notes), so a GPU read whole on the bus costs no copy.
+pub type Known<'a> = BTreeMap<&'a str, Cow<'a, GpuIdentity>>;
+
 /// Each GPU's identity as far as it is known: what was observed, and the UUID and serial the
 /// ledger remembers for the same GPU when it cannot be read now (it is not on `nvidia`).
-pub fn known_identities(
-    ledger: Option<&Ledger>,
-    observed: &[&PciDevice],
-) -> BTreeMap<String, GpuIdentity> {
+pub fn known_identities<'a>(ledger: Option<&Ledger>, observed: &[&'a PciDevice]) -> Known<'a> {
     let m = ledger.map(|l| match_gpus(l, observed));
     known_from(ledger.zip(m.as_ref()), observed)
 }
 
 /// [`known_identities`] with the ledger already matched to `observed` (the layout guard
 /// matches once for both).
-pub fn known_from(
+pub fn known_from<'a>(
     matched: Option<(&Ledger, &Matching)>,
-    observed: &[&PciDevice],
-) -> BTreeMap<String, GpuIdentity> {
-    let mut out: BTreeMap<String, GpuIdentity> = observed
+    observed: &[&'a PciDevice],
+) -> Known<'a> {
+    let mut out: Known<'a> = observed
         .iter()
-        .map(|d| (d.address.clone(), d.identity.clone()))
+        .map(|d| (d.address.as_str(), Cow::Borrowed(&d.identity)))
         .collect();
     let Some((l, m)) = matched else {
         return out;
     };
     for (li, addr) in &m.same {
         let old = &l.gpus[*li].identity;
-        if let Some(id) = out.get_mut(addr.as_str()) {
-            if id.uuid.is_none() {
+        let Some(id) = out.get_mut(addr.as_str()) else {
+            continue;
+        };
+        let uuid = id.uuid.is_none() && old.uuid.is_some();
+        let serial = id.serial.is_none() && old.serial.is_some();
+        if uuid || serial {
+            let id = id.to_mut();
+            if uuid {
                 id.uuid = old.uuid.clone();
             }
-            if id.serial.is_none() {
+            if serial {
                 id.serial = old.serial.clone();
             }
         }

@@ -174,19 +174,23 @@ impl Planner<'_> {
     }
 }
 
+/// `-/dev/nvidia4 +/dev/nvidia0`: the device lines a container loses, then those it gains (or
+/// `no change`), for a step's reason. Written into one buffer (it is made twice a plan per
+/// container that changes).
 pub(super) fn minors_diff(have: &BTreeSet<u32>, want: &BTreeSet<u32>) -> String {
-    let add: Vec<String> = want
-        .difference(have)
-        .map(|m| format!("+/dev/nvidia{m}"))
-        .collect();
-    let rm: Vec<String> = have
-        .difference(want)
-        .map(|m| format!("-/dev/nvidia{m}"))
-        .collect();
-    let all: Vec<String> = rm.into_iter().chain(add).collect();
-    if all.is_empty() {
-        "no change".into()
-    } else {
-        all.join(" ")
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let rm = have.difference(want).map(|m| ('-', m));
+    let add = want.difference(have).map(|m| ('+', m));
+    for (sign, m) in rm.chain(add) {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{sign}/dev/nvidia{m}");
     }
+    if out.is_empty() {
+        out.push_str("no change");
+    }
+    out
 }

@@ -21,14 +21,17 @@ impl Planner<'_> {
     /// Checks every holder of every device in `moving` (address, destination, slice).
     pub(super) fn check_holders(
         &mut self,
-        moving: &[(String, String, String)],
+        moving: &[(&str, &str, &str)],
         stop_containers: &BTreeMap<u32, String>,
     ) -> StopUnits {
         let h = self.h;
-        let server_units: BTreeSet<String> = self.d.servers.iter().map(|s| s.unit.key()).collect();
+        // Made only when a unit on the host holds a moving GPU (the rare case), not every plan.
+        let server_units = std::cell::OnceCell::<BTreeSet<String>>::new();
+        let server_units =
+            || server_units.get_or_init(|| self.d.servers.iter().map(|s| s.unit.key()).collect());
         let mut stop_units: BTreeMap<String, (UnitRef, String)> = BTreeMap::new();
         for (addr, to, slice) in moving {
-            let Some(dev) = h.pci_devices.get(addr) else {
+            let Some(dev) = h.pci_devices.get(*addr) else {
                 continue;
             };
             if dev.driver.is_none() {
@@ -44,7 +47,7 @@ impl Planner<'_> {
                             location: Location::Host,
                             name: u.clone(),
                         };
-                        if server_units.contains(&r.key()) {
+                        if server_units().contains(&r.key()) {
                             stop_units.insert(
                                 r.key(),
                                 (r, format!("it holds {addr}, which moves to {to}")),

@@ -21,7 +21,7 @@
 use crate::desired::DesiredPartition;
 use crate::host::ledger::{Ledger, LedgerGpu};
 use crate::host::model::{GpuIdentity, HostState, PciDevice};
-use crate::layout::matching::{known_from, match_gpus, Matching};
+use crate::layout::matching::{known_from, match_gpus, Known, Matching};
 use crate::layout::{layout_hash, Terms, ACCEPT_ANNOTATION, UNVERIFIED_ANNOTATION};
 use gpuplane_crds::reason::Reason;
 use gpuplane_crds::GpuDriver;
@@ -43,7 +43,7 @@ pub struct Stall {
 
 /// The guard's answer for one plan.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Verdict {
+pub struct Verdict<'h> {
     /// Slices nothing may change for, each with why.
     pub stalls: Vec<Stall>,
     /// Why `next` is to be written (it differs from the stored ledger): what changed, old → new.
@@ -55,10 +55,10 @@ pub struct Verdict {
     pub next: Option<Ledger>,
     /// Each GPU's identity as far as it is known (`known_identities`), by address, when the
     /// partition has layout terms: the mappings' notes use it too (computed once a plan).
-    pub known: Option<BTreeMap<String, GpuIdentity>>,
+    pub known: Option<Known<'h>>,
 }
 
-impl Verdict {
+impl Verdict<'_> {
     /// Whether slice `name` is frozen.
     pub fn frozen(&self, name: &str) -> bool {
         self.stalls.iter().any(|s| s.slice == name)
@@ -74,7 +74,7 @@ struct Change {
 }
 
 /// Checks `d`'s selection on `host` against the ledger `host` shows.
-pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
+pub fn check<'h>(d: &DesiredPartition, host: &'h HostState) -> Verdict<'h> {
     let Some(t) = &d.layout else {
         return Verdict::default();
     };
@@ -90,7 +90,13 @@ pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
     let known = known_from(ledger.zip(matched.as_ref()), &observed);
     let mut fresh: Vec<LedgerGpu> = observed
         .iter()
-        .map(|o| ledger_entry(o, known[&o.address].clone(), owner_of(&o.address)))
+        .map(|o| {
+            ledger_entry(
+                o,
+                known[o.address.as_str()].clone().into_owned(),
+                owner_of(&o.address),
+            )
+        })
         .collect();
     let (Some(l), Some(m)) = (ledger, matched) else {
         let mut v = first_ledger(d, t, fresh);
@@ -147,7 +153,7 @@ pub fn check(d: &DesiredPartition, host: &HostState) -> Verdict {
 }
 
 /// The verdict on a host with no ledger for the partition yet: record every GPU on the bus.
-fn first_ledger(d: &DesiredPartition, t: &Terms, fresh: Vec<LedgerGpu>) -> Verdict {
+fn first_ledger<'h>(d: &DesiredPartition, t: &Terms, fresh: Vec<LedgerGpu>) -> Verdict<'h> {
     let mut v = Verdict::default();
     if !fresh.is_empty() {
         let why = format!(
@@ -426,7 +432,7 @@ fn identify_first(
 fn ledger_entry(d: &PciDevice, identity: GpuIdentity, owner: Option<String>) -> LedgerGpu {
     LedgerGpu {
         address: d.address.clone(),
-        id: format!("{}:{}", d.vendor, d.device),
+        id: d.model_id(),
         numa_node: d.numa_node,
         identity,
         owner,

@@ -10,8 +10,9 @@
 
 use super::{companions, GpuTarget, Planner, Step};
 use crate::desired::ResolvedConsumer;
-use crate::host::model::{GpuIdentity, HostState, PciDevice};
-use crate::layout::{mapping_note, matching::known_identities};
+use crate::host::model::{HostState, PciDevice};
+use crate::layout::mapping_note;
+use crate::layout::matching::{known_identities, Known};
 use crate::proxmox::pci_cfg::MapEntry;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -42,11 +43,13 @@ impl Planner<'_> {
                 .filter_map(|g| h.pci_devices.get(g))
                 .map(|d| MapEntry {
                     node: h.node_name.clone(),
-                    id: format!("{}:{}", d.vendor, d.device),
+                    id: d.model_id(),
                     paths: vec![mapping_path(h, groups, &d.address)],
                     iommugroup: d.iommu_group,
                     subsystem_id: d.subsystem.clone(),
-                    description: known.get(&d.address).and_then(mapping_note::describe),
+                    description: known
+                        .get(d.address.as_str())
+                        .and_then(|id| mapping_note::describe(id)),
                 })
                 .collect();
             wanted.insert(
@@ -110,7 +113,7 @@ impl Planner<'_> {
 impl Planner<'_> {
     /// Each GPU's identity as far as it is known now: observed, and the UUID and serial the
     /// ledger remembers for a GPU that cannot tell them now (on `vfio-pci`).
-    fn known_identities(&self) -> BTreeMap<String, GpuIdentity> {
+    fn known_identities(&self) -> Known<'_> {
         let h = self.h;
         let vendor = self
             .d

@@ -229,7 +229,7 @@ struct Planner<'a> {
     h: &'a HostState,
     plan: Plan,
     /// The GPUs' identities as the layout guard knew them (`None`: no layout terms).
-    known: Option<BTreeMap<String, crate::host::model::GpuIdentity>>,
+    known: Option<crate::layout::matching::Known<'a>>,
 }
 
 impl Planner<'_> {
@@ -280,9 +280,9 @@ impl Planner<'_> {
         let companion_moves: Vec<&companions::Companion> =
             companions.iter().filter(|c| c.must_move(h)).collect();
         // Everything that gets unbound: (address, where it goes, slice).
-        let mut moving: Vec<(String, String, String)> = rebind
+        let mut moving: Vec<(&str, &str, &str)> = rebind
             .iter()
-            .map(|(a, t)| ((*a).clone(), t.driver.to_string(), t.slice.clone()))
+            .map(|(a, t)| (a.as_str(), t.driver.as_str(), t.slice.as_str()))
             .collect();
         for c in &companion_moves {
             let to = if c.to_vfio {
@@ -290,7 +290,7 @@ impl Planner<'_> {
             } else {
                 "its host driver"
             };
-            moving.push((c.address.clone(), to.to_string(), c.slice.clone()));
+            moving.push((c.address.as_str(), to, c.slice.as_str()));
         }
         let mut stop_units = self.check_holders(&moving, &stop_containers);
         if !self.plan.blockers.is_empty() {

@@ -27,7 +27,7 @@ pub fn table(dp: &DesiredPartition, host: &HostState) -> (Vec<GpuStatus>, Option
     let mut rows: Vec<GpuStatus> = observed
         .iter()
         .map(|d| {
-            let id = &known[&d.address];
+            let id = &known[d.address.as_str()];
             let entry =
                 ledger.and_then(|l| l.gpus.iter().find(|g| !g.missing && g.address == d.address));
             let h = accepted(crate::health::judge(d, &host.gpu_events), entry);

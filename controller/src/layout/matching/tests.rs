@@ -1,6 +1,7 @@
 use super::*;
 use crate::host::ledger::LedgerGpu;
 use proptest::prelude::*;
+use std::collections::BTreeSet;
 
 /// The matching as a pairwise scan (what `match_gpus` did before its index): the oracle.
 fn scan(ledger: &Ledger, observed: &[&PciDevice]) -> Matching {
