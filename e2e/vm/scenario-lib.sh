@@ -15,17 +15,18 @@ converge() { converge_run $1; converge_say $1 $?; }
 converge_run() { $G converge -f $M/$1 $GP --output json > /tmp/out.json 2>/tmp/err; }
 # converge_say DIR RC: the lines `converge` prints, from the last converge_run's output
 converge_say() { echo "RC $1 $2"; json < /tmp/out.json | sed "s/^/JSON $1 /"; sed "s/^/STDERR $1 /" /tmp/err | head -5; }
-# converge_budget DIR: converge, and once more when the first try's preflight ran out of its
-# 30 s budget (reads through `pct exec` in a TCG guest on two loaded cores: RELIABILITY.md, runs
-# 18 and 37): the agent tries again at its next pass, a one-shot converge does not. The retry
-# is said ("RETRY DIR ..."); the lines printed are the last try's. A preflight that fails for
-# any other reason is not retried.
+# converge_budget DIR: converge, and again (up to three more tries) while a try's preflight ran
+# out of its 30 s budget (reads through `pct exec` in a TCG guest on two loaded cores:
+# RELIABILITY.md, runs 18, 37 and 38, where one retry was not enough): the agent tries again at
+# each next pass, a one-shot converge does not. Each retry is said ("RETRY DIR ..."); the lines
+# printed are the last try's. A preflight that fails for any other reason is not retried.
 converge_budget() {
   converge_run $1; rc=$?
-  if [ $rc -ne 0 ] && grep -q 'PreflightFailed' /tmp/out.json && grep -q 'past its budget\|did not finish within' /tmp/out.json; then
-    echo "RETRY $1 the preflight ran out of its budget; converging again"
+  for try in 1 2 3; do
+    [ $rc -ne 0 ] && grep -q 'PreflightFailed' /tmp/out.json && grep -q 'past its budget\|did not finish within' /tmp/out.json || break
+    echo "RETRY $1 the preflight ran out of its budget; converging again (retry $try of 3)"
     converge_run $1; rc=$?
-  fi
+  done
   converge_say $1 $rc
 }
 # install_standin: the SGLang stand-in (standin.tar) as /opt/sglang-venv/bin/python3 -m sglang.launch_server
