@@ -93,7 +93,7 @@ pub fn check<'h>(d: &DesiredPartition, host: &'h HostState) -> Verdict<'h> {
         .map(|o| {
             ledger_entry(
                 o,
-                known[o.address.as_str()].clone().into_owned(),
+                GpuIdentity::clone(&known[o.address.as_str()]),
                 owner_of(&o.address),
             )
         })

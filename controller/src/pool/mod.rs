@@ -174,8 +174,7 @@ pub fn decide_with(
     if matches!(ask, Ask::Report(State::Leaving)) {
         st.members.retain(|m| m.name != who);
     }
-    let held = |s: &GpuNodePoolStatus| s.slots.iter().any(|h| h.member == who);
-    if hand_on && held(&old) && !held(&st) {
+    if hand_on && holds(&old, who) && !holds(&st, who) {
         if let Some(m) = next_in_line(&st, pool, members, who) {
             hand_to(&mut st, m, who, &since);
         }
@@ -198,6 +197,11 @@ pub fn already_held(pool: &GpuNodePool, who: &str, node: &str) -> bool {
         && st.members.iter().any(|e| {
             e.name == who && e.node == node && e.state == UPDATING && e.waiting_for == WHOLE_AGAIN
         })
+}
+
+/// Whether `member` holds a slot in `st` (granted or handed on).
+pub fn holds(st: &GpuNodePoolStatus, member: &str) -> bool {
+    st.slots.iter().any(|s| s.member == member)
 }
 
 /// What a slot's holder waits for: its entry's `waitingFor`.
@@ -227,7 +231,7 @@ pub fn next_in_line<'m>(
                 .find(|m| m.name == e.name && m.node == e.node)
         })
         .filter(|m| !m.stalled && !m.agent_gone)
-        .find(|m| !st.slots.iter().any(|s| s.member == m.name))
+        .find(|m| !holds(st, &m.name))
         .filter(|m| refusal(pool, st, members, &m.name).is_none())
 }
 
@@ -263,7 +267,7 @@ pub fn may_help(pool: &GpuNodePool, who: &str) -> bool {
     let Some(st) = pool.status.as_ref() else {
         return true;
     };
-    if st.slots.iter().any(|s| s.member == who) {
+    if holds(st, who) {
         return true;
     }
     let mut waiting = st.members.iter().filter(|m| m.state == WAITING);
@@ -435,7 +439,7 @@ fn unavailable(st: &GpuNodePoolStatus, members: &[Member], except: Option<&str>)
         }
     }
     for m in members {
-        if Some(m.name.as_str()) == except || st.slots.iter().any(|s| s.member == m.name) {
+        if Some(m.name.as_str()) == except || holds(st, &m.name) {
             continue;
         }
         if m.stalled {

@@ -67,7 +67,7 @@ pub async fn ask(
         let (st, answer) = decide_with(&current, &members, &who, &node, &ask, &Time(now), hand_on);
         let handed = handed_to(current.status.as_ref(), &st, &who);
         let held = |s: Option<&gpuplane_crds::GpuNodePoolStatus>| {
-            s.is_some_and(|s| s.slots.iter().any(|h| h.member == who))
+            s.is_some_and(|s| crate::pool::holds(s, &who))
         };
         let waits = |s: Option<&gpuplane_crds::GpuNodePoolStatus>| {
             s.is_some_and(|s| {
@@ -142,7 +142,7 @@ fn handed_to(
     new: &gpuplane_crds::GpuNodePoolStatus,
     who: &str,
 ) -> Vec<String> {
-    let before = |m: &str| old.is_some_and(|o| o.slots.iter().any(|s| s.member == m));
+    let before = |m: &str| old.is_some_and(|o| crate::pool::holds(o, m));
     new.slots
         .iter()
         .filter(|s| s.member != who && !before(&s.member))

@@ -126,7 +126,7 @@ fn slots(pool: &GpuNodePool, c: Change<'_>) -> Option<String> {
     let given_back = old
         .slots
         .iter()
-        .filter(|s| s.node == mine && !new.slots.iter().any(|n| n.member == s.member))
+        .filter(|s| s.node == mine && !pool::holds(new, &s.member))
         .count();
     if handed.len() > given_back {
         return Some(format!(
@@ -152,9 +152,7 @@ fn slots(pool: &GpuNodePool, c: Change<'_>) -> Option<String> {
             None => return Some(unknown(who)),
         }
     }
-    let taken = added
-        .iter()
-        .any(|s| !old.slots.iter().any(|o| o.member == s.member));
+    let taken = added.iter().any(|s| !pool::holds(old, &s.member));
     if !taken {
         return None;
     }
@@ -177,7 +175,7 @@ fn slots(pool: &GpuNodePool, c: Change<'_>) -> Option<String> {
 /// same write is checked by the caller.)
 fn hands_on(c: Change<'_>, s: &SlotHolder) -> bool {
     s.node != c.mine
-        && !c.old.slots.iter().any(|o| o.member == s.member)
+        && !pool::holds(c.old, &s.member)
         && c.old
             .members
             .iter()
