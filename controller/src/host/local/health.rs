@@ -3,7 +3,8 @@
 //! config space still answers. Every file is PCI core's, present whatever driver is bound —
 //! `nvidia`, `vfio-pci` or none — so a GPU passed through to a VM is watched too. Reads only.
 
-use super::iommu::{is_address, kmsg_records, open_kmsg};
+use super::iommu::is_address;
+use super::kmsg;
 use super::Root;
 use crate::host::health::{
     aer_counts, config_all_ones, link_state, PcieCounters, PcieHealth, PortHealth,
@@ -93,12 +94,12 @@ impl Follow {
         let Some(f) = self.kmsg.as_mut() else {
             // From its end on: the observation that came before read what was there.
             use std::io::{Seek, SeekFrom};
-            self.kmsg = open_kmsg().and_then(|mut f| f.seek(SeekFrom::End(0)).ok().map(|_| f));
+            self.kmsg = kmsg::open().and_then(|mut f| f.seek(SeekFrom::End(0)).ok().map(|_| f));
             return 0;
         };
         // The GPU events among the records logged since the last look, at most 10 000 a look.
         let mut n = 0u64;
-        kmsg_records(f, 10_000, |msg| {
+        kmsg::records(f, 10_000, |_, msg| {
             n += crate::host::health::parse_gpu_events(msg).len() as u64;
         });
         n

@@ -20,11 +20,18 @@ const DSN_CAP: u16 = 0x0003;
 /// The Device Serial Number from a config space dump, as 16 hex digits (upper dword first, as
 /// `lspci -vv` prints it without its dashes); `None` when there is no such capability or only
 /// the first 256 bytes were readable (not root).
+#[cfg(test)]
 pub fn device_serial_number(config: &[u8]) -> Option<String> {
-    let dword = |at: usize| -> Option<u32> {
+    serial_number_by(|at| {
         let b = config.get(at..at + 4)?;
         Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    };
+    })
+}
+
+/// [`device_serial_number`] with the config space read a dword at a time by `dword(offset)`
+/// (`None`: not readable there): the extended capability list is walked from 0x100, so only its
+/// headers and the serial's two dwords are read, not 4 KiB (`pci.rs`).
+pub fn serial_number_by(dword: impl Fn(usize) -> Option<u32>) -> Option<String> {
     let mut at = 0x100usize;
     // A capability list is at most (4096 - 256) / 4 entries; a loop in it ends here too.
     for _ in 0..960 {

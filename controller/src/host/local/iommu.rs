@@ -88,61 +88,7 @@ fn full_address(dev: &str) -> String {
     }
 }
 
-/// Reads the kernel log: `/dev/kmsg` without blocking on the real host, or a plain file under a test root.
-pub fn kernel_log(root: &Root) -> String {
-    if !root.is_real() {
-        return root.read("/dev/kmsg").unwrap_or_default();
-    }
-    read_kmsg().unwrap_or_default()
-}
-
-fn read_kmsg() -> Option<String> {
-    let mut f = open_kmsg()?;
-    let mut out = String::new();
-    kmsg_records(&mut f, 100_000, |msg| {
-        out.push_str(msg);
-        out.push('\n');
-    });
-    Some(out)
-}
-
-/// `/dev/kmsg`, opened non-blocking (a read past the last record is EAGAIN, not a wait).
-pub(super) fn open_kmsg() -> Option<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(0o4000 /* O_NONBLOCK */)
-        .open("/dev/kmsg")
-        .ok()
-}
-
-/// Calls `each` with the message (its first line) of every record `f` has from where it stands,
-/// at most `max` records: each read returns one record; EAGAIN ends them, EPIPE is a record
-/// overwritten before it was read.
-pub(super) fn kmsg_records(f: &mut std::fs::File, max: usize, mut each: impl FnMut(&str)) {
-    use std::io::Read;
-    let mut buf = vec![0u8; 8192];
-    for _ in 0..max {
-        match f.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                let rec = String::from_utf8_lossy(&buf[..n]);
-                if let Some((_, msg)) = rec.split_once(';') {
-                    each(msg.lines().next().unwrap_or(""));
-                }
-            }
-            Err(e) if e.raw_os_error() == Some(32) => continue,
-            Err(_) => break,
-        }
-    }
-}
-
-/// The whole IOMMU summary.
-pub fn observe(root: &Root) -> IommuState {
-    observe_with(root, &kernel_log(root))
-}
-
-/// The whole IOMMU summary, with the kernel log already read.
+/// The whole IOMMU summary, with the kernel log already read (`kmsg.rs`).
 pub fn observe_with(root: &Root, log: &str) -> IommuState {
     let cmdline = root.read("/proc/cmdline").unwrap_or_default();
     let mut st = IommuState {

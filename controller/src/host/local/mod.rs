@@ -26,6 +26,7 @@ mod health;
 pub mod holders;
 mod identity;
 pub mod iommu;
+mod kmsg;
 mod ledger;
 mod listening;
 pub mod pci;
@@ -75,8 +76,18 @@ impl Root {
     pub fn path(&self, abs: &str) -> PathBuf {
         self.0.join(abs.trim_start_matches('/'))
     }
+    /// A whole file as text; `None` when it cannot be read or is not UTF-8.
+    ///
+    /// Not `fs::read_to_string`: its size hint costs a `statx` per file, and sysfs and procfs,
+    /// where most reads go, report a size of 4096 or 0 whatever the text is (in the qemu host a
+    /// fifth of an observation's ~1 000 system calls were those). Read through `take`, the
+    /// `Read` default reads into the 4 KiB given, then once more for the end.
     pub fn read(&self, abs: &str) -> Option<String> {
-        std::fs::read_to_string(self.path(abs)).ok()
+        use std::io::Read;
+        let f = std::fs::File::open(self.path(abs)).ok()?;
+        let mut v = Vec::with_capacity(4096);
+        f.take(u64::MAX).read_to_end(&mut v).ok()?;
+        String::from_utf8(v).ok()
     }
     /// The first `max` bytes of a file at most (binary: a device's config space).
     pub fn read_head(&self, abs: &str, max: u64) -> Option<Vec<u8>> {
@@ -186,6 +197,9 @@ pub struct LocalHost {
     nvml: std::cell::RefCell<Option<(String, NvmlIds)>>,
     /// What `health_mark` follows between observations.
     health: health::Follow,
+    /// The kernel log as the last observation read it, brought up to date at each
+    /// (`kmsg.rs`: one read per new record, not per record of the ring).
+    kernel_log: kmsg::Mirror,
     /// The last ECC and row-remap counters from `nvidia-smi`, when and for which GPUs.
     ecc: std::cell::RefCell<Option<(std::time::Instant, String, EccById)>>,
 }
@@ -239,6 +253,7 @@ impl LocalHost {
             probed_healthy: Default::default(),
             nvml: Default::default(),
             health: Default::default(),
+            kernel_log: Default::default(),
             ecc: Default::default(),
         }
     }
@@ -477,7 +492,7 @@ impl LocalHost {
             }
         }
         lap("nvml");
-        let log = iommu::kernel_log(&self.root);
+        let log = self.kernel_log.read(&self.root);
         lap("kernel log");
         let mut st = HostState {
             node_name: self.node(),

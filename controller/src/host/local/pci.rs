@@ -54,13 +54,16 @@ fn read_device_in(root: &Root, addr: &str, slots: &[(String, String)]) -> Option
         driver_override,
         nvidia_minor,
     } = read_binding(root, addr);
-    // Config space: 4096 bytes for root, 256 otherwise; never more is read.
-    let config = root.read_head(&format!("{base}/config"), 4096);
+    let config = Config::open(root, addr);
+    let head = config
+        .as_ref()
+        .and_then(|c| c.dword(0))
+        .map(u32::to_le_bytes);
     // UUID and serial come from nvidia-smi, for all GPUs at once (`LocalHost::nvml_ids`).
     let identity = crate::host::model::GpuIdentity {
         dsn: config
-            .as_deref()
-            .and_then(super::identity::device_serial_number),
+            .as_ref()
+            .and_then(|c| super::identity::serial_number_by(|at| c.dword(at))),
         slot: super::identity::slot_of(addr, slots),
         path: std::fs::read_link(root.path(&base))
             .ok()
@@ -80,8 +83,30 @@ fn read_device_in(root: &Root, addr: &str, slots: &[(String, String)]) -> Option
         nvidia_minor,
         holders: vec![],
         identity,
-        health: super::health::read(root, addr, config.as_deref()),
+        health: super::health::read(root, addr, head.as_ref().map(|h| &h[..])),
     })
+}
+
+/// A device's config space, read a dword where one is needed (`pread`), not whole: each dword
+/// of config space is a config cycle on the bus (an exit to the emulator under qemu, where
+/// reading 4 KiB took about 1 ms a device), and the observation needs only the first dword (all
+/// ones: the device does not answer) and the extended capabilities' headers (the serial).
+struct Config(std::fs::File);
+
+impl Config {
+    fn open(root: &Root, addr: &str) -> Option<Config> {
+        std::fs::File::open(root.path(&format!("/sys/bus/pci/devices/{addr}/config")))
+            .ok()
+            .map(Config)
+    }
+
+    /// The dword at `at`; `None` past what may be read (256 bytes when not root).
+    fn dword(&self, at: usize) -> Option<u32> {
+        use std::os::unix::fs::FileExt;
+        let mut b = [0u8; 4];
+        self.0.read_exact_at(&mut b, at as u64).ok()?;
+        Some(u32::from_le_bytes(b))
+    }
 }
 
 /// What a binding write (`driver_override`, unbind, `drivers_probe`) can change of a device.
