@@ -26,17 +26,30 @@ fn link_name(root: &Root, path: &str) -> Option<String> {
 /// the scan reads the rest (config space, AER counters, slots) only for those and their
 /// group members. Reading all of it for every device of the host made an observation in the
 /// qemu host about 180 ms, config space being slow to read there.
-fn selected(root: &Root, addr: &str, filter: &GpuFilter) -> bool {
-    read_hex(root, addr, "vendor").is_some_and(|v| v == filter.vendor)
-        && read_hex(root, addr, "class").is_some_and(|c| c.starts_with(&filter.class_prefix))
+/// Its vendor and class, read here, are handed on to [`read_device_in`] (not read twice).
+fn selected(root: &Root, addr: &str, filter: &GpuFilter) -> Option<(String, String)> {
+    let vendor = read_hex(root, addr, "vendor").filter(|v| *v == filter.vendor)?;
+    let class = read_hex(root, addr, "class").filter(|c| c.starts_with(&filter.class_prefix))?;
+    Some((vendor, class))
 }
 
-/// Reads one device, with the host's slots read once by the caller.
-fn read_device_in(root: &Root, addr: &str, slots: &[(String, String)]) -> Option<PciDevice> {
+/// Reads one device, with the host's slots read once by the caller; `known`: its vendor and
+/// class when the caller read them already.
+fn read_device_in(
+    root: &Root,
+    addr: &str,
+    slots: &[(String, String)],
+    known: Option<(String, String)>,
+) -> Option<PciDevice> {
     let base = format!("/sys/bus/pci/devices/{addr}");
-    let vendor = read_hex(root, addr, "vendor")?;
+    let (vendor, class) = match known {
+        Some(vc) => vc,
+        None => (
+            read_hex(root, addr, "vendor")?,
+            read_hex(root, addr, "class").unwrap_or_default(),
+        ),
+    };
     let device = read_hex(root, addr, "device").unwrap_or_default();
-    let class = read_hex(root, addr, "class").unwrap_or_default();
     let subsystem = match (
         read_hex(root, addr, "subsystem_vendor"),
         read_hex(root, addr, "subsystem_device"),
@@ -192,8 +205,11 @@ pub fn scan(root: &Root, filter: &GpuFilter) -> BTreeMap<String, PciDevice> {
     let addrs = root.list("/sys/bus/pci/devices");
     let slots = slots(root);
     let mut groups = BTreeSet::new();
-    for a in addrs.iter().filter(|a| selected(root, a, filter)) {
-        if let Some(d) = read_device_in(root, a, &slots) {
+    for (a, known) in addrs
+        .iter()
+        .filter_map(|a| Some((a, selected(root, a, filter)?)))
+    {
+        if let Some(d) = read_device_in(root, a, &slots, Some(known)) {
             if let Some(g) = d.iommu_group {
                 groups.insert(g);
             }
@@ -205,7 +221,7 @@ pub fn scan(root: &Root, filter: &GpuFilter) -> BTreeMap<String, PciDevice> {
     for g in groups {
         for a in root.list(&format!("/sys/kernel/iommu_groups/{g}/devices")) {
             if let std::collections::btree_map::Entry::Vacant(e) = out.entry(a.clone()) {
-                if let Some(d) = read_device_in(root, &a, &slots) {
+                if let Some(d) = read_device_in(root, &a, &slots, None) {
                     e.insert(d);
                 }
             }
