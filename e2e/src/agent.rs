@@ -75,6 +75,19 @@ impl Agent {
         Agent::launch(cp, id, node, host, o, extra, &cp.agent_kubeconfig())
     }
 
+    /// [`Agent::start_on`] with another kubeconfig: an agent of `node` with its own credentials
+    /// (e.g. its pod's bound ServiceAccount token, which the admission webhook judges by).
+    pub fn start_on_with_kubeconfig(
+        cp: &ControlPlane,
+        id: &str,
+        node: &str,
+        host: &Path,
+        o: AgentOpts,
+        kubeconfig: &Path,
+    ) -> Agent {
+        Agent::launch(cp, id, node, host, o, &[], kubeconfig)
+    }
+
     fn launch(
         cp: &ControlPlane,
         id: &str,

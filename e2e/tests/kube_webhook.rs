@@ -664,6 +664,158 @@ fn an_agent_token_reaches_only_its_own_nodes_objects_and_lease() {
     );
 }
 
+/// Issue 41, part 2, through the webhook: the agents of kpro6 and other, each with its pod's
+/// bound token (what the chart mounts), are the two members of a pool of `maxUnavailable: 1`
+/// whose status writes the agent rules judge (`failurePolicy: Fail`). One apply changes both
+/// members' servers: one member takes the slot, restarts its server and gives the slot back
+/// handed on to the other in the same write — which the webhook admits (the receiver is listed
+/// `Waiting` in the stored pool), so the receiver finds the slot its own without asking, and
+/// starts disrupting only after the giver was done. Judged from the agents' own logs.
+#[test]
+fn a_slot_given_back_is_handed_on_to_the_next_member_through_the_webhook() {
+    use gpuplane_e2e::agent::{Agent, AgentOpts};
+    use gpuplane_e2e::fleet::{node_host_file, partition, server};
+    use gpuplane_e2e::kube::ready_for_generation;
+    let t0 = Instant::now();
+    let c = Cluster::start("webhook-pool");
+    let (mut webhook, _) = agent_webhook(&c, "Fail");
+    let pool = r#"{"apiVersion":"gpuplane.dev/v1alpha1","kind":"GpuNodePool","metadata":{"name":"fleet"},"spec":{"maxUnavailable":1}}"#;
+    wait_for("the webhook to admit", Duration::from_secs(30), || {
+        let o = c.cp.kubectl(&["apply", "-f", "-"]).stdin(pool).run();
+        o.success.then_some(()).ok_or(o.stderr)
+    });
+    let nodes = ["kpro6", "other"];
+    // Both members' partitions and servers, the servers serving `served`.
+    let objects = |served: &str| {
+        let mut items = vec![];
+        for n in nodes {
+            let mut p = partition(n, true);
+            p["metadata"]["labels"]["gpuplane.dev/pool"] = "fleet".into();
+            let mut s = server(&format!("qwen-{n}"), "default", n, true);
+            s["spec"]["model"]["servedName"] = served.into();
+            items.extend([p, s]);
+        }
+        serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
+    };
+    c.k_stdin(&["apply", "-f", "-"], &objects("qwen-a"));
+    let agents: Vec<Agent> = nodes
+        .iter()
+        .map(|n| {
+            let token = agent_token(&c, Some(&format!("agent-{n}")));
+            let kc = kubeconfig_with(&c, &token, &format!("{n}.kubeconfig"));
+            let o = AgentOpts {
+                drift_interval: 30,
+                lease_duration: 6,
+            };
+            let host = node_host_file(&c.cp, n);
+            Agent::start_on_with_kubeconfig(&c.cp, n, n, &host, o, &kc)
+        })
+        .collect();
+    let all_ready = || -> Result<(), String> {
+        for n in nodes {
+            let s = c.json(&[
+                "get",
+                "inferenceserver",
+                &format!("qwen-{n}"),
+                "-n",
+                "default",
+            ]);
+            ready_for_generation(&s).map_err(|e| format!("qwen-{n}: {e}"))?;
+        }
+        Ok(())
+    };
+    wait_for("both servers Ready", Duration::from_secs(180), all_ready);
+
+    let from = epoch_now();
+    c.k_stdin(&["apply", "-f", "-"], &objects("qwen-b"));
+    wait_for("both servers updated", Duration::from_secs(180), all_ready);
+    let texts: Vec<String> = agents.iter().map(|a| a.log_text()).collect();
+    let after = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| log_time(l).is_some_and(|x| x >= from))
+            .map(str::to_string)
+            .collect()
+    };
+    let lines: Vec<Vec<String>> = texts.iter().map(|t| after(t)).collect();
+    for (n, ls) in nodes.iter().zip(&lines) {
+        assert!(
+            !ls.iter()
+                .any(|l| l.contains("handing the slot on was refused")),
+            "the webhook refused {n}'s hand-on:\n{}",
+            ls.join("\n")
+        );
+    }
+    // The giver: the member whose log says it handed the slot on, and to whom.
+    let (giver, to, handed_at) = nodes
+        .iter()
+        .zip(&lines)
+        .find_map(|(n, ls)| {
+            let l = ls.iter().find(|l| l.contains("pool slot handed on"))?;
+            let to = l.split_whitespace().find_map(|w| w.strip_prefix("to="))?;
+            Some((*n, to.trim_matches('"').to_string(), log_time(l)?))
+        })
+        .unwrap_or_else(|| panic!("no member handed its slot on:\n{}", texts.join("\n")));
+    let receiver = nodes.iter().position(|n| *n != giver).unwrap();
+    assert_eq!(to, nodes[receiver], "the slot went to the other member");
+    let disruptive_at = |ls: &[String]| -> Vec<f64> {
+        ls.iter()
+            .filter(|l| {
+                ["stopUnit", "stopContainer", "unbind", "startUnit"]
+                    .iter()
+                    .any(|k| l.contains(&format!("kind=\"{k}\"")))
+            })
+            .filter_map(|l| log_time(l))
+            .collect()
+    };
+    let giver_i = 1 - receiver;
+    let (g, r) = (&lines[giver_i], &lines[receiver]);
+    assert!(
+        disruptive_at(g).iter().all(|t| *t < handed_at),
+        "{giver} wrote to its host after it handed the slot on:\n{}",
+        g.join("\n")
+    );
+    let first = disruptive_at(r);
+    assert!(
+        !first.is_empty() && first.iter().all(|t| *t > handed_at),
+        "{to} restarted its server before the slot was handed to it:\n{}",
+        r.join("\n")
+    );
+    assert!(
+        !r.iter().any(|l| l.contains("pool slot granted")),
+        "{to} asked for the slot it was handed:\n{}",
+        r.join("\n")
+    );
+    assert!(
+        r.iter().any(|l| l.contains("pool slot released")),
+        "{}",
+        r.join("\n")
+    );
+    eprintln!(
+        "[kube_webhook] {giver} handed its slot on to {to} through the webhook; {to}'s first disruptive write {:.0} ms after",
+        (first[0] - handed_at) * 1000.0
+    );
+    drop(agents);
+    webhook.kill().ok();
+    webhook.wait().ok();
+    report_duration(
+        "a_slot_given_back_is_handed_on_to_the_next_member_through_the_webhook",
+        t0,
+    );
+}
+
+fn epoch_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// The timestamp a log line begins with, in seconds since the epoch.
+fn log_time(line: &str) -> Option<f64> {
+    let t: jiff::Timestamp = line.split_whitespace().next()?.parse().ok()?;
+    Some(t.as_nanosecond() as f64 / 1e9)
+}
+
 /// Issue 37 on the real API server: the agent of kpro6 may neither clear the pool's failure (a
 /// person's to remove) nor give node other's member a slot nor free it; its own member's entry
 /// it may write.
