@@ -7,7 +7,8 @@
 #
 #   e2e/bench/binding.sh [ROUNDS]        (default 7; needs e2e/test-all.sh's VM set-up)
 # OTHER_BIN=FILE: another gpuplane build timed the same way in the same boot, alternated with the
-# rest ("other": e.g. the previous main's release binary), and the per-round ratios printed.
+# rest ("other": e.g. the previous main's release binary; "agent-other": its running agent, the
+# two agents paused in turn), and the per-round ratios printed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${1:-7}
@@ -47,11 +48,12 @@ for k, v in t.items():
     print(show(k, v))
 if "bare" in t:
     b = statistics.median(t["bare"])
-    for k in ("driverctl", "gpuplane", "agent", "other"):
+    for k in ("driverctl", "gpuplane", "agent", "other", "agent-other"):
         if k in t:
             print(f"{k} / bare: {statistics.median(t[k]) / b:.2f}x")
 # Per round (the ways alternate within a round): the median of each round's ratio.
-for a, b in (("gpuplane", "driverctl"), ("other", "driverctl"), ("gpuplane", "other"), ("agent", "bare")):
+for a, b in (("gpuplane", "driverctl"), ("other", "driverctl"), ("gpuplane", "other"), ("agent", "bare"),
+             ("agent-other", "bare"), ("agent", "agent-other")):
     if a in rounds and b in rounds:
         r = [rounds[a][k] / rounds[b][k] for k in rounds[a] if k in rounds[b] and rounds[b][k] > 0]
         print(f"{a} / {b}, per round: median {statistics.median(r):.2f}x  ({', '.join(f'{x:.2f}' for x in r)})")

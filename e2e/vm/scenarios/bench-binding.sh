@@ -37,27 +37,48 @@ THERE=$(cat $M/there/p.yaml); BACK=$(cat $M/back/p.yaml)
 GPUPLANE_LOG=${AGENT_LOG:-warn} NO_COLOR=1 \
   $G run --manifests $M/live --status-dir /tmp/st --metrics-addr 127.0.0.1:9465 --drift-interval 3600 $GP \
   > /tmp/agent.log 2>&1 &
+APID=$!
 AST=/tmp/st/GpuPartition-vmhost.yaml
 exec 9<> <(:)
 # on DRIVER: both devices on DRIVER (shell builtins only: the wait must not load the VM)
 on() { for d in $DEVS; do [[ /sys/bus/pci/devices/$d/driver -ef /sys/bus/pci/drivers/$1 ]] || return 1; done; }
-# agent_move TEXT DRIVER: replaces the manifest, waits (10 ms steps, at most 60 s) until the agent
-# rewrote its status and both devices are on DRIVER
-agent_move() { : > /tmp/ref; printf '%s\n' "$1" > $M/live/p.yaml; local n=0
-  until [[ $AST -nt /tmp/ref ]] && on "$2"; do read -t 0.01 -u 9; n=$((n + 1)); [ $n -gt 6000 ] && { echo "NOTE agent did not converge to $2"; tail -5 /tmp/agent.log; return; }; done; }
+# agent_move TEXT DRIVER [DIR STATUS LOG]: replaces the manifest in DIR (default $M/live), waits
+# (10 ms steps, at most 60 s) until the agent rewrote STATUS and both devices are on DRIVER
+agent_move() { local dir=${3:-$M/live} st=${4:-$AST} log=${5:-/tmp/agent.log}; : > /tmp/ref
+  printf '%s\n' "$1" > $dir/p.yaml; local n=0
+  until [[ $st -nt /tmp/ref ]] && on "$2"; do read -t 0.01 -u 9; n=$((n + 1)); [ $n -gt 6000 ] && { echo "NOTE agent did not converge to $2"; tail -5 $log; return; }; done; }
 ag_there() { agent_move "$THERE" vfio-pci; }
 ag_back() { agent_move "$BACK" bochs-drm; }
 until [ -f $AST ]; do sleep 0.2; done
+# OTHER's agent ("agent-other"), on its own directory and status files, started once too. Two
+# agents would both converge the host, so one is paused (SIGSTOP) while the other moves; each
+# way ends where it began (back), so each finds the host as it left it.
+AST2=/tmp/st2/GpuPartition-vmhost.yaml
+if [ -n "${OTHER:-}" ]; then
+  mkdir -p $M/live2 /tmp/st2; cp $M/back/p.yaml $M/live2/p.yaml
+  GPUPLANE_LOG=warn NO_COLOR=1 $OTHER run --manifests $M/live2 --status-dir /tmp/st2 \
+    --metrics-addr 127.0.0.1:9466 --drift-interval 3600 $GP > /tmp/agent2.log 2>&1 &
+  APID2=$!
+  until [ -f $AST2 ]; do sleep 0.2; done
+  kill -STOP $APID2
+fi
+# switch_to main|other: the agent that moves next runs, the other is paused (not timed).
+switch_to() { [ -n "${OTHER:-}" ] || return 0
+  if [ "$1" = other ]; then kill -STOP $APID; kill -CONT $APID2; else kill -STOP $APID2; kill -CONT $APID; fi; sleep 0.3; }
+ao_there() { agent_move "$THERE" vfio-pci $M/live2 $AST2 /tmp/agent2.log; }
+ao_back() { agent_move "$BACK" bochs-drm $M/live2 $AST2 /tmp/agent2.log; }
 # Another gpuplane build to compare with (bench.env: OTHER=/usr/local/bin/<file>).
 go_there() { $OTHER converge -f $M/there $GP > /dev/null 2>&1 || echo "NOTE other there failed"; }
 go_back() { $OTHER converge -f $M/back $GP > /dev/null 2>&1 || echo "NOTE other back failed"; }
-METHODS="bare driverctl gpuplane agent${OTHER:+ other}"
+METHODS="bare driverctl gpuplane agent${OTHER:+ other agent-other}"
 # A first gpuplane run each way outside the figures: page cache, the binary's first load.
 gp_there; gp_back; ag_there; ag_back
+[ -n "${OTHER:-}" ] && { go_there; go_back; switch_to other; ao_there; ao_back; switch_to main; }
 echo "== rounds: $ROUNDS"
 for r in $(seq 1 $ROUNDS); do
   for m in $METHODS; do
-    case $m in bare) a=bare_there; b=bare_back;; driverctl) a=dc_there; b=dc_back;; gpuplane) a=gp_there; b=gp_back;; agent) a=ag_there; b=ag_back;; other) a=go_there; b=go_back;; esac
+    case $m in bare) a=bare_there; b=bare_back;; driverctl) a=dc_there; b=dc_back;; gpuplane) a=gp_there; b=gp_back;; agent) a=ag_there; b=ag_back;; other) a=go_there; b=go_back;;
+      agent-other) a=ao_there; b=ao_back; switch_to other;; esac
     # Only the moves are timed (EPOCHREALTIME, no process started), not the look at where
     # the devices went.
     t0=${EPOCHREALTIME/./}; $a; t1=${EPOCHREALTIME/./}; w1=$(where)
@@ -65,6 +86,7 @@ for r in $(seq 1 $ROUNDS); do
     there=$(( (t1 - t0) / 1000 )); back=$(( (t3 - t2) / 1000 ))
     echo "TIME $m $r $(( there + back )) there=$there back=$back"
     echo "DRV $m $r there: $w1 back: $w2"
+    [ "$m" = agent-other ] && switch_to main
   done
 done
 # bench.env AGENT_LOG=gpuplane=debug: the agent's timeline of the last move back
@@ -82,4 +104,10 @@ for r in $(seq 1 $ROUNDS); do
   echo "PART start $r $(( (t1 - t0) / 1000 ))"
   echo "PART observe $r $(( (t2 - t1) / 1000 ))"
   echo "PART converged-converge $r $(( (t3 - t2) / 1000 ))"
+  if [ -n "${OTHER:-}" ]; then
+    now; t0=$T; $OTHER observe $GP --output json >/dev/null; now; t1=$T
+    $OTHER converge -f $M/back $GP >/dev/null 2>&1; now; t2=$T
+    echo "PART other-observe $r $(( (t1 - t0) / 1000 ))"
+    echo "PART other-converged-converge $r $(( (t2 - t1) / 1000 ))"
+  fi
 done
