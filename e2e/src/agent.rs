@@ -347,3 +347,39 @@ pub fn show_writes(title: &str, writes: &[(String, String)]) {
         eprintln!("    {k:<18} {t}");
     }
 }
+
+/// Seconds since the epoch, now (to compare with [`log_time`]).
+pub fn epoch_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Seconds since the epoch of a log line's leading timestamp, as tracing writes it in UTC
+/// (`2026-12-06T00:30:01.123456Z ...`).
+pub fn log_time(line: &str) -> Option<f64> {
+    let t: jiff::Timestamp = line.split_whitespace().next()?.parse().ok()?;
+    Some(t.as_nanosecond() as f64 / 1e9)
+}
+
+/// Whether a host write (its `kind` and text in the agent's `host write:` line) disrupts the
+/// host's users, as `plan/disruption.rs` counts them.
+pub fn disruptive(kind: &str, text: &str) -> bool {
+    matches!(
+        kind,
+        "stopUnit" | "stopContainer" | "unbind" | "returnToHostDriver" | "reboot" | "removeUnit"
+    ) || (kind == "startUnit" && text.starts_with("restart"))
+}
+
+/// The time of each disruptive host write ([`disruptive`]) among an agent's log `lines`.
+pub fn disruptive_writes<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<f64> {
+    lines
+        .into_iter()
+        .filter_map(|l| {
+            let rest = l.split_once("host write: ")?.1;
+            let (text, kind) = rest.rsplit_once(" kind=").unwrap_or((rest, ""));
+            disruptive(kind.trim_matches('"'), text.trim()).then(|| log_time(l))?
+        })
+        .collect()
+}

@@ -28,7 +28,7 @@ mod gitops;
 
 use gitops::{argo_dir, flux_expr_for, flux_status, lua_health};
 use gpuplane_crds::kstatus::{self, Kstatus};
-use gpuplane_e2e::agent::{Agent, AgentOpts};
+use gpuplane_e2e::agent::{disruptive, epoch_now, log_time, Agent, AgentOpts};
 use gpuplane_e2e::fleet::{
     agent_node, agent_server, node_host_file, partition, server, slot_holders,
 };
@@ -669,29 +669,6 @@ fn add_kernel_log(host: &std::path::Path, line: &str) {
     let tmp = host.with_extension("klog-tmp");
     std::fs::write(&tmp, serde_yaml::to_string(&y).unwrap()).unwrap();
     std::fs::rename(&tmp, host).unwrap();
-}
-
-/// Seconds since the epoch, now.
-fn epoch_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-/// Seconds since the epoch of a log line's leading timestamp, as tracing writes it in UTC
-/// (`2026-12-06T00:30:01.123456Z ...`).
-fn log_time(line: &str) -> Option<f64> {
-    let t: jiff::Timestamp = line.split_whitespace().next()?.parse().ok()?;
-    Some(t.as_nanosecond() as f64 / 1e9)
-}
-
-/// The host writes that disrupt the host's users (as `plan/disruption.rs` counts them).
-fn disruptive(kind: &str, text: &str) -> bool {
-    matches!(
-        kind,
-        "stopUnit" | "stopContainer" | "unbind" | "returnToHostDriver" | "reboot" | "removeUnit"
-    ) || (kind == "startUnit" && text.starts_with("restart"))
 }
 
 /// One agent's slot grants and releases (in time order: `true` a grant) and its disruptive host

@@ -673,7 +673,7 @@ fn an_agent_token_reaches_only_its_own_nodes_objects_and_lease() {
 /// starts disrupting only after the giver was done. Judged from the agents' own logs.
 #[test]
 fn a_slot_given_back_is_handed_on_to_the_next_member_through_the_webhook() {
-    use gpuplane_e2e::agent::{Agent, AgentOpts};
+    use gpuplane_e2e::agent::{disruptive_writes, epoch_now, log_time, Agent, AgentOpts};
     use gpuplane_e2e::fleet::{node_host_file, partition, server};
     use gpuplane_e2e::kube::ready_for_generation;
     let t0 = Instant::now();
@@ -757,16 +757,7 @@ fn a_slot_given_back_is_handed_on_to_the_next_member_through_the_webhook() {
         .unwrap_or_else(|| panic!("no member handed its slot on:\n{}", texts.join("\n")));
     let receiver = nodes.iter().position(|n| *n != giver).unwrap();
     assert_eq!(to, nodes[receiver], "the slot went to the other member");
-    let disruptive_at = |ls: &[String]| -> Vec<f64> {
-        ls.iter()
-            .filter(|l| {
-                ["stopUnit", "stopContainer", "unbind", "startUnit"]
-                    .iter()
-                    .any(|k| l.contains(&format!("kind=\"{k}\"")))
-            })
-            .filter_map(|l| log_time(l))
-            .collect()
-    };
+    let disruptive_at = |ls: &[String]| disruptive_writes(ls.iter().map(String::as_str));
     let giver_i = 1 - receiver;
     let (g, r) = (&lines[giver_i], &lines[receiver]);
     assert!(
@@ -801,19 +792,6 @@ fn a_slot_given_back_is_handed_on_to_the_next_member_through_the_webhook() {
         "a_slot_given_back_is_handed_on_to_the_next_member_through_the_webhook",
         t0,
     );
-}
-
-fn epoch_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-/// The timestamp a log line begins with, in seconds since the epoch.
-fn log_time(line: &str) -> Option<f64> {
-    let t: jiff::Timestamp = line.split_whitespace().next()?.parse().ok()?;
-    Some(t.as_nanosecond() as f64 / 1e9)
 }
 
 /// Issue 37 on the real API server: the agent of kpro6 may neither clear the pool's failure (a
