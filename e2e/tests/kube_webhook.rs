@@ -68,8 +68,32 @@ fn certificate(dir: &Path) -> (String, String) {
     (cert.display().to_string(), key.display().to_string())
 }
 
+/// The webhook process, killed when dropped: a test that fails (panics) leaves none running.
+struct Webhook(Child);
+
+impl std::ops::Deref for Webhook {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Webhook {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        // SIGKILL ends it frozen (SIGSTOP) too; one that ended already was reaped by its test.
+        self.0.kill().ok();
+        self.0.wait().ok();
+    }
+}
+
 /// Starts `gpuplane webhook` with `agent_args` and waits until it accepts connections.
-fn start_webhook(c: &Cluster, port: u16, cert: &str, key: &str, agent_args: &[&str]) -> Child {
+fn start_webhook(c: &Cluster, port: u16, cert: &str, key: &str, agent_args: &[&str]) -> Webhook {
     let log = std::fs::File::create(c.cp.run.join("webhook.log")).expect("log");
     let child = Command::new(gpuplane_bin())
         .args(["webhook", "--listen", &format!("127.0.0.1:{port}")])
@@ -86,7 +110,7 @@ fn start_webhook(c: &Cluster, port: u16, cert: &str, key: &str, agent_args: &[&s
             .map(|_| ())
             .map_err(|e| e.to_string())
     });
-    child
+    Webhook(child)
 }
 
 /// The ValidatingWebhookConfiguration, as the chart writes it for Kubernetes 1.20 (no
@@ -451,7 +475,7 @@ fn as_agent(c: &Cluster, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
 /// Starts the webhook with the agent rules for the chart's agent ServiceAccount (node-bound
 /// tokens required, Leases in `gpuplane-system`), registers it with the spec entry's
 /// `spec_policy`, and creates the agents' pods: the webhook and its port.
-fn agent_webhook(c: &Cluster, spec_policy: &str) -> (Child, u16) {
+fn agent_webhook(c: &Cluster, spec_policy: &str) -> (Webhook, u16) {
     let (cert, key) = certificate(&c.cp.run);
     let port = free_ports(1)[0];
     let webhook = start_webhook(
@@ -972,7 +996,7 @@ fn the_agent_rules_hold(c: &Cluster, mine: &Path, during: &str) -> Duration {
 /// with slots of its own, so reviews are answered and the agent renews its Lease; and with the
 /// webhook frozen (SIGSTOP), a Lease renewal still passes (renewals fail open; a Lease's
 /// creation, the step a thief needs, still fails closed).
-fn lease_renewals_survive(c: &Cluster, mine: &Path, webhook: &mut Child, port: &str) {
+fn lease_renewals_survive(c: &Cluster, mine: &Path, webhook: &mut Webhook, port: &str) {
     let lease = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"gpuplane-node-kpro6","namespace":"gpuplane-system","labels":{"gpuplane.dev/node":"kpro6"}},"spec":{"holderIdentity":"agent-kpro6","leaseDurationSeconds":15}}"#;
     let o =
         c.cp.kubectl_as(mine, &["create", "-f", "-"])
