@@ -16,6 +16,10 @@
 //!   reader was behind (`EPIPE`) was dropped from the ring too.
 //!
 //! # Caveats
+//! When the ring's first record cannot be told at a look (the second handle failed to open or
+//! to read), that look drops nothing: it may hold records the ring has dropped since, never
+//! fewer than the ring holds.
+//!
 //! Under a test root (not `/`), `/dev/kmsg` is a plain text file with one message per line, read
 //! whole at each look.
 
@@ -65,12 +69,20 @@ pub fn records(f: &mut File, max: usize, mut each: impl FnMut(u64, &str)) {
 }
 
 /// The sequence number of the oldest record the ring holds: `lseek(SEEK_SET, 0)` moves a
-/// reader there; its next read returns that record. `None` when the ring is empty.
+/// reader there; its next read returns that record. A record overwritten between the seek and
+/// the read (`EPIPE`, a busy ring wrapping) is tried again, a few times. `None` when it cannot
+/// be told (an empty ring, a failed read).
 fn first_seq(f: &mut File) -> Option<u64> {
-    f.seek(SeekFrom::Start(0)).ok()?;
-    let mut first = None;
-    records(f, 1, |seq, _| first = Some(seq));
-    first
+    let mut buf = vec![0u8; 8192];
+    for _ in 0..3 {
+        f.seek(SeekFrom::Start(0)).ok()?;
+        match f.read(&mut buf) {
+            Ok(n) => return parse(&String::from_utf8_lossy(&buf[..n])).map(|(seq, _)| seq),
+            Err(e) if e.raw_os_error() == Some(32) => continue,
+            Err(_) => return None,
+        }
+    }
+    None
 }
 
 /// The kernel log as the last look read it, brought up to date at each look.
@@ -114,14 +126,13 @@ impl Mirror {
         while kept.len() > MAX_RECORDS {
             kept.pop_front();
         }
-        // What the kernel dropped from its ring since, the mirror drops too.
-        match self.probe.as_mut().and_then(first_seq) {
-            Some(first) => {
-                while kept.front().is_some_and(|(s, _)| *s < first) {
-                    kept.pop_front();
-                }
+        // What the kernel dropped from its ring since, the mirror drops too. When the ring's
+        // first record cannot be told, nothing is dropped: a record the reader consumed is
+        // never read again, so clearing on a failed probe would lose it for good.
+        if let Some(first) = self.probe.as_mut().and_then(first_seq) {
+            while kept.front().is_some_and(|(s, _)| *s < first) {
+                kept.pop_front();
             }
-            None => kept.clear(),
         }
     }
 }

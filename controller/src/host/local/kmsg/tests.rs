@@ -52,3 +52,24 @@ fn a_second_look_matches_a_fresh_read_of_the_ring() {
         fresh.len()
     );
 }
+
+/// A look whose ring's first record cannot be told drops nothing: what the reader consumed is
+/// never read again, so clearing it would lose the kernel log for the agent's life.
+#[test]
+fn a_failed_probe_keeps_what_was_read() {
+    if open().is_none() {
+        eprintln!("/dev/kmsg is not readable here: nothing to keep");
+        return;
+    }
+    let root = Root("/".into());
+    let mut m = Mirror::default();
+    let first = m.read(&root);
+    m.probe = None;
+    let second = m.read(&root);
+    assert!(
+        !first.is_empty() && second.starts_with(&first),
+        "{} bytes read, {} kept",
+        first.len(),
+        second.len()
+    );
+}
