@@ -180,14 +180,8 @@ impl Agent {
     pub fn host_writes(&self) -> Vec<(String, String)> {
         self.log_text()
             .lines()
-            .filter_map(|l| l.split_once("host write: ").map(|x| x.1))
-            .map(|rest| {
-                let (text, kind) = match rest.rsplit_once(" kind=") {
-                    Some((t, k)) => (t, k.trim_matches('"')),
-                    None => (rest, ""),
-                };
-                (kind.to_string(), text.trim().to_string())
-            })
+            .filter_map(host_write)
+            .map(|(kind, text)| (kind.to_string(), text.to_string()))
             .collect()
     }
 
@@ -372,14 +366,23 @@ pub fn disruptive(kind: &str, text: &str) -> bool {
     ) || (kind == "startUnit" && text.starts_with("restart"))
 }
 
+/// A `host write: TEXT kind="KIND"` log line as (kind, text); `None` for any other line.
+pub fn host_write(line: &str) -> Option<(&str, &str)> {
+    let rest = line.split_once("host write: ")?.1;
+    let (text, kind) = match rest.rsplit_once(" kind=") {
+        Some((t, k)) => (t, k.trim_matches('"')),
+        None => (rest, ""),
+    };
+    Some((kind, text.trim()))
+}
+
 /// The time of each disruptive host write ([`disruptive`]) among an agent's log `lines`.
 pub fn disruptive_writes<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<f64> {
     lines
         .into_iter()
         .filter_map(|l| {
-            let rest = l.split_once("host write: ")?.1;
-            let (text, kind) = rest.rsplit_once(" kind=").unwrap_or((rest, ""));
-            disruptive(kind.trim_matches('"'), text.trim()).then(|| log_time(l))?
+            let (kind, text) = host_write(l)?;
+            disruptive(kind, text).then(|| log_time(l))?
         })
         .collect()
 }

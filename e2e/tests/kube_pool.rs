@@ -28,7 +28,7 @@ mod gitops;
 
 use gitops::{argo_dir, flux_expr_for, flux_status, lua_health};
 use gpuplane_crds::kstatus::{self, Kstatus};
-use gpuplane_e2e::agent::{disruptive, epoch_now, log_time, Agent, AgentOpts};
+use gpuplane_e2e::agent::{disruptive, epoch_now, host_write, log_time, Agent, AgentOpts};
 use gpuplane_e2e::fleet::{
     agent_node, agent_server, node_host_file, partition, server, slot_holders,
 };
@@ -723,11 +723,8 @@ fn slot_logs(agents: &[Agent], from: f64, to: f64) -> Vec<SlotLog> {
                     log.waits.push(t);
                 } else if l.contains("pool slot granted") {
                     log.slot.push((t, true));
-                } else if let Some(rest) = l.split_once("host write: ").map(|x| x.1) {
-                    let (text, kind) = rest.rsplit_once(" kind=").unwrap_or((rest, ""));
-                    if disruptive(kind.trim_matches('"'), text.trim()) {
-                        log.writes.push(t);
-                    }
+                } else if host_write(l).is_some_and(|(kind, text)| disruptive(kind, text)) {
+                    log.writes.push(t);
                 }
             }
             log.slot.sort_by(|a, b| a.0.total_cmp(&b.0));
