@@ -92,9 +92,15 @@ step() {
 lane() { while read -r i kind name; do step "$i" "$kind" "$name"; done <"$1"; }
 # queue_lane FILE: runs FILE's next step until FILE is empty (a queue shared by every lane that
 # pops from it, under a lock).
+# A pop that cannot rewrite FILE (a full disk: `sed -i` writes a new file) stops the lane, where
+# it would run the same step again and again until the job's time ran out (seen in CI); its
+# steps then count as failed with no result.
 queue_lane() { local line
   while :; do
-    line=$({ flock 9; head -1 "$1"; sed -i 1d "$1"; } 9>"$1.lock")
+    if ! line=$({ flock 9; l=$(head -1 "$1") && { [ -z "$l" ] || sed -i 1d "$1"; } && printf '%s' "$l"; } 9>"$1.lock"); then
+      echo "== run-tests: cannot take the next target from $1 (is the disk full? df: $(df -Pk "$T" | awk 'NR==2 {print int($4 / 1024)}') MB free); this lane stops" >&2
+      return 1
+    fi
     [ -n "$line" ] || return 0
     # shellcheck disable=SC2086
     step $line
