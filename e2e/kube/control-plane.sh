@@ -122,8 +122,10 @@ spawn() {
   setsid "$@" </dev/null >>"$RUN/$name.log" 2>&1 &
   echo $! >"$RUN/$name.pid"
   # Until the background subshell has exec'd the component, its command line does not name RUN
-  # and pid_of would take it for dead (a race seen on loaded machines): wait for the exec.
-  for i in $(seq 1 100); do
+  # and pid_of would take it for dead (a race seen on loaded machines): wait for the exec, up to
+  # 60 s (5 s were once too few beside two TCG guests: the CRD server's discovery front was
+  # called dead with an empty log, CI 2026-12-07).
+  for i in $(seq 1 1200); do
     pid_of "$name" >/dev/null && return 0
     [ -d "/proc/$!" ] || return 0
     sleep 0.05
@@ -301,7 +303,7 @@ wait_crds() {
     [ "$(curl -s --cacert "$RUN/ca.crt" --cert "$RUN/admin.crt" --key "$RUN/admin.key" -o /dev/null \
       -w '%{http_code}' "$URL/apis/apiextensions.k8s.io/v1/customresourcedefinitions" 2>/dev/null)" = 200 ] && return 0
     pid_of kube-apiserver >/dev/null || { why_dead kube-apiserver; tail -30 "$RUN/kube-apiserver.log" >&2 || true; die "the CRD server exited (log: $RUN/kube-apiserver.log)"; }
-    pid_of discovery-front >/dev/null || { tail -30 "$RUN/discovery-front.log" >&2 || true; die "the discovery front exited (log: $RUN/discovery-front.log)"; }
+    pid_of discovery-front >/dev/null || { why_dead discovery-front; tail -30 "$RUN/discovery-front.log" >&2 || true; die "the discovery front exited (log: $RUN/discovery-front.log)"; }
     sleep 0.25
   done
   die "the CRD server did not list CRDs after ${READY_TIMEOUT}s (log: $RUN/kube-apiserver.log)"
