@@ -123,8 +123,8 @@ spawn() {
   echo $! >"$RUN/$name.pid"
   # Until the background subshell has exec'd the component, its command line does not name RUN
   # and pid_of would take it for dead (a race seen on loaded machines): wait for the exec, up to
-  # 60 s (5 s were once too few beside two TCG guests: the CRD server's discovery front was
-  # called dead with an empty log, CI 2026-12-07).
+  # 60 s. (A loaded run once called the CRD server's discovery front dead within 1.5 s, its log
+  # empty; why is not known: wait_crds now says what pid_of saw, with why_dead.)
   for i in $(seq 1 1200); do
     pid_of "$name" >/dev/null && return 0
     [ -d "/proc/$!" ] || return 0
