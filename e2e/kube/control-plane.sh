@@ -113,6 +113,15 @@ stop_component() {
   rm -f "$RUN/$name.pid"
 }
 
+# alive_or_die NAME WHAT: returns while NAME runs; else dies "WHAT exited", after what pid_of saw
+# (why_dead) and the tail of NAME's log.
+alive_or_die() {
+  pid_of "$1" >/dev/null && return 0
+  why_dead "$1"
+  tail -30 "$RUN/$1.log" >&2 || true
+  die "$2 exited (log: $RUN/$1.log)"
+}
+
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # Starts "$@" detached (own session, no inherited stdio, so callers that capture our output do not
@@ -236,7 +245,7 @@ start_etcd() {
   local i
   for i in $(seq 1 $((READY_TIMEOUT * 5))); do
     curl -sf "http://127.0.0.1:$EPORT/health" 2>/dev/null | grep -q '"health":"true"' && return 0
-    pid_of etcd >/dev/null || { tail -20 "$RUN/etcd.log" >&2 || true; die "etcd exited (log: $RUN/etcd.log)"; }
+    alive_or_die etcd etcd
     sleep 0.2
   done
   tail -20 "$RUN/etcd.log" >&2
@@ -289,7 +298,7 @@ wait_ready() {
   tok=$(admin_token)
   for i in $(seq 1 $((READY_TIMEOUT * 4))); do
     [ "$(curl -s --cacert "$RUN/ca.crt" -H "Authorization: Bearer $tok" -o /dev/null -w '%{http_code}' "$URL/readyz" 2>/dev/null)" = 200 ] && return 0
-    pid_of kube-apiserver >/dev/null || { why_dead kube-apiserver; tail -30 "$RUN/kube-apiserver.log" >&2 || true; die "kube-apiserver exited (log: $RUN/kube-apiserver.log)"; }
+    alive_or_die kube-apiserver kube-apiserver
     sleep 0.25
   done
   curl -s --cacert "$RUN/ca.crt" -H "Authorization: Bearer $tok" "$URL/readyz?verbose" >&2 || true
@@ -302,8 +311,8 @@ wait_crds() {
   for i in $(seq 1 $((READY_TIMEOUT * 4))); do
     [ "$(curl -s --cacert "$RUN/ca.crt" --cert "$RUN/admin.crt" --key "$RUN/admin.key" -o /dev/null \
       -w '%{http_code}' "$URL/apis/apiextensions.k8s.io/v1/customresourcedefinitions" 2>/dev/null)" = 200 ] && return 0
-    pid_of kube-apiserver >/dev/null || { why_dead kube-apiserver; tail -30 "$RUN/kube-apiserver.log" >&2 || true; die "the CRD server exited (log: $RUN/kube-apiserver.log)"; }
-    pid_of discovery-front >/dev/null || { why_dead discovery-front; tail -30 "$RUN/discovery-front.log" >&2 || true; die "the discovery front exited (log: $RUN/discovery-front.log)"; }
+    alive_or_die kube-apiserver "the CRD server"
+    alive_or_die discovery-front "the discovery front"
     sleep 0.25
   done
   die "the CRD server did not list CRDs after ${READY_TIMEOUT}s (log: $RUN/kube-apiserver.log)"
