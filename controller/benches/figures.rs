@@ -9,6 +9,8 @@
 //!   sysfs/proc files read through the local backend);
 //! - the health mark a waiting agent takes every second (captured H200 host), and the judgment
 //!   of a GPU with a full kernel log of Xids (issue 40);
+//! - the holder scan of this machine's `/proc` with 300 busy processes more, on one thread and
+//!   split over the CPUs (it runs in every observation and right before every unbind);
 //! - the planner on the reference host scaled to 8, 64 and 512 GPUs (each of the 8 GPUs
 //!   repeated under new PCI domains, the slices and their consumers with them).
 //!
@@ -235,6 +237,8 @@ fn main() {
         },
     );
 
+    holder_scan(n);
+
     let observed = twin.clone().observe().expect("observe");
     for gpus in [8usize, 64, 512] {
         let (h, d) = scaled(&observed, &desired, gpus / 8);
@@ -306,4 +310,93 @@ fn main() {
             )
         },
     );
+}
+
+/// Busy-host processes for the holder scan's figure: each a `sleep` holding `/dev/null` on
+/// 67 descriptors (a serving host's processes hold hundreds: sockets, shared memory, the GPU's
+/// nodes). Killed when dropped.
+struct Busy(Vec<std::process::Child>);
+
+const BUSY_PROCESSES: usize = 300;
+const BUSY_FDS: usize = 67;
+
+impl Busy {
+    fn start() -> Busy {
+        let children = (0..BUSY_PROCESSES)
+            .map(|_| {
+                std::process::Command::new("bash")
+                    .args([
+                        "-c",
+                        "for i in {3..66}; do eval \"exec $i</dev/null\"; done; exec sleep 600",
+                    ])
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .expect("bash")
+            })
+            .collect();
+        let busy = Busy(children);
+        let ready = |c: &std::process::Child| {
+            std::fs::read_dir(format!("/proc/{}/fd", c.id())).map_or(0, |d| d.count()) >= BUSY_FDS
+                && std::fs::read_to_string(format!("/proc/{}/comm", c.id()))
+                    .is_ok_and(|s| s.trim() == "sleep")
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !busy.0.iter().all(ready) {
+            assert!(
+                Instant::now() < deadline,
+                "the busy processes did not start within 60 s; no figure is printed"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        busy
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The holder scan (`/proc/*/fd` of every process, run in every observation and right before
+/// every unbind) of this machine with [`BUSY_PROCESSES`] more processes, on one thread and split
+/// over the CPUs; each checks that it found every busy process holding "the device".
+fn holder_scan(n: usize) {
+    use gpuplane::host::local::holders::{scan_nodes_using, Nodes};
+    use gpuplane::host::local::Root;
+    if !wanted("holder scan") {
+        return;
+    }
+    let busy = Busy::start();
+    let mut nodes = Nodes::default();
+    nodes.paths.insert("/dev/null".into());
+    let nodes = vec![("0000:01:00.0".to_string(), nodes)];
+    let root = Root("/".into());
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+    for threads in [1, 8] {
+        let name = format!(
+            "holder scan of /proc, {BUSY_PROCESSES} busy processes × {BUSY_FDS} descriptors, {}",
+            if threads == 1 {
+                "1 thread".to_string()
+            } else {
+                format!("up to {threads} threads ({cpus} CPUs)")
+            }
+        );
+        bench(&name, 20 * n, || {
+            let found = scan_nodes_using(&root, &nodes, threads);
+            let pids: std::collections::BTreeSet<u32> =
+                found.values().flatten().map(|h| h.pid).collect();
+            assert!(
+                busy.0.iter().all(|c| pids.contains(&c.id())),
+                "every busy process is found holding the node"
+            );
+            let procs = std::fs::read_dir("/proc").map_or(0, |d| d.count());
+            format!("{} holders found, ~{procs} /proc entries", pids.len())
+        });
+    }
 }

@@ -123,36 +123,97 @@ pub fn fd_target(link: &std::path::Path) -> (String, Option<(u32, u32)>) {
 
 /// Scans `/proc` once and returns the holders of each device.
 pub fn scan(root: &Root, devices: &BTreeMap<String, PciDevice>) -> BTreeMap<String, Vec<Holder>> {
-    let nodes: Vec<(String, Nodes)> = devices
+    scan_nodes(root, &all_nodes(root, devices))
+}
+
+/// The nodes of each of `devices` that has any, by address: what [`scan_nodes`] looks for.
+pub fn all_nodes(root: &Root, devices: &BTreeMap<String, PciDevice>) -> Vec<(String, Nodes)> {
+    devices
         .values()
         .map(|d| (d.address.clone(), nodes_of(root, d)))
         .filter(|(_, n)| !n.paths.is_empty() || !n.numbers.is_empty())
-        .collect();
+        .collect()
+}
+
+/// A holder scan started on a thread of its own, so that the caller reads the rest of the host
+/// meanwhile; [`HolderScan::finish`] gives its answer.
+///
+/// # Guarantees
+/// [`scan_nodes`]'s answer, whatever happens to the thread: one that cannot be started leaves
+/// the scan to `finish`, one that panics panics `finish`.
+pub struct HolderScan(Scan);
+
+type Answer = BTreeMap<String, Vec<Holder>>;
+
+enum Scan {
+    Running(std::thread::JoinHandle<Answer>),
+    Left(std::sync::Arc<(Root, Vec<(String, Nodes)>)>),
+}
+
+impl HolderScan {
+    /// Starts the scan of `nodes` (as [`all_nodes`] makes them).
+    pub fn start(root: &Root, nodes: Vec<(String, Nodes)>) -> HolderScan {
+        let job = std::sync::Arc::new((Root(root.0.clone()), nodes));
+        let theirs = job.clone();
+        let started = std::thread::Builder::new()
+            .name("holder-scan".into())
+            .spawn(move || scan_nodes(&theirs.0, &theirs.1));
+        HolderScan(match started {
+            Ok(h) => Scan::Running(h),
+            Err(_) => Scan::Left(job),
+        })
+    }
+
+    /// The holders of each device, by address.
+    pub fn finish(self) -> Answer {
+        match self.0 {
+            Scan::Running(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            Scan::Left(job) => scan_nodes(&job.0, &job.1),
+        }
+    }
+}
+
+/// At most this many threads walk `/proc` in one scan.
+const SCAN_THREADS_MAX: usize = 8;
+/// A thread is given at least this many processes: fewer cost less than starting it.
+const PIDS_PER_THREAD_MIN: usize = 32;
+
+/// Scans `/proc` once and returns the holders of the devices whose nodes are `nodes` (by
+/// address, as [`all_nodes`] makes them).
+///
+/// The processes are split over up to [`SCAN_THREADS_MAX`] threads (one per CPU the agent may
+/// use, each with at least [`PIDS_PER_THREAD_MIN`] processes): a busy host runs thousands of
+/// processes with hundreds of descriptors each, and this walk is most of an observation's time
+/// and runs right before every unbind.
+///
+/// # Guarantees
+/// The same answer as one thread would give, in the same order (by `/proc`'s listing). A thread
+/// that cannot be started leaves its share to the calling thread; one that panics panics the
+/// caller — never a scan that silently skipped processes, since an empty answer lets an unbind
+/// go ahead.
+pub fn scan_nodes(root: &Root, nodes: &[(String, Nodes)]) -> BTreeMap<String, Vec<Holder>> {
+    scan_nodes_using(root, nodes, SCAN_THREADS_MAX)
+}
+
+/// [`scan_nodes`] on at most `max_threads` threads (the benchmark compares one thread with the
+/// default).
+pub fn scan_nodes_using(
+    root: &Root,
+    nodes: &[(String, Nodes)],
+    max_threads: usize,
+) -> BTreeMap<String, Vec<Holder>> {
     let mut out: BTreeMap<String, Vec<Holder>> = BTreeMap::new();
     if nodes.is_empty() {
         return out;
     }
     let self_pid = std::process::id();
-    for pid_s in root.list("/proc") {
-        let Ok(pid) = pid_s.parse::<u32>() else {
-            continue;
-        };
-        if pid == self_pid && root.is_real() {
-            continue;
-        }
-        let fd_dir = format!("/proc/{pid}/fd");
-        let mut held: BTreeSet<&str> = BTreeSet::new();
-        for fd in root.list(&fd_dir) {
-            let (target, number) = fd_target(&root.path(&format!("{fd_dir}/{fd}")));
-            for (addr, n) in &nodes {
-                if n.paths.contains(&target) || number.is_some_and(|x| n.numbers.contains(&x)) {
-                    held.insert(addr.as_str());
-                }
-            }
-        }
-        if held.is_empty() {
-            continue;
-        }
+    let pids: Vec<u32> = root
+        .list("/proc")
+        .iter()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .filter(|&pid| !(pid == self_pid && root.is_real()))
+        .collect();
+    for (pid, held) in split_over_threads(&pids, max_threads, |chunk| held_by(root, chunk, nodes)) {
         let command = root
             .read(&format!("/proc/{pid}/comm"))
             .map(|s| s.trim().to_string())
@@ -162,8 +223,8 @@ pub fn scan(root: &Root, devices: &BTreeMap<String, PciDevice>) -> BTreeMap<Stri
                 .read(&format!("/proc/{pid}/cgroup"))
                 .unwrap_or_default(),
         );
-        for addr in held {
-            out.entry(addr.to_string()).or_default().push(Holder {
+        for i in held {
+            out.entry(nodes[i].0.clone()).or_default().push(Holder {
                 pid,
                 command: command.clone(),
                 container,
@@ -173,6 +234,68 @@ pub fn scan(root: &Root, devices: &BTreeMap<String, PciDevice>) -> BTreeMap<Stri
         }
     }
     out
+}
+
+/// The processes of `pids` that hold any of `nodes`, each with the indices (into `nodes`) of
+/// the devices it holds.
+fn held_by(root: &Root, pids: &[u32], nodes: &[(String, Nodes)]) -> Vec<(u32, BTreeSet<usize>)> {
+    let mut found = Vec::new();
+    for &pid in pids {
+        let fd_dir = format!("/proc/{pid}/fd");
+        let mut held: BTreeSet<usize> = BTreeSet::new();
+        for fd in root.list(&fd_dir) {
+            let (target, number) = fd_target(&root.path(&format!("{fd_dir}/{fd}")));
+            for (i, (_, n)) in nodes.iter().enumerate() {
+                if n.paths.contains(&target) || number.is_some_and(|x| n.numbers.contains(&x)) {
+                    held.insert(i);
+                }
+            }
+        }
+        if !held.is_empty() {
+            found.push((pid, held));
+        }
+    }
+    found
+}
+
+/// `work` over `items` split in consecutive chunks, one scoped thread each (see
+/// [`scan_nodes`]'s guarantees), the answers concatenated in the items' order.
+fn split_over_threads<T: Sync, R: Send>(
+    items: &[T],
+    max_threads: usize,
+    work: impl Fn(&[T]) -> Vec<R> + Sync,
+) -> Vec<R> {
+    let threads = threads_for(items.len()).min(max_threads);
+    if threads <= 1 {
+        return work(items);
+    }
+    let work = &work;
+    std::thread::scope(|s| {
+        let chunks = items.chunks(items.len().div_ceil(threads));
+        let started: Vec<_> = chunks
+            .map(|c| {
+                let t = std::thread::Builder::new().spawn_scoped(s, move || work(c));
+                (c, t)
+            })
+            .collect();
+        let mut out = Vec::new();
+        for (c, t) in started {
+            match t {
+                Ok(h) => out.extend(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
+                Err(_) => out.extend(work(c)),
+            }
+        }
+        out
+    })
+}
+
+/// How many threads a scan of `n` processes uses.
+fn threads_for(n: usize) -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cpus = *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |c| c.get()));
+    cpus.min(SCAN_THREADS_MAX)
+        .min(n.div_ceil(PIDS_PER_THREAD_MIN))
+        .max(1)
 }
 
 #[cfg(test)]

@@ -47,6 +47,7 @@ use crate::proxmox::lxc_conf::{DesiredGpuMounts, LxcConfig, MountStyle};
 use crate::proxmox::pci_cfg::PciCfg;
 use crate::step::Step;
 pub use error::LocalError;
+use holders::HolderScan;
 use pci::GpuFilter;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -474,12 +475,9 @@ impl LocalHost {
                 .map(|d| d.address.clone())
                 .collect(),
         );
-        for (addr, hs) in holders::scan(&self.root, &devices) {
-            if let Some(d) = devices.get_mut(&addr) {
-                d.holders = hs;
-            }
-        }
-        lap("holders");
+        // The holder scan (most of an observation on a busy host) runs beside the parts below,
+        // which neither need nor change the devices' holders.
+        let scan = HolderScan::start(&self.root, holders::all_nodes(&self.root, &devices));
         for (addr, (uuid, serial)) in self.nvml_ids(&devices) {
             if let Some(d) = devices.get_mut(&addr) {
                 d.identity.uuid = Some(uuid);
@@ -512,6 +510,12 @@ impl LocalHost {
             st.pci_mappings = pve::mappings(self, &st.node_name);
         }
         lap("proxmox");
+        for (addr, hs) in scan.finish() {
+            if let Some(d) = st.pci_devices.get_mut(&addr) {
+                d.holders = hs;
+            }
+        }
+        lap("holders");
         self.observe_watched_units(&mut st);
         self.observe_holder_units(&mut st);
         self.observe_managed_host_units(&mut st);

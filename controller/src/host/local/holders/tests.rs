@@ -55,3 +55,60 @@ fn only_a_dev_target_is_followed() {
     std::os::unix::fs::symlink("socket:[1234]", &sock).unwrap();
     assert_eq!(fd_target(&sock), ("socket:[1234]".to_string(), None));
 }
+
+#[test]
+fn a_split_scan_answers_as_one_thread_would() {
+    let items: Vec<u32> = (0..1000).collect();
+    let odd = |c: &[u32]| c.iter().copied().filter(|x| x % 2 == 1).collect::<Vec<_>>();
+    assert_eq!(
+        split_over_threads(&items, 8, odd),
+        odd(&items),
+        "all, in order"
+    );
+    assert_eq!(
+        split_over_threads(&items, 1, odd),
+        odd(&items),
+        "one thread"
+    );
+    assert_eq!(split_over_threads(&items[..3], 8, odd), vec![1]);
+    assert!(split_over_threads(&[] as &[u32], 8, odd).is_empty());
+    assert!(threads_for(1) == 1 && threads_for(10_000) <= SCAN_THREADS_MAX);
+}
+
+#[test]
+#[should_panic(expected = "a scan thread failed")]
+fn a_scan_thread_that_panics_is_not_an_empty_answer() {
+    let items: Vec<u32> = (0..1000).collect();
+    split_over_threads(&items, 8, |c: &[u32]| -> Vec<u32> {
+        if c.contains(&999) {
+            panic!("a scan thread failed");
+        }
+        c.to_vec()
+    });
+}
+
+#[test]
+fn this_machines_proc_shows_a_child_that_holds_a_node() {
+    // The real /proc (every process's descriptors, split over threads): a child whose stdin is
+    // /dev/null holds "the device" /dev/null.
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut n = Nodes::default();
+    n.paths.insert("/dev/null".into());
+    let found = scan_nodes(&Root("/".into()), &[("0000:01:00.0".into(), n)]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let holders = &found["0000:01:00.0"];
+    let h = holders
+        .iter()
+        .find(|h| h.pid == child.id())
+        .expect("the child is seen");
+    assert_eq!(h.command, "sleep");
+    assert!(
+        holders.iter().all(|h| h.pid != std::process::id()),
+        "the agent itself is never its own GPU's holder"
+    );
+}
