@@ -99,28 +99,6 @@ fn attribution(cgroup: &str) -> (Option<u32>, Option<u32>, Option<String>) {
     (container, vm, unit)
 }
 
-/// What one `/proc/<pid>/fd/<n>` link names: its target, and the device numbers when the target
-/// is a character device under `/dev`.
-///
-/// # Guarantees
-/// Only a `/dev/...` target is `stat`ed: reading the link never touches the file, but a `stat`
-/// follows it into its file system, and a file on a hung FUSE or NFS mount would block the scan
-/// (and `observe`) for good. Device nodes live under `/dev` in every mount namespace.
-pub fn fd_target(link: &std::path::Path) -> (String, Option<(u32, u32)>) {
-    let target = std::fs::read_link(link)
-        .map(|t| t.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let number = if target.starts_with("/dev/") {
-        std::fs::metadata(link)
-            .ok()
-            .filter(|m| m.file_type().is_char_device())
-            .map(|m| dev_numbers(m.rdev()))
-    } else {
-        None
-    };
-    (target, number)
-}
-
 /// Scans `/proc` once and returns the holders of each device.
 pub fn scan(root: &Root, devices: &BTreeMap<String, PciDevice>) -> BTreeMap<String, Vec<Holder>> {
     scan_nodes(root, &all_nodes(root, devices))
@@ -241,21 +219,73 @@ pub fn scan_nodes_using(
 fn held_by(root: &Root, pids: &[u32], nodes: &[(String, Nodes)]) -> Vec<(u32, BTreeSet<usize>)> {
     let mut found = Vec::new();
     for &pid in pids {
-        let fd_dir = format!("/proc/{pid}/fd");
         let mut held: BTreeSet<usize> = BTreeSet::new();
-        for fd in root.list(&fd_dir) {
-            let (target, number) = fd_target(&root.path(&format!("{fd_dir}/{fd}")));
+        for_each_fd(&root.path(&format!("/proc/{pid}/fd")), |target, number| {
             for (i, (_, n)) in nodes.iter().enumerate() {
-                if n.paths.contains(&target) || number.is_some_and(|x| n.numbers.contains(&x)) {
+                if n.paths.contains(target) || number.is_some_and(|x| n.numbers.contains(&x)) {
                     held.insert(i);
                 }
             }
-        }
+        });
         if !held.is_empty() {
             found.push((pid, held));
         }
     }
     found
+}
+
+/// Calls `f` with what each descriptor of a `/proc/<pid>/fd` directory names: its link's
+/// target, and the device numbers when the target is a character device under `/dev`.
+///
+/// Each link is read relative to the open directory: a path lookup of one name, not of
+/// `/proc/<pid>/fd/<n>` from the root. A process gone meanwhile has no descriptors; one that
+/// closes a descriptor meanwhile drops it.
+///
+/// # Guarantees
+/// Only a `/dev/...` target is `stat`ed: reading the link never touches the file, but a `stat`
+/// follows it into its file system, and a file on a hung FUSE or NFS mount would block the scan
+/// (and `observe`) for good. Device nodes live under `/dev` in every mount namespace.
+fn for_each_fd(dir: &std::path::Path, mut f: impl FnMut(&str, Option<(u32, u32)>)) {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let Ok(fd) = rustix::fs::open(dir, flags, Mode::empty()) else {
+        return;
+    };
+    let Ok(entries) = rustix::fs::Dir::read_from(&fd) else {
+        return;
+    };
+    for e in entries {
+        let Ok(e) = e else { break };
+        let name = e.file_name();
+        if name.to_bytes().starts_with(b".") {
+            continue;
+        }
+        let Ok(link) = rustix::fs::readlinkat(&fd, name, Vec::new()) else {
+            continue;
+        };
+        let target = String::from_utf8_lossy(link.as_bytes());
+        f(
+            &target,
+            dev_target_numbers(&target, || {
+                rustix::fs::statat(&fd, name, rustix::fs::AtFlags::empty()).ok()
+            }),
+        );
+    }
+}
+
+/// The device numbers of a descriptor whose link reads `target`: `stat` (which follows the link)
+/// only for a `/dev/...` target (see [`for_each_fd`]'s guarantees), and only a character device.
+fn dev_target_numbers(
+    target: &str,
+    stat: impl FnOnce() -> Option<rustix::fs::Stat>,
+) -> Option<(u32, u32)> {
+    if !target.starts_with("/dev/") {
+        return None;
+    }
+    let st = stat()?;
+    let char_device =
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::CharacterDevice;
+    char_device.then(|| dev_numbers(st.st_rdev))
 }
 
 /// `work` over `items` split in consecutive chunks, one scoped thread each (see

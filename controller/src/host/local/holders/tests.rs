@@ -36,24 +36,33 @@ fn device_numbers_decode_like_the_kernel() {
 
 #[test]
 fn only_a_dev_target_is_followed() {
+    // A directory of links as /proc/<pid>/fd is.
     let t = tempfile::tempdir().unwrap();
+    let fds = t.path().join("fd");
+    std::fs::create_dir(&fds).unwrap();
     // A descriptor of a device node: its numbers are read.
-    let dev = t.path().join("3");
-    std::os::unix::fs::symlink("/dev/null", &dev).unwrap();
-    assert_eq!(fd_target(&dev), ("/dev/null".to_string(), Some((1, 3))));
+    std::os::unix::fs::symlink("/dev/null", fds.join("3")).unwrap();
     // A descriptor of a file elsewhere (think: a hung FUSE mount) is never stat'ed, even when
     // the file turns out to be a device.
     let elsewhere = t.path().join("elsewhere");
     std::os::unix::fs::symlink("/dev/null", &elsewhere).unwrap();
-    let fd = t.path().join("4");
-    std::os::unix::fs::symlink(&elsewhere, &fd).unwrap();
-    let (target, number) = fd_target(&fd);
-    assert_eq!(target, elsewhere.display().to_string());
-    assert_eq!(number, None);
+    std::os::unix::fs::symlink(&elsewhere, fds.join("4")).unwrap();
     // Sockets and pipes: names, no numbers.
-    let sock = t.path().join("5");
-    std::os::unix::fs::symlink("socket:[1234]", &sock).unwrap();
-    assert_eq!(fd_target(&sock), ("socket:[1234]".to_string(), None));
+    std::os::unix::fs::symlink("socket:[1234]", fds.join("5")).unwrap();
+    let mut seen = vec![];
+    for_each_fd(&fds, |target, number| {
+        seen.push((target.to_string(), number))
+    });
+    seen.sort();
+    let mut want = vec![
+        ("/dev/null".to_string(), Some((1, 3))),
+        (elsewhere.display().to_string(), None),
+        ("socket:[1234]".to_string(), None),
+    ];
+    want.sort();
+    assert_eq!(seen, want);
+    // A process gone: no descriptors, no error.
+    for_each_fd(&t.path().join("gone"), |_, _| panic!("nothing to see"));
 }
 
 #[test]
