@@ -123,19 +123,43 @@ pub struct HolderScan(Scan);
 
 type Answer = BTreeMap<String, Vec<Holder>>;
 
+/// What a scan looks at: the root, the devices' nodes, the processes.
+struct Job {
+    root: Root,
+    nodes: Vec<(String, Nodes)>,
+    pids: Vec<u32>,
+}
+
+impl Job {
+    fn run(&self) -> Answer {
+        scan_pids(&self.root, &self.nodes, &self.pids, SCAN_THREADS_MAX)
+    }
+}
+
 enum Scan {
     Running(std::thread::JoinHandle<Answer>),
-    Left(std::sync::Arc<(Root, Vec<(String, Nodes)>)>),
+    /// Left to [`HolderScan::finish`]: too few processes to be worth a thread, or none could
+    /// be started.
+    Left(std::sync::Arc<Job>),
 }
 
 impl HolderScan {
-    /// Starts the scan of `nodes` (as [`all_nodes`] makes them).
+    /// Starts the scan of `nodes` (as [`all_nodes`] makes them): on a thread of its own when
+    /// `/proc` lists at least [`PIDS_PER_THREAD_MIN`] processes.
     pub fn start(root: &Root, nodes: Vec<(String, Nodes)>) -> HolderScan {
-        let job = std::sync::Arc::new((Root(root.0.clone()), nodes));
+        let pids = if nodes.is_empty() { vec![] } else { pids(root) };
+        let job = std::sync::Arc::new(Job {
+            root: root.clone(),
+            nodes,
+            pids,
+        });
+        if job.pids.len() < PIDS_PER_THREAD_MIN {
+            return HolderScan(Scan::Left(job));
+        }
         let theirs = job.clone();
         let started = std::thread::Builder::new()
             .name("holder-scan".into())
-            .spawn(move || scan_nodes(&theirs.0, &theirs.1));
+            .spawn(move || theirs.run());
         HolderScan(match started {
             Ok(h) => Scan::Running(h),
             Err(_) => Scan::Left(job),
@@ -146,7 +170,7 @@ impl HolderScan {
     pub fn finish(self) -> Answer {
         match self.0 {
             Scan::Running(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-            Scan::Left(job) => scan_nodes(&job.0, &job.1),
+            Scan::Left(job) => job.run(),
         }
     }
 }
@@ -180,18 +204,29 @@ pub fn scan_nodes_using(
     nodes: &[(String, Nodes)],
     max_threads: usize,
 ) -> BTreeMap<String, Vec<Holder>> {
-    let mut out: BTreeMap<String, Vec<Holder>> = BTreeMap::new();
     if nodes.is_empty() {
-        return out;
+        return BTreeMap::new();
     }
+    scan_pids(root, nodes, &pids(root), max_threads)
+}
+
+/// The processes `/proc` lists, but the agent itself (on the real root).
+fn pids(root: &Root) -> Vec<u32> {
     let self_pid = std::process::id();
-    let pids: Vec<u32> = root
-        .list("/proc")
+    root.list("/proc")
         .iter()
         .filter_map(|p| p.parse::<u32>().ok())
         .filter(|&pid| !(pid == self_pid && root.is_real()))
-        .collect();
-    for (pid, held) in split_over_threads(&pids, max_threads, |chunk| held_by(root, chunk, nodes)) {
+        .collect()
+}
+
+/// The holders among `pids` of the devices whose nodes are `nodes`.
+fn scan_pids(root: &Root, nodes: &[(String, Nodes)], pids: &[u32], max_threads: usize) -> Answer {
+    let mut out = Answer::new();
+    if nodes.is_empty() {
+        return out;
+    }
+    for (pid, held) in split_over_threads(pids, max_threads, |chunk| held_by(root, chunk, nodes)) {
         let command = root
             .read(&format!("/proc/{pid}/comm"))
             .map(|s| s.trim().to_string())

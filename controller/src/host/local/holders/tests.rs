@@ -107,8 +107,22 @@ fn this_machines_proc_shows_a_child_that_holds_a_node() {
         .unwrap();
     let mut n = Nodes::default();
     n.paths.insert("/dev/null".into());
-    let found = scan_nodes(&Root("/".into()), &[("0000:01:00.0".into(), n)]);
+    let nodes = vec![("0000:01:00.0".to_string(), n)];
+    let found = scan_nodes(&Root("/".into()), &nodes);
+    // The same scan begun beside other work (an observation's), on a thread of its own here.
+    let beside = HolderScan::start(&Root("/".into()), nodes.clone()).finish();
     child.kill().unwrap();
+    let pids = |a: &Answer| {
+        a["0000:01:00.0"]
+            .iter()
+            .map(|h| h.pid)
+            .collect::<BTreeSet<_>>()
+    };
+    assert!(
+        pids(&beside).contains(&child.id()),
+        "the scan begun beside sees the child"
+    );
+
     child.wait().unwrap();
     let holders = &found["0000:01:00.0"];
     let h = holders
